@@ -1,0 +1,63 @@
+"""Correctness checks on the launching side: gradient agreement, parameter agreement, convergence.
+
+Each check returns ``None`` when it passes, or a message naming the case, rank, parameter, the
+measured error and the bound. A case that fails one gets no performance verdict.
+"""
+
+from __future__ import annotations
+
+import math
+
+from harness import tolerances
+from harness.results import CaseResult
+
+
+def agreement(result: CaseResult) -> str | None:
+    tol = tolerances.for_dtype(result.spec.dtype)
+    problems = []
+    for kind, bound in (("grads", tol.grad_rel), ("params", tol.param_rel)):
+        worst_rank, worst = None, None
+        for rank in result.ranks:
+            report = (rank.grad_check or {}).get(kind)
+            if report is None:
+                continue
+            if report["missing"]:
+                return (f"{kind} agreement failed [{result.spec.case_id}] rank {rank.rank}: the strategy returned "
+                        f"no full tensor for {', '.join(report['missing'][:5])}")
+            if report["worst"] is None:
+                continue
+            err = report["errors"][report["worst"]]
+            if worst is None or err["rel"] > worst[1]["rel"]:
+                worst_rank, worst = rank.rank, (report["worst"], err)
+        if worst is not None and not worst[1]["rel"] <= bound:  # "not <=" also catches nan
+            name, err = worst
+            what = "gradient" if kind == "grads" else "parameter"
+            when = "after one forward/backward" if kind == "grads" else "after the untimed optimizer steps"
+            problems.append(
+                f"{what} agreement failed [{result.spec.strategy} {result.spec.case_id}] rank {worst_rank}: "
+                f"worst parameter {name!r} max abs error {err['abs']:.3g}, relative {err['rel']:.3g} "
+                f"> tolerance {bound:.1g} ({result.spec.dtype}) {when}, against a single process on the same "
+                f"global batch"
+            )
+    return "\n".join(problems) or None
+
+
+MIN_CONVERGENCE_STEPS = 10
+
+
+def convergence(result: CaseResult, fraction: float = tolerances.DEFAULT_CONVERGENCE_FRACTION) -> str | None:
+    losses = list(result.losses)
+    first_ranks = [r for r in result.ranks if r.loss_weight > 0]
+    start_curve = [sum(r.loss_weight * r.warmup_losses[0] for r in first_ranks)] if all(
+        r.warmup_losses for r in first_ranks) else []
+    curve = start_curve + losses
+    bad = [i for i, v in enumerate(curve) if not math.isfinite(v)]
+    if bad:
+        return f"loss is not finite at step {bad[0]} [{result.spec.case_id}]: {curve[bad[0]]}"
+    if len(curve) < MIN_CONVERGENCE_STEPS:  # too short to judge; the result records it as not checked
+        return None
+    start, end = curve[0], min(curve[-3:])
+    if end > fraction * start:
+        return (f"loss did not converge [{result.spec.case_id}]: {end:.4g} after {len(curve)} steps is above "
+                f"{fraction:.0%} of its start {start:.4g}")
+    return None

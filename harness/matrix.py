@@ -1,0 +1,68 @@
+"""The test matrix: strategy x model x topology, each a ``Case`` that runs or says why it cannot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import fixtures
+from harness import strategies
+from harness.hostinfo import HostInfo
+from harness.options import Options
+from harness.spec import CaseSpec, Faults
+from harness.topology import Topology
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    id: str  # strategy-model-topology, so -k selects naturally
+    spec: CaseSpec
+    skip: str | None = None  # why it cannot run here
+    oversubscribed: bool = False
+
+
+def resolve_preset(preset: str, host: HostInfo) -> str:
+    if preset == "auto":
+        return "tiny" if host.device == "cpu" else "small"
+    return preset
+
+
+def oversubscribed(topology: Topology, host: HostInfo, cpu_threads: int) -> bool:
+    """More ranks than this machine has devices for: timing means nothing, correctness still does."""
+    if host.device == "cuda":
+        return topology.per_node > host.devices_per_node
+    # Emulated nodes share this machine's cores, so every rank of every node counts.
+    return topology.world_size * cpu_threads > host.cpu_cores
+
+
+def spec_for(strategy: str, model: str, topology: str, options: Options, host: HostInfo) -> CaseSpec:
+    preset_name = resolve_preset(options.preset, host)
+    preset = fixtures.preset(model, preset_name)
+    return CaseSpec(
+        strategy=strategy, model=model, preset=preset_name, topology=topology, micro_batch=preset.micro_batch,
+        steps=options.steps, warmup=options.warmup, dtype=options.dtype, seed=options.seed,
+        cpu_threads=options.cpu_threads, timeout_s=options.timeout_s,
+        faults=Faults(delay_ms=options.inject_delay_ms),
+    )
+
+
+def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
+    topo = spec.topo
+    reason = strategies.get(spec.strategy).unavailable(topo, host.device, host.devices_per_node)
+    if reason:
+        return reason
+    if host.device == "cuda" and topo.per_node > host.devices_per_node:
+        return f"topology {topo} needs {topo.per_node} GPUs per node, this node has {host.devices_per_node}"
+    if topo.multi_node:
+        return f"topology {topo} has {topo.nodes} nodes: multi-node launch (emulated nodes, SLURM) is not built yet"
+    return None
+
+
+def build(options: Options, host: HostInfo) -> list[Case]:
+    cases = []
+    for strategy in options.strategies:
+        for model in options.models:
+            for topology in options.topologies:
+                spec = spec_for(strategy, model, topology, options, host)
+                cases.append(Case(id=spec.case_id, spec=spec, skip=skip_reason(spec, host),
+                                  oversubscribed=oversubscribed(spec.topo, host, options.cpu_threads)))
+    return cases

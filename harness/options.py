@@ -1,0 +1,115 @@
+"""The ``--scaling-*`` options, parsed once into a frozen ``Options`` (errors name the option)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import SpecError
+from harness.topology import Topology
+
+DEFAULT_TOPOLOGIES = "1x1,1x2,1x4"
+
+
+def add_options(parser) -> None:
+    group = parser.getgroup("scaling", "scalegate scaling benchmarks")
+    add = group.addoption
+    add("--scaling-strategies", default="all", help="comma-separated strategies to run (default: %(default)s)")
+    add("--scaling-models", default="all", help="comma-separated workloads to run (default: %(default)s)")
+    add("--scaling-topologies", default=DEFAULT_TOPOLOGIES, help="comma-separated NxG topologies (default: %(default)s)")
+    add("--scaling-preset", default="auto", help="model size preset: tiny, small, full, or auto = tiny without a GPU, "
+                                                  "small with one (default: %(default)s)")
+    add("--scaling-steps", type=int, default=20, help="measured steps per case (default: %(default)s)")
+    add("--scaling-warmup", type=int, default=5, help="untimed warm-up steps per case (default: %(default)s)")
+    add("--scaling-tolerance", type=float, default=None,
+        help="efficiency tolerance as a fraction; overrides the baseline's own (default: the baseline's)")
+    add("--scaling-default-tolerance", type=float, default=0.10,
+        help="tolerance written into new baselines (default: %(default)s)")
+    add("--scaling-results-dir", default="results", help="where each run's results go (default: %(default)s)")
+    add("--scaling-baseline-dir", default=None, help="baseline directory (default: baselines/ beside conftest.py)")
+    add("--scaling-update-baselines", action="store_true", help="write this run's measurements as baselines")
+    add("--scaling-require-baseline", action="store_true", help="fail cases that have no baseline")
+    add("--scaling-timeout", type=float, default=300.0, help="seconds before a case is killed (default: %(default)s)")
+    add("--scaling-cpu-threads", type=int, default=1, help="torch threads per rank on CPU: one rank is one 'device' "
+                                                           "of this many cores (default: %(default)s)")
+    add("--scaling-seed", type=int, default=1234, help="seed for weights and data (default: %(default)s)")
+    add("--scaling-dtype", default="fp32", help="fp32 or bf16 (default: %(default)s)")
+    add("--scaling-inject-delay-ms", type=float, default=0.0,
+        help="FAULT INJECTION: sleep this long in every step of multi-rank jobs (default: off)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    strategies: tuple[str, ...]
+    models: tuple[str, ...]
+    topologies: tuple[str, ...]
+    preset: str
+    steps: int
+    warmup: int
+    tolerance: float | None
+    default_tolerance: float
+    results_dir: Path
+    baseline_dir: Path
+    update_baselines: bool
+    require_baseline: bool
+    timeout_s: float
+    cpu_threads: int
+    seed: int
+    dtype: str
+    inject_delay_ms: float
+
+
+def _names(option: str, text: str, known: list[str]) -> tuple[str, ...]:
+    if text.strip() == "all":
+        return tuple(known)
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise SpecError(f"{option}: unknown name(s) {', '.join(map(repr, unknown)) or '(none given)'}",
+                        f"pick from: {', '.join(known)} (or 'all')")
+    return names
+
+
+def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list[str]) -> Options:
+    topologies = []
+    for text in getoption("--scaling-topologies").split(","):
+        try:
+            topologies.append(str(Topology.parse(text)))
+        except SpecError as exc:
+            raise SpecError(f"--scaling-topologies: {exc.message}", exc.hint) from None
+    for option, minimum in (("--scaling-steps", 1), ("--scaling-warmup", 0), ("--scaling-cpu-threads", 1)):
+        if getoption(option) < minimum:
+            raise SpecError(f"{option}={getoption(option)} is below {minimum}", f"pass {option} {minimum} or more")
+    for option in ("--scaling-tolerance", "--scaling-default-tolerance"):
+        value = getoption(option)
+        if value is not None and not 0 <= value < 1:
+            raise SpecError(f"{option}={value} is not a fraction in [0, 1)", f"e.g. {option} 0.1 for 10%")
+    if getoption("--scaling-timeout") <= 0:
+        raise SpecError(f"--scaling-timeout={getoption('--scaling-timeout')} must be positive", "e.g. 300")
+    if getoption("--scaling-dtype") not in ("fp32", "bf16"):
+        raise SpecError(f"--scaling-dtype={getoption('--scaling-dtype')!r} is not fp32 or bf16", "pick fp32 or bf16")
+    if getoption("--scaling-inject-delay-ms") < 0:
+        raise SpecError("--scaling-inject-delay-ms is negative", "pass a delay >= 0")
+    if getoption("--scaling-update-baselines") and getoption("--scaling-inject-delay-ms") > 0:
+        raise SpecError("--scaling-update-baselines with --scaling-inject-delay-ms would record a faulty baseline",
+                        "drop one of the two options")
+    baseline_dir = getoption("--scaling-baseline-dir")
+    return Options(
+        strategies=_names("--scaling-strategies", getoption("--scaling-strategies"), strategy_names),
+        models=_names("--scaling-models", getoption("--scaling-models"), model_names),
+        topologies=tuple(dict.fromkeys(topologies)),
+        preset=getoption("--scaling-preset"),
+        steps=getoption("--scaling-steps"),
+        warmup=getoption("--scaling-warmup"),
+        tolerance=getoption("--scaling-tolerance"),
+        default_tolerance=getoption("--scaling-default-tolerance"),
+        results_dir=Path(getoption("--scaling-results-dir")),
+        baseline_dir=Path(baseline_dir) if baseline_dir else rootdir / "baselines",
+        update_baselines=getoption("--scaling-update-baselines"),
+        require_baseline=getoption("--scaling-require-baseline"),
+        timeout_s=getoption("--scaling-timeout"),
+        cpu_threads=getoption("--scaling-cpu-threads"),
+        seed=getoption("--scaling-seed"),
+        dtype=getoption("--scaling-dtype"),
+        inject_delay_ms=getoption("--scaling-inject-delay-ms"),
+    )

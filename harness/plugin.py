@@ -1,0 +1,132 @@
+"""The pytest plugin: ``--scaling-*`` options, the strategy x model x topology matrix, the
+``scaling_case`` fixture, pytest-benchmark records, and the results table at the end.
+
+Registered from the repository's ``conftest.py`` (``pytest_plugins = ["harness.plugin"]``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import fixtures
+from harness import baselines, hostinfo, matrix, options, runfiles, strategies, summary, update
+from harness.errors import ScalegateError
+from harness.session import Outcome, ScalingSession, run_id
+
+SESSION = pytest.StashKey[ScalingSession]()
+CASES = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "scaling: a scaling benchmark case (launches a real multi-process job)")
+    try:
+        opts = options.parse(config.getoption, Path(config.rootpath), strategies.names(), fixtures.names())
+        host = hostinfo.detect()
+        cases = matrix.build(opts, host)
+        baseline = baselines.load(opts.baseline_dir, host.profile)
+    except ScalegateError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    run_dir = opts.results_dir / run_id()
+    config.stash[SESSION] = ScalingSession(options=opts, host=host, run_dir=run_dir, baseline=baseline)
+    config.stash[CASES] = cases
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "scaling_case" not in metafunc.fixturenames:
+        return
+    cases = metafunc.config.stash[CASES]
+    metafunc.parametrize("scaling_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in cases],
+                         indirect=True)
+
+
+class CaseRunner:
+    """What a scaling test holds: run the case once, record it, assert its verdict."""
+
+    def __init__(self, session: ScalingSession, case: matrix.Case) -> None:
+        self.session = session
+        self.case = case
+
+    def run(self, benchmark=None) -> Outcome:
+        outcome = self.session.run(self.case)
+        if benchmark is not None and outcome.result is not None:
+            record_benchmark(benchmark, outcome, self.session.profile)
+        return outcome
+
+    def check(self, benchmark=None) -> Outcome:
+        outcome = self.run(benchmark)
+        if outcome.failed:
+            pytest.fail(f"{outcome.case_id}: {outcome.message}", pytrace=False)
+        return outcome
+
+
+@pytest.fixture
+def scaling_case(request: pytest.FixtureRequest) -> CaseRunner:
+    case: matrix.Case = request.param
+    if case.skip:
+        pytest.skip(case.skip)
+    return CaseRunner(request.config.stash[SESSION], case)
+
+
+def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
+    """Each measured step (slowest rank) becomes one round of the benchmark's statistics."""
+    if getattr(benchmark, "disabled", False):
+        return
+    result = outcome.result
+    stats = benchmark._make_stats(1)  # pytest-benchmark 5.x: no public call for external timings
+    for seconds in result.step_times_s:
+        stats.update(seconds)
+    benchmark._mode = "external timings (scalegate)"  # so the fixture does not report itself as unused
+    spec = result.spec
+    benchmark.extra_info.update(
+        strategy=spec.strategy, model=spec.model, preset=spec.preset, topology=spec.topology,
+        world_size=spec.world_size, global_batch=spec.global_batch_size, throughput=result.throughput,
+        speedup=outcome.speedup, efficiency=outcome.efficiency, noise_rel=outcome.noise_rel,
+        verdict=outcome.status, profile=profile,
+        peak_memory_bytes=[r.peak_memory_bytes for r in result.ranks],
+        memory_source=result.ranks[0].memory_source,
+    )
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    session = config.stash.get(SESSION, None)
+    if session is None or hasattr(config, "workerinput") or not session.run_dir.exists():
+        return
+    cases = runfiles.load_run(session.run_dir)
+    if not cases:
+        return
+    tr = terminalreporter
+    tr.write_sep("=", f"scaling results ({session.profile})")
+    tr.write_line(summary.table(cases))
+    if session.baseline is None:
+        tr.write_line(f"no baseline for {session.profile} "
+                      f"(record one with --scaling-update-baselines into {session.options.baseline_dir})")
+    for case in cases:
+        if case["status"] in ("regressed", "failed", "improved"):
+            tr.write_line(f"{case['case_id']}: {case['message'].splitlines()[0]}")
+    tr.write_line(f"results: {session.run_dir}")
+    if session.options.update_baselines:
+        try:
+            for line in update.update_from_run(cases, session.options.baseline_dir, session.options.default_tolerance):
+                tr.write_line(line)
+        except ScalegateError as exc:
+            tr.write_line(f"baselines NOT updated: {exc}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(SESSION, None)
+    if state is None or hasattr(session.config, "workerinput") or not state.run_dir.exists():
+        return
+    latest = state.run_dir.parent / "latest"
+    try:
+        if latest.is_symlink() or latest.exists():
+            latest.unlink()
+        os.symlink(state.run_dir.name, latest)
+    except OSError:
+        pass

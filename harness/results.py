@@ -1,0 +1,104 @@
+"""Per-rank results written by workers, and the aggregated ``CaseResult`` built from them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import SCHEMA_VERSION
+from harness import metrics
+from harness.errors import LaunchError
+from harness.spec import CaseSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankResult:
+    rank: int
+    world_size: int
+    node_rank: int
+    host: str
+    device: str
+    step_times_s: list[float]  # measured steps only, each timed between device syncs
+    losses: list[float]  # this rank's loss per measured step (nan where the rank computes none)
+    warmup_losses: list[float]
+    loss_weight: float  # this rank's share of the global loss (1/W for data parallel)
+    peak_memory_bytes: int = 0
+    memory_source: str = ""
+    cpu_user_s: float = 0.0
+    cpu_system_s: float = 0.0
+    wall_s: float = 0.0
+    grad_check: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> "RankResult":
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(**data)
+        except FileNotFoundError:
+            raise LaunchError(f"rank result {path} was not written",
+                              "the worker exited without writing its result; read its log next to it") from None
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise LaunchError(f"rank result {path} is malformed: {exc}",
+                              "the worker wrote a partial or foreign file; rerun the case and read its log") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseResult:
+    spec: CaseSpec
+    ranks: list[RankResult]
+    step_times_s: list[float]  # per measured step, the slowest rank's time
+    losses: list[float]  # global loss per measured step (weighted over ranks)
+    median_step_s: float
+    mad_step_s: float
+    throughput: float  # samples/s = global batch / median step time
+    noise_rel: float  # relative half-width of the ~95% interval of the median step time
+    launch_wall_s: float = 0.0  # launch to result, including process start and set-up
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def measured_s(self) -> float:
+        return sum(self.step_times_s)
+
+    @property
+    def peak_memory_bytes(self) -> list[int]:
+        return [r.peak_memory_bytes for r in self.ranks]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["case_id"] = self.spec.case_id
+        return data
+
+
+def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.0) -> CaseResult:
+    """Combine every rank's measurements: a step lasts as long as its slowest rank."""
+    ranks = sorted(ranks, key=lambda r: r.rank)
+    if [r.rank for r in ranks] != list(range(spec.world_size)):
+        raise LaunchError(f"{spec.case_id}: expected results from ranks 0..{spec.world_size - 1}, "
+                          f"got {[r.rank for r in ranks]}", "read the missing ranks' logs in the case directory")
+    lengths = {len(r.step_times_s) for r in ranks}
+    if lengths != {spec.steps}:
+        raise LaunchError(f"{spec.case_id}: ranks measured {sorted(lengths)} steps, expected {spec.steps}",
+                          "a rank stopped early; read its log")
+    step_times = [max(r.step_times_s[i] for r in ranks) for i in range(spec.steps)]
+    losses = [_weighted_loss(ranks, i) for i in range(spec.steps)]
+    median = metrics.median(step_times)
+    return CaseResult(
+        spec=spec,
+        ranks=ranks,
+        step_times_s=step_times,
+        losses=losses,
+        median_step_s=median,
+        mad_step_s=metrics.mad(step_times),
+        throughput=metrics.throughput(spec.global_batch_size, median),
+        noise_rel=metrics.median_noise_rel(step_times),
+        launch_wall_s=launch_wall_s,
+    )
+
+
+def _weighted_loss(ranks: list[RankResult], step: int) -> float:
+    # Ranks that compute no loss (early pipeline stages) carry weight 0 and report nan.
+    return sum(r.loss_weight * r.losses[step] for r in ranks if r.loss_weight > 0)

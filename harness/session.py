@@ -1,0 +1,133 @@
+"""One pytest session's scaling state: the options, this host, the references, the run directory.
+
+``ScalingSession.run`` is the whole life of a case: launch, correctness checks, speedup against the
+single-process 1x1 reference measured in this session, verdict against the baseline, result file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import atomic, baselines, checks, metrics
+from harness.errors import LaunchError, ScalegateError
+from harness.hostinfo import HostInfo, commit
+from harness.launch import run_case
+from harness.matrix import Case
+from harness.options import Options
+from harness.results import CaseResult
+from harness.spec import CaseSpec, Faults
+from harness import verdict as V
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    case_id: str
+    key: str
+    status: str
+    message: str
+    result: CaseResult | None = None
+    speedup: float | None = None
+    efficiency: float | None = None
+    noise_rel: float | None = None
+    reference_throughput: float | None = None
+    baseline_efficiency: float | None = None
+    problems: tuple[str, ...] = ()
+    oversubscribed: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.status in (V.REGRESSED, V.FAILED)
+
+
+def run_id() -> str:
+    """Shared by pytest-xdist workers (they inherit the controller's environment)."""
+    if not os.environ.get("SCALEGATE_RUN_ID"):
+        os.environ["SCALEGATE_RUN_ID"] = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    return os.environ["SCALEGATE_RUN_ID"]
+
+
+@dataclass
+class ScalingSession:
+    options: Options
+    host: HostInfo
+    run_dir: Path
+    baseline: baselines.BaselineFile | None
+    references: dict[tuple, CaseResult | LaunchError] = field(default_factory=dict)
+
+    @property
+    def profile(self) -> str:
+        return self.host.profile
+
+    def reference_spec(self, spec: CaseSpec) -> CaseSpec:
+        return spec.replace(strategy="single", topology="1x1", faults=Faults())
+
+    def reference(self, spec: CaseSpec) -> CaseResult:
+        """The single-process 1x1 result of the same model and preset, measured in this session."""
+        ref_spec = self.reference_spec(spec)
+        key = (ref_spec.model, ref_spec.preset, ref_spec.scaling, ref_spec.global_batch)
+        if key not in self.references:
+            try:
+                self.references[key] = self._launch(ref_spec)
+            except LaunchError as exc:
+                self.references[key] = exc
+        found = self.references[key]
+        if isinstance(found, LaunchError):
+            raise LaunchError(f"the reference {ref_spec.case_id} failed, so no speedup can be computed:\n"
+                              f"{found.message}", found.hint)
+        return found
+
+    def _launch(self, spec: CaseSpec) -> CaseResult:
+        return run_case(spec, self.run_dir / spec.case_id)
+
+    def run(self, case: Case) -> Outcome:
+        spec = case.spec
+        key = baselines.case_key(spec.case_id, spec.preset)
+        try:
+            if spec.strategy == "single" and spec.topology == "1x1" and not spec.faults.any:
+                result = self.reference(spec)
+            else:
+                result = self._launch(spec)
+            reference = self.reference(spec)
+        except ScalegateError as exc:
+            outcome = Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
+            self._write(outcome, spec)
+            return outcome
+        outcome = self._judge(case, key, result, reference)
+        self._write(outcome, spec)
+        return outcome
+
+    def _judge(self, case: Case, key: str, result: CaseResult, reference: CaseResult) -> Outcome:
+        spec = case.spec
+        speedup = metrics.speedup(result.throughput, reference.throughput)
+        eff = metrics.efficiency(speedup, spec.world_size)
+        noise = metrics.combined_noise(result.noise_rel, reference.noise_rel)
+        problems = tuple(p for p in (checks.agreement(result), checks.convergence(result)) if p)
+        base_ref = self.baseline.reference(key, "efficiency") if self.baseline else None
+        if base_ref is not None and self.options.tolerance is not None:
+            base_ref = dataclasses.replace(base_ref, tolerance=self.options.tolerance)
+        if problems:  # a wrong fast run is not a pass: no performance verdict
+            verdict = V.Verdict(status=V.FAILED, message="\n".join(problems))
+        elif case.oversubscribed:
+            verdict = V.Verdict(status=V.NOT_MEANINGFUL,
+                                message=f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at "
+                                        f"{spec.cpu_threads} thread(s) per rank: timing is not judged")
+        else:
+            verdict = V.judge_efficiency(eff, noise, base_ref, f"{key} on {self.profile}")
+            if verdict.status == V.NO_BASELINE and self.options.require_baseline:
+                verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-require-baseline)")
+        return Outcome(case_id=spec.case_id, key=key, status=verdict.status, message=verdict.message,
+                       result=result, speedup=speedup, efficiency=eff, noise_rel=noise,
+                       reference_throughput=reference.throughput, problems=problems,
+                       baseline_efficiency=base_ref.value if base_ref else None, oversubscribed=case.oversubscribed)
+
+    def _write(self, outcome: Outcome, spec: CaseSpec) -> None:
+        data: dict[str, Any] = {k: v for k, v in dataclasses.asdict(outcome).items() if k != "result"}
+        data.update(spec=spec.to_dict(), profile=self.profile, host=self.host.hostname, commit=commit(),
+                    fingerprint=self.host.fingerprint(), written=time.time(),
+                    result=outcome.result.to_dict() if outcome.result else None)
+        atomic.write_json(self.run_dir / f"{spec.case_id}.json", data)

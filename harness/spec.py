@@ -1,0 +1,137 @@
+"""The frozen case specification shared by the launching side and the worker side."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import SpecError
+from harness.topology import Topology
+
+DTYPES = ("fp32", "bf16")
+SCALINGS = ("weak", "strong")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Faults:
+    """Injected faults, all off by default. They exist so tests can prove each gate fires."""
+
+    delay_ms: float = 0.0  # sleep inside every step of a multi-rank job (a slow interconnect)
+    grad_scale: float = 1.0  # scale this rank's gradients before the optimizer (a wrong reduction)
+    grad_scale_rank: int = 0
+
+    def __post_init__(self) -> None:
+        if self.delay_ms < 0:
+            raise SpecError(f"injected delay {self.delay_ms} ms is negative", "use a delay >= 0")
+
+    @property
+    def any(self) -> bool:
+        return self.delay_ms > 0 or self.grad_scale != 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseSpec:
+    strategy: str
+    model: str
+    preset: str
+    topology: str
+    micro_batch: int
+    steps: int = 20
+    warmup: int = 5
+    dtype: str = "fp32"
+    seed: int = 1234
+    scaling: str = "weak"
+    global_batch: int | None = None  # strong scaling only: fixed across world sizes
+    device: str = "auto"
+    cpu_threads: int = 1
+    lr: float = 1e-3
+    grad_check: bool = True
+    timeout_s: float = 300.0
+    faults: Faults = field(default_factory=Faults)
+
+    def __post_init__(self) -> None:
+        topo = Topology.parse(self.topology)  # raises with a HINT on a malformed string
+        object.__setattr__(self, "topology", str(topo))
+        if self.steps < 1:
+            raise SpecError(f"steps={self.steps} for {self.case_id}: at least one measured step is needed",
+                            "pass --scaling-steps 1 or more")
+        if self.warmup < 0:
+            raise SpecError(f"warmup={self.warmup} for {self.case_id} is negative", "pass --scaling-warmup 0 or more")
+        if self.micro_batch < 1:
+            raise SpecError(f"micro-batch {self.micro_batch} for {self.case_id} must be >= 1",
+                            "fix the model preset's micro_batch")
+        _one_of("dtype", self.dtype, DTYPES, self.case_id)
+        _one_of("scaling", self.scaling, SCALINGS, self.case_id)
+        _one_of("device", self.device, DEVICES, self.case_id)
+        if self.cpu_threads < 1:
+            raise SpecError(f"cpu_threads={self.cpu_threads} must be >= 1", "pass --scaling-cpu-threads 1 or more")
+        if self.timeout_s <= 0:
+            raise SpecError(f"timeout {self.timeout_s}s must be positive", "pass --scaling-timeout 60 or more")
+        self._check_batch()
+
+    def _check_batch(self) -> None:
+        if self.scaling == "weak":
+            return
+        if self.global_batch is None or self.global_batch < 1:
+            raise SpecError(f"strong scaling for {self.case_id} needs a global batch >= 1, got {self.global_batch}",
+                            "pass --scaling-global-batch N")
+        if self.global_batch % self.world_size:
+            raise SpecError(
+                f"global batch {self.global_batch} does not divide by world size {self.world_size} "
+                f"(topology {self.topology}) for {self.case_id}",
+                f"use a global batch that is a multiple of {self.world_size}, "
+                f"e.g. {self.world_size * max(1, self.global_batch // self.world_size)}",
+            )
+
+    @property
+    def topo(self) -> Topology:
+        return Topology.parse(self.topology)
+
+    @property
+    def world_size(self) -> int:
+        return self.topo.world_size
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.strategy}-{self.model}-{self.topology}"
+
+    @property
+    def local_batch(self) -> int:
+        """Samples each data-parallel rank processes per step."""
+        if self.scaling == "weak":
+            return self.micro_batch
+        return self.global_batch // self.world_size  # type: ignore[operator]
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.local_batch * self.world_size
+
+    def replace(self, **changes: Any) -> "CaseSpec":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CaseSpec":
+        data = dict(data)
+        data["faults"] = Faults(**data.get("faults", {}))
+        return cls(**data)
+
+    def write(self, path: Path) -> Path:
+        path.write_text(json.dumps(self.to_dict(), indent=2))
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> "CaseSpec":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...], case_id: str) -> None:
+    if value not in allowed:
+        raise SpecError(f"{name}={value!r} for {case_id} is not one of {', '.join(allowed)}",
+                        f"pick one of: {', '.join(allowed)}")

@@ -1,0 +1,31 @@
+"""Strategy registry: one module per strategy, registered here by name.
+
+Adding a strategy means one module with a ``Strategy`` subclass and one line in ``_REGISTRY``.
+Modules are imported lazily so listing names does not import DeepSpeed or Lightning.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from harness.errors import SpecError
+from harness.strategies.base import RankContext, Strategy
+
+_REGISTRY: dict[str, str] = {
+    "single": "harness.strategies.single:Single",
+    "ddp": "harness.strategies.ddp:DDP",
+}
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def get(name: str) -> type[Strategy]:
+    if name not in _REGISTRY:
+        raise SpecError(f"unknown strategy {name!r}", f"pick one of: {', '.join(_REGISTRY)}")
+    module, cls = _REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+__all__ = ["RankContext", "Strategy", "get", "names"]

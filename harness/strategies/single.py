@@ -1,0 +1,19 @@
+"""One process, no communication: the reference every other strategy is measured against."""
+
+from __future__ import annotations
+
+from harness.strategies.base import Strategy
+
+
+class Single(Strategy):
+    name = "single"
+    max_world = 1
+
+    def setup(self, model, make_optimizer):
+        self.model = model.to(self.ctx.device)
+        self.optimizer = make_optimizer(self.model.parameters())
+
+    def forward_backward(self, inputs, targets, loss_fn):
+        loss = loss_fn(self.model(inputs), targets)
+        loss.backward()
+        return loss.detach()

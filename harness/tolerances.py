@@ -1,0 +1,35 @@
+"""Every correctness tolerance in one place, derived from the dtype and the reduction order.
+
+Gradient agreement compares one forward/backward of a strategy with a single process on the same
+global batch. The only legitimate difference is the order of floating-point sums (a ring or tree
+all-reduce, sharded reduce-scatter, micro-batch accumulation), so the bound is a few units of the
+dtype's rounding error times the reduction depth, relative to the tensor's largest element:
+measured worst cases on the CNN in fp32 are ~3e-6 (DDP, 2 ranks).
+
+Parameters are compared after the untimed steps with AdamW. Adam divides by sqrt(v), which turns a
+1e-6 relative gradient difference on a near-zero element into a visible update difference, so the
+parameter bound is looser; it still catches a rank that skips a step or a wrong learning rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tolerance:
+    grad_rel: float  # max |g - g_ref| / max |g_ref| per parameter
+    param_rel: float  # max |p - p_ref| / max |p_ref| per parameter after the untimed steps
+
+
+TOLERANCES = {
+    "fp32": Tolerance(grad_rel=2e-5, param_rel=1e-3),
+    "bf16": Tolerance(grad_rel=3e-2, param_rel=3e-2),  # 8 mantissa bits: eps 7.8e-3
+}
+
+# Convergence: after the measured steps the loss must be below this fraction of its first value.
+DEFAULT_CONVERGENCE_FRACTION = 0.7
+
+
+def for_dtype(dtype: str) -> Tolerance:
+    return TOLERANCES[dtype]

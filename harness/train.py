@@ -1,0 +1,141 @@
+"""The worker's training loop: build, wrap, check against a single process, warm up, measure.
+
+Untimed steps come first: the first does the gradient check, and a plain single-process copy of the
+model follows the strategy through all of them so parameters can be compared after the optimizer
+has moved them. Only then are steps timed, each between device syncs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import socket
+import time
+from typing import Any
+
+import psutil
+import torch
+
+import fixtures
+from harness import gradcheck, strategies
+from harness.memory import MemorySampler
+from harness.results import RankResult
+from harness.spec import CaseSpec
+from harness.strategies.base import RankContext
+
+
+def rank_context(spec: CaseSpec) -> RankContext:
+    """Rank, world and device come from the launcher's environment (torchrun or SLURM)."""
+    env = os.environ
+    rank, world = int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1))
+    local_rank = int(env.get("LOCAL_RANK", 0))
+    use_cuda = spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    return RankContext(rank=rank, world_size=world, local_rank=local_rank,
+                       local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+                       node_rank=int(env.get("GROUP_RANK", 0)), device=device)
+
+
+def make_optimizer_factory(spec: CaseSpec):
+    def make(params):
+        return torch.optim.AdamW(params, lr=spec.lr)
+
+    return make
+
+
+class Reference:
+    """The same model, unwrapped, stepping on the whole global batch in this one process."""
+
+    def __init__(self, model: torch.nn.Module, spec: CaseSpec, device: torch.device, loss_fn) -> None:
+        self.model = copy.deepcopy(model).to(device)
+        self.optimizer = make_optimizer_factory(spec)(self.model.parameters())
+        self.loss_fn = loss_fn
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss_fn(self.model(inputs), targets).backward()
+        grads = {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
+        self.optimizer.step()
+        return grads
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach() for n, p in self.model.named_parameters()}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _autocast(spec: CaseSpec, device: torch.device):
+    if spec.dtype == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _inject_grad_fault(spec: CaseSpec, ctx: RankContext, strategy) -> None:
+    if spec.faults.grad_scale != 1.0 and ctx.rank == spec.faults.grad_scale_rank:
+        for param in strategy.model.parameters():
+            if param.grad is not None:
+                param.grad.mul_(spec.faults.grad_scale)
+
+
+def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> RankResult:
+    started = time.perf_counter()
+    workload = fixtures.get(spec.model)(spec.preset, spec.seed, data_dir)
+    torch.manual_seed(spec.seed)  # identical initial weights on every rank and in the reference
+    model = workload.build_model()
+    reference = Reference(model, spec, ctx.device, workload.loss) if spec.grad_check else None
+    strategy = strategies.get(spec.strategy)(ctx, spec)
+    strategy.setup(model, make_optimizer_factory(spec))
+    unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
+    delay_s = spec.faults.delay_ms / 1000 if ctx.world_size > 1 else 0.0
+    times: list[float] = []
+    losses: list[float] = []
+    warmup_losses: list[float] = []
+    check: dict[str, Any] = {}
+    process = psutil.Process()
+    sampler = MemorySampler(ctx.device.type, ctx.device.index)
+    for step in range(unmeasured + spec.steps):
+        if step == unmeasured:
+            if reference is not None:
+                check["params"] = gradcheck.compare(strategy.full_parameters(), reference.parameters())
+                check["param_steps"] = unmeasured
+                reference = None
+            cpu0 = process.cpu_times()
+            sampler.__enter__()
+        inputs, targets = workload.global_batch(step, spec.global_batch_size)
+        local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
+        _sync(ctx.device)
+        t0 = time.perf_counter()
+        with _autocast(spec, ctx.device):
+            loss = strategy.forward_backward(local_x, local_y, workload.loss)
+        _inject_grad_fault(spec, ctx, strategy)
+        if reference is not None:
+            ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device))
+            if step == 0:
+                check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
+        strategy.optimizer_step()
+        if delay_s:
+            time.sleep(delay_s)
+        _sync(ctx.device)
+        elapsed = time.perf_counter() - t0
+        value = float(loss) if loss is not None else float("nan")
+        if step >= unmeasured:
+            times.append(elapsed)
+            losses.append(value)
+        else:
+            warmup_losses.append(value)
+    sampler.__exit__(None, None, None)
+    cpu1 = process.cpu_times()
+    strategy.teardown()
+    return RankResult(
+        rank=ctx.rank, world_size=ctx.world_size, node_rank=ctx.node_rank, host=socket.gethostname(),
+        device=str(ctx.device), step_times_s=times, losses=losses, warmup_losses=warmup_losses,
+        loss_weight=strategy.loss_weight, peak_memory_bytes=sampler.peak_bytes, memory_source=sampler.source,
+        cpu_user_s=cpu1.user - cpu0.user, cpu_system_s=cpu1.system - cpu0.system,
+        wall_s=time.perf_counter() - started, grad_check=check or None,
+    )

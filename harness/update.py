@@ -1,0 +1,55 @@
+"""Turning a finished run into baseline entries (``--scaling-update-baselines`` and the CLI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness import baselines
+from harness.errors import ScalegateError
+from harness.hostinfo import commit
+
+WRITABLE = ("ok", "improved", "regressed", "no-baseline")
+
+
+def entries_from_run(cases: list[dict[str, Any]], tolerance: float) -> tuple[dict[str, dict], list[str]]:
+    """Baseline entries for every case that passed correctness; notes for the ones left out."""
+    entries, notes = {}, []
+    for case in cases:
+        if case.get("spec", {}).get("faults", {}).get("delay_ms", 0) or case.get("spec", {}).get(
+                "faults", {}).get("grad_scale", 1.0) != 1.0:
+            raise ScalegateError(f"{case['case_id']} ran with an injected fault; refusing to record it as a baseline",
+                                 "rerun without --scaling-inject-* options")
+        if case["status"] not in WRITABLE or not case.get("result"):
+            notes.append(f"- {case['key']}: not written ({case['status']})")
+            continue
+        result = case["result"]
+        peaks = [r["peak_memory_bytes"] for r in result["ranks"]]
+        entries[case["key"]] = {
+            "efficiency": {"value": round(case["efficiency"], 4), "tolerance": tolerance},
+            "throughput": {"value": round(result["throughput"], 2), "tolerance": tolerance, "unit": "samples/s"},
+            "final_loss": {"value": round(result["losses"][-1], 5), "tolerance": 0.25},
+            "peak_memory_bytes": {"value": peaks, "tolerance": 0.25},
+            "noise_rel": round(case.get("noise_rel") or 0.0, 4),
+            "median_step_s": result["median_step_s"],
+            "world_size": len(peaks),
+            "provenance": baselines.provenance(case.get("commit") or commit(), case.get("host", "?"),
+                                               case.get("fingerprint", {})),
+        }
+    return entries, notes
+
+
+def update_from_run(cases: list[dict[str, Any]], directory: Path, tolerance: float) -> list[str]:
+    if not cases:
+        raise ScalegateError("the run has no case results to record", "run the suite first, then update")
+    by_profile: dict[str, list[dict]] = {}
+    for case in cases:
+        by_profile.setdefault(case["profile"], []).append(case)
+    lines = []
+    for profile, group in by_profile.items():
+        entries, notes = entries_from_run(group, tolerance)
+        if entries:
+            path, diff = baselines.update(directory, profile, group[0].get("fingerprint", {}), entries)
+            lines += [f"baselines updated: {path}"] + diff
+        lines += notes
+    return lines

@@ -1,0 +1,50 @@
+"""Worker entry point, one per rank: ``python -m harness.worker SPEC.json OUT_DIR``.
+
+Rank, world size and device come from the environment, so the same command runs under torchrun on
+one machine, under each node's torchrun agent in a SLURM allocation, or on its own as rank 0 of 1:
+
+    python -m harness.worker spec.json out/                       # one process
+    torchrun --nproc-per-node 2 -m harness.worker spec.json out/  # two ranks on this node
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from harness import atomic
+from harness.spec import CaseSpec
+from harness.train import rank_context, train
+
+
+@record
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m harness.worker SPEC.json OUT_DIR", file=sys.stderr)
+        return 2
+    spec = CaseSpec.read(Path(argv[0]))
+    out_dir = Path(argv[1])
+    if spec.device != "cuda":
+        torch.set_num_threads(spec.cpu_threads)
+    ctx = rank_context(spec)
+    try:
+        # Under torchrun (MASTER_ADDR set) a process group exists even for one rank, as DDP on 1x1 needs.
+        if (ctx.world_size > 1 or "MASTER_ADDR" in os.environ) and not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if ctx.device.type == "cuda" else "gloo",
+                                    device_id=ctx.device if ctx.device.type == "cuda" else None)
+        result = train(spec, ctx, os.environ.get("SCALEGATE_DATA_DIR") or None)
+        atomic.write_json(out_dir / f"rank{ctx.rank}.json", result.__dict__)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

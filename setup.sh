@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One command from a fresh clone to a working suite: ./setup.sh
+# Creates .venv, installs torch (the CPU wheel torch==2.13.0 where no GPU is visible; an existing
+# CUDA torch is kept), the project with its test extras, and DeepSpeed without building its ops.
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+TORCH_CPU_VERSION=2.13.0
+DEEPSPEED_VERSION=0.19.8
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+VPY=.venv/bin/python
+PIP=("$VPY" -m pip install --disable-pip-version-check -q)
+
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+torch_version() { "$VPY" -c 'import torch; print(torch.__version__)' 2>/dev/null || true; }
+
+tv=$(torch_version)
+if [ -n "$tv" ]; then
+  echo "setup: keeping installed torch $tv"
+elif has_gpu; then
+  echo "setup: a GPU is visible but .venv has no torch."
+  echo "HINT: install the CUDA torch for your driver into .venv (.venv/bin/pip install torch==<version> --index-url ...), then run ./setup.sh again." >&2
+  exit 2
+else
+  echo "setup: no GPU visible: installing the CPU wheel torch==$TORCH_CPU_VERSION"
+  "${PIP[@]}" "torch==$TORCH_CPU_VERSION"
+fi
+tv=$(torch_version)
+# Pin whatever torch is there now, so no later dependency can replace it with another build.
+pin=$(mktemp); trap 'rm -f "$pin"' EXIT
+echo "torch==${tv%%+*}${tv#${tv%%+*}}" > "$pin"
+
+"${PIP[@]}" -c "$pin" -e ".[test,workloads,report]"
+if ! "$VPY" -c 'import deepspeed' >/dev/null 2>&1; then
+  DS_BUILD_OPS=0 "${PIP[@]}" -c "$pin" --no-build-isolation "deepspeed==$DEEPSPEED_VERSION"
+fi
+"$VPY" - <<'PY'
+import torch, deepspeed, lightning, transformers, pytest_benchmark
+print(f"setup: torch {torch.__version__} (cuda={torch.cuda.is_available()}), deepspeed {deepspeed.__version__}, "
+      f"lightning {lightning.__version__}, transformers {transformers.__version__}")
+PY
+echo "setup: done. Run the tests with: .venv/bin/pytest"
