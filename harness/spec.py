@@ -23,6 +23,8 @@ class Faults:
     delay_ms: float = 0.0  # sleep inside every step of a multi-rank job (a slow interconnect)
     grad_scale: float = 1.0  # scale this rank's gradients before the optimizer (a wrong reduction)
     grad_scale_rank: int = 0
+    skip_step: int = -1  # this untimed step's optimizer update is skipped on skip_step_rank (a desync)
+    skip_step_rank: int = 0
 
     def __post_init__(self) -> None:
         if self.delay_ms < 0:
@@ -30,7 +32,7 @@ class Faults:
 
     @property
     def any(self) -> bool:
-        return self.delay_ms > 0 or self.grad_scale != 1.0
+        return self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -118,7 +118,10 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
             ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device))
             if step == 0:
                 check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
-        strategy.optimizer_step()
+        if step == spec.faults.skip_step and ctx.rank == spec.faults.skip_step_rank:
+            strategy.optimizer.zero_grad(set_to_none=True)  # injected fault: this rank misses an update
+        else:
+            strategy.optimizer_step()
         if delay_s:
             time.sleep(delay_s)
         _sync(ctx.device)

@@ -1,0 +1,63 @@
+"""Scaling arithmetic and the efficiency verdict, including hypothesis properties."""
+
+import math
+
+from hypothesis import given, strategies as st
+
+from harness import metrics
+from harness.baselines import Reference
+from harness.verdict import IMPROVED, NO_BASELINE, OK, REGRESSED, judge_efficiency
+
+pos = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
+
+
+def test_definitions():
+    assert metrics.throughput(64, 0.5) == 128
+    assert metrics.speedup(150, 100) == 1.5
+    assert metrics.efficiency(1.5, 2) == 0.75
+    assert metrics.median([3, 1, 2, 100]) == 2.5
+    assert metrics.mad([1, 2, 3, 4, 100]) == 1
+
+
+@given(pos, pos, st.integers(1, 1024))
+def test_efficiency_is_speedup_over_world(case, ref, world):
+    eff = metrics.efficiency(metrics.speedup(case, ref), world)
+    assert math.isclose(eff * world * ref, case, rel_tol=1e-9)
+
+
+@given(st.lists(pos, min_size=2, max_size=50))
+def test_noise_is_scale_free_and_nonnegative(values):
+    a = metrics.median_noise_rel(values)
+    b = metrics.median_noise_rel([v * 7 for v in values])
+    assert a >= 0 and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
+
+
+@given(base=st.floats(0.05, 1.5), tol=st.floats(0.01, 0.5), ratio=st.floats(0.0, 3.0), noise=st.floats(0, 0.2))
+def test_inside_tolerance_never_fails_outside_beyond_noise_always_does(base, tol, ratio, noise):
+    value = base * ratio
+    verdict = judge_efficiency(value, noise, Reference(value=base, tolerance=tol), "case on profile")
+    low = base * (1 - tol)
+    if value >= low:
+        assert verdict.status != REGRESSED
+    if value * (1 + noise) < low:
+        assert verdict.status == REGRESSED
+        assert f"below baseline {base:.3f}" in verdict.message
+    if verdict.status == IMPROVED:
+        assert value > base * (1 + tol)
+
+
+def test_regression_message_reads_like_the_style_guide():
+    verdict = judge_efficiency(0.71, 0.02, Reference(value=0.80, tolerance=0.05), "fsdp-cnn-1x2:tiny on cpu-2c")
+    assert verdict.status == REGRESSED
+    assert verdict.message == ("efficiency 0.710 is below baseline 0.800 (tolerance 5%, noise ±2.0%) "
+                               "[fsdp-cnn-1x2:tiny on cpu-2c]")
+
+
+def test_noise_band_protects_a_borderline_drop():
+    # 0.74 is below 0.8 * 0.95 = 0.76, but within a 5% noise band of it: not a regression.
+    assert judge_efficiency(0.74, 0.05, Reference(value=0.8, tolerance=0.05), "x").status == OK
+
+
+def test_no_baseline_says_so():
+    verdict = judge_efficiency(0.7, 0.0, None, "ddp-cnn-1x2:tiny on cpu-x")
+    assert verdict.status == NO_BASELINE and verdict.message == "no baseline for ddp-cnn-1x2:tiny on cpu-x"

@@ -1,0 +1,58 @@
+"""CaseSpec and Topology validate themselves when built, with the factors and a HINT."""
+
+import pytest
+
+from harness.errors import SpecError
+from harness.spec import CaseSpec, Faults
+from harness.topology import Topology
+
+
+def spec(**changes):
+    base = dict(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=32)
+    base.update(changes)
+    return CaseSpec(**base)
+
+
+@pytest.mark.parametrize("text", ["2x", "0x2", "ax2", "x", "", "2x2x2", "1 x", "-1x2", "1x0"])
+def test_malformed_topology_names_input_and_hints(text):
+    with pytest.raises(SpecError) as err:
+        Topology.parse(text)
+    assert "HINT" in str(err.value)
+    assert "topology" in str(err.value)
+
+
+def test_topology_parse_and_world():
+    topo = Topology.parse(" 2X4 ")
+    assert (topo.nodes, topo.per_node, topo.world_size, str(topo)) == (2, 4, 8, "2x4")
+
+
+def test_case_id_reads_strategy_model_topology():
+    assert spec().case_id == "ddp-cnn-1x2"
+
+
+def test_spec_is_frozen_and_round_trips(tmp_path):
+    original = spec(faults=Faults(delay_ms=5))
+    with pytest.raises(Exception):
+        original.steps = 3  # type: ignore[misc]
+    assert CaseSpec.read(original.write(tmp_path / "s.json")) == original
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(steps=0), "steps=0"),
+    (dict(warmup=-1), "warmup=-1"),
+    (dict(dtype="fp8"), "dtype='fp8'"),
+    (dict(scaling="strong", global_batch=33), "global batch 33 does not divide by world size 2"),
+    (dict(scaling="strong"), "needs a global batch"),
+    (dict(micro_batch=0), "micro-batch 0"),
+])
+def test_bad_spec_errors_name_the_input(changes, words):
+    with pytest.raises(SpecError) as err:
+        spec(**changes)
+    assert words in str(err.value)
+    assert "HINT" in str(err.value)
+
+
+def test_weak_and_strong_batches():
+    assert spec(topology="1x4").global_batch_size == 128
+    strong = spec(topology="1x4", scaling="strong", global_batch=64)
+    assert (strong.local_batch, strong.global_batch_size) == (16, 64)
