@@ -36,6 +36,8 @@ def add_options(parser) -> None:
     add("--scaling-dtype", default="fp32", help="fp32 or bf16 (default: %(default)s)")
     add("--scaling-inject-delay-ms", type=float, default=0.0,
         help="FAULT INJECTION: sleep this long in every step of multi-rank jobs (default: off)")
+    add("--scaling-inject-slowdown", type=float, default=0.0,
+        help="FAULT INJECTION: make every multi-rank step this fraction slower, e.g. 0.1 (default: off)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +59,7 @@ class Options:
     seed: int
     dtype: str
     inject_delay_ms: float
+    inject_slowdown: float = 0.0
 
 
 def _names(option: str, text: str, known: list[str]) -> tuple[str, ...]:
@@ -90,6 +93,12 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         raise SpecError(f"--scaling-dtype={getoption('--scaling-dtype')!r} is not fp32 or bf16", "pick fp32 or bf16")
     if getoption("--scaling-inject-delay-ms") < 0:
         raise SpecError("--scaling-inject-delay-ms is negative", "pass a delay >= 0")
+    if not 0 <= getoption("--scaling-inject-slowdown") <= 10:
+        raise SpecError(f"--scaling-inject-slowdown={getoption('--scaling-inject-slowdown')} is not in [0, 10]",
+                        "pass a fraction, e.g. 0.1 for 10% slower steps")
+    if getoption("--scaling-update-baselines") and getoption("--scaling-inject-slowdown") > 0:
+        raise SpecError("--scaling-update-baselines with --scaling-inject-slowdown would record a faulty baseline",
+                        "drop one of the two options")
     if getoption("--scaling-update-baselines") and getoption("--scaling-inject-delay-ms") > 0:
         raise SpecError("--scaling-update-baselines with --scaling-inject-delay-ms would record a faulty baseline",
                         "drop one of the two options")
@@ -112,4 +121,5 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         seed=getoption("--scaling-seed"),
         dtype=getoption("--scaling-dtype"),
         inject_delay_ms=getoption("--scaling-inject-delay-ms"),
+        inject_slowdown=getoption("--scaling-inject-slowdown"),
     )

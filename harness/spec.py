@@ -25,14 +25,20 @@ class Faults:
     grad_scale_rank: int = 0
     skip_step: int = -1  # this untimed step's optimizer update is skipped on skip_step_rank (a desync)
     skip_step_rank: int = 0
+    # sleep this fraction of the step's own measured time inside every step of a multi-rank job:
+    # a relative slowdown, the same size on any machine (benchmarks/detection.py measures the gate with it)
+    slowdown: float = 0.0
 
     def __post_init__(self) -> None:
         if self.delay_ms < 0:
             raise SpecError(f"injected delay {self.delay_ms} ms is negative", "use a delay >= 0")
+        if not 0 <= self.slowdown <= 10:
+            raise SpecError(f"injected slowdown {self.slowdown} is not a fraction in [0, 10]",
+                            "e.g. 0.1 for a 10% slower step")
 
     @property
     def any(self) -> bool:
-        return self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0
+        return self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0 or self.slowdown > 0
 
 
 @dataclass(frozen=True, kw_only=True)

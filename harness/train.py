@@ -93,6 +93,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
     strategy.setup(model, make_optimizer_factory(spec))
     unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
     delay_s = spec.faults.delay_ms / 1000 if ctx.world_size > 1 else 0.0
+    slowdown = spec.faults.slowdown if ctx.world_size > 1 else 0.0
     times: list[float] = []
     losses: list[float] = []
     warmup_losses: list[float] = []
@@ -124,6 +125,9 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
             strategy.optimizer_step()
         if delay_s:
             time.sleep(delay_s)
+        if slowdown:  # relative to this step's own time, so the fault is the same size on any machine
+            _sync(ctx.device)
+            time.sleep(slowdown * (time.perf_counter() - t0))
         _sync(ctx.device)
         elapsed = time.perf_counter() - t0
         value = float(loss) if loss is not None else float("nan")
