@@ -29,19 +29,28 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         opts = options.parse(config.getoption, Path(config.rootpath), strategies.names(), fixtures.names())
         host = hostinfo.detect()
-        cases = matrix.build(opts, host)
         baseline = baselines.load(opts.baseline_dir, host.profile)
     except ScalegateError as exc:
         raise pytest.UsageError(str(exc)) from None
     run_dir = opts.results_dir / run_id()
     config.stash[SESSION] = ScalingSession(options=opts, host=host, run_dir=run_dir, baseline=baseline)
-    config.stash[CASES] = cases
+
+
+def _cases(config: pytest.Config) -> list[matrix.Case]:
+    """The matrix, built once and only where a scaling test is collected."""
+    if CASES not in config.stash:
+        state = config.stash[SESSION]
+        try:
+            config.stash[CASES] = matrix.build(state.options, state.host)
+        except ScalegateError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return config.stash[CASES]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "scaling_case" not in metafunc.fixturenames:
         return
-    cases = metafunc.config.stash[CASES]
+    cases = _cases(metafunc.config)
     metafunc.parametrize("scaling_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in cases],
                          indirect=True)
 

@@ -1,0 +1,52 @@
+"""The efficiency gate, end to end, as a user runs it: record a baseline, inject a slowdown, fail.
+
+Also shows the pytest-benchmark integration: each scaling case is a benchmark whose rounds are the
+measured steps, so --benchmark-json/--benchmark-autosave/--benchmark-compare-fail work.
+"""
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CASE = ["-k", "ddp-cnn-1x2", "--scaling-topologies", "1x1,1x2", "--scaling-steps", "15", "--scaling-warmup", "3",
+        "--scaling-tolerance", "0.25"]
+
+
+def test_baseline_then_injected_delay_fails_and_clean_run_passes(tmp_path, suite):
+    baselines, storage = tmp_path / "baselines", tmp_path / "bench"
+    common = CASE + ["--scaling-baseline-dir", str(baselines), "--benchmark-storage", str(storage)]
+
+    first = suite(*common, "--scaling-update-baselines", "--benchmark-autosave",
+                  "--benchmark-json", str(tmp_path / "bench.json"))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "no baseline for" in first.stdout
+    assert "baselines updated:" in first.stdout and "+ ddp-cnn-1x2:tiny: efficiency" in first.stdout
+    profile_file, = baselines.glob("*.json")
+    entry = json.loads(profile_file.read_text())["cases"]["ddp-cnn-1x2:tiny"]
+    assert entry["efficiency"]["value"] > 0 and entry["provenance"]["schema_version"] == 1
+
+    bench, = json.loads((tmp_path / "bench.json").read_text())["benchmarks"]
+    assert bench["param"] == "ddp-cnn-1x2" and bench["stats"]["rounds"] == 15
+    assert {"speedup", "efficiency", "world_size", "topology", "strategy", "model", "preset"} <= set(bench["extra_info"])
+    assert bench["extra_info"]["world_size"] == 2
+
+    # ~40 ms of extra "communication" on every step of a ~30 ms step: efficiency drops well past 25%.
+    slow = suite(*common, "--scaling-inject-delay-ms", "40", "--benchmark-compare",
+                 "--benchmark-compare-fail=median:30%")
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    assert "ddp-cnn-1x2: efficiency" in slow.stdout and "is below baseline" in slow.stdout
+    assert "(tolerance 25%, noise" in slow.stdout and "[ddp-cnn-1x2:tiny on " in slow.stdout
+    assert "Performance has regressed" in slow.stdout + slow.stderr
+
+    clean = suite(*common)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert " ok" in clean.stdout
+
+
+def test_require_baseline_fails_a_machine_without_one(tmp_path, suite):
+    run = suite("-k", "single-cnn-1x1", "--scaling-steps", "3", "--scaling-warmup", "1",
+                "--scaling-baseline-dir", str(tmp_path / "empty"), "--scaling-require-baseline")
+    assert run.returncode == 1
+    assert "no baseline for single-cnn-1x1:tiny on" in run.stdout
