@@ -9,6 +9,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -62,16 +63,22 @@ def _alive(pid: int) -> bool:
 
 
 def run(argv: list[str], *, log_path: Path, timeout_s: float, env: dict[str, str] | None = None,
-        cwd: Path | None = None) -> Completed:
+        cwd: Path | None = None, on_timeout: Callable[[int], None] | None = None) -> Completed:
+    """Run ``argv`` in a new session; at the timeout call ``on_timeout(pid)`` (e.g. to dump stacks),
+    then kill the whole tree. Ctrl-C or SIGTERM (raised as an exception here) also kills the tree."""
     start = time.perf_counter()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
+        log.write(("$ " + " ".join(argv) + "\n").encode())  # the exact command, to rerun by hand
+        log.flush()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, cwd=cwd, start_new_session=True)
         try:
             code = proc.wait(timeout=timeout_s)
             return Completed(returncode=code, wall_s=time.perf_counter() - start, timed_out=False)
         except subprocess.TimeoutExpired:
+            if on_timeout is not None:  # the tree is still alive here; the finally below kills it if this raises
+                on_timeout(proc.pid)
             kill_tree(proc)
             return Completed(returncode=None, wall_s=time.perf_counter() - start, timed_out=True)
         except BaseException:  # Ctrl-C in pytest: take the job down with us

@@ -1,0 +1,91 @@
+"""Per-rank heartbeats: where each rank last was, so a hung job can say who stopped where.
+
+Each rank rewrites one small file, ``<out_dir>/rank<r>.heartbeat``, at every phase change and at
+the start of every step, always outside the timed region (a temporary file plus rename: a reader
+never sees half a beat). The launching side reads them when a case runs past its timeout.
+
+Shared by both sides like the spec: it imports nothing from the worker or the launcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def path(out_dir: Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank{rank}.heartbeat"
+
+
+def stack_path(out_dir: Path, rank: int) -> Path:
+    """Where a rank's faulthandler writes its stack when signalled (the fallback to py-spy)."""
+    return Path(out_dir) / f"rank{rank}.stack"
+
+
+class Writer:
+    """The worker's side: ``beat(step, phase)`` costs one small write and a rename."""
+
+    def __init__(self, out_dir: Path, rank: int) -> None:
+        self.target = path(out_dir, rank)
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.target.with_name(f".{self.target.name}.{os.getpid()}.tmp")
+        self.rank = rank
+
+    def beat(self, step: int, phase: str) -> None:
+        record = {"rank": self.rank, "pid": os.getpid(), "step": step, "phase": phase, "time": time.time()}
+        try:
+            self.tmp.write_text(json.dumps(record))
+            os.replace(self.tmp, self.target)
+        except OSError:
+            pass  # a full disk must not kill training; the summary then says the beat is stale
+
+
+@dataclass(frozen=True, kw_only=True)
+class Beat:
+    rank: int
+    pid: int
+    step: int
+    phase: str
+    time: float
+
+    def describe(self, now: float) -> str:
+        where = f"step {self.step}" if self.step >= 0 else "before the first step"
+        return f"rank {self.rank}: {where} ({self.phase}), last beat {now - self.time:.1f}s ago, pid {self.pid}"
+
+
+def read(out_dir: Path, rank: int) -> Beat | None:
+    try:
+        data = json.loads(path(out_dir, rank).read_text())
+        return Beat(rank=int(data["rank"]), pid=int(data["pid"]), step=int(data["step"]),
+                    phase=str(data["phase"]), time=float(data["time"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def read_all(out_dir: Path, world_size: int) -> dict[int, Beat | None]:
+    return {rank: read(out_dir, rank) for rank in range(world_size)}
+
+
+def summary(beats: dict[int, Beat | None], now: float | None = None) -> str:
+    """One line per rank, led by the ranks that got least far (the likely culprits)."""
+    now = time.time() if now is None else now
+    seen = [b for b in beats.values() if b is not None]
+    missing = [r for r, b in beats.items() if b is None]
+    lines = []
+    if seen:
+        lowest = min(b.step for b in seen)
+        behind = sorted(b.rank for b in seen if b.step == lowest)
+        if len(behind) < len(seen):
+            lines.append(f"stopped first: rank(s) {', '.join(map(str, behind))} at step {lowest}; "
+                         f"the others went further and wait for them")
+        else:
+            lines.append(f"every rank stopped at step {lowest}: one of them never joined a collective "
+                         f"(compare the stacks below)")
+    if missing:
+        lines.append(f"no heartbeat from rank(s) {', '.join(map(str, missing))}: stuck before training "
+                     f"(import, rendezvous or process-group init)")
+    lines += [b.describe(now) for b in sorted(seen, key=lambda b: (b.step, b.rank))]
+    return "\n".join(lines)
