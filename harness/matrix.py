@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import fixtures
 from harness import strategies
 from harness.hostinfo import HostInfo
+from harness.launch import slurm as slurm_agent
 from harness.options import Options
 from harness.spec import CaseSpec, Faults
 from harness.topology import Topology
@@ -52,9 +53,8 @@ def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
         return reason
     if host.device == "cuda" and topo.per_node > host.devices_per_node:
         return f"topology {topo} needs {topo.per_node} GPUs per node, this node has {host.devices_per_node}"
-    if topo.multi_node:
-        return f"topology {topo} has {topo.nodes} nodes: multi-node launch (emulated nodes, SLURM) is not built yet"
-    return None
+    # Under srun the allocation decides; elsewhere multi-node cases run as emulated nodes.
+    return slurm_agent.skip_reason(topo, host.device, slurm_agent.detect())
 
 
 def build(options: Options, host: HostInfo) -> list[Case]:

@@ -34,6 +34,9 @@ def add_options(parser) -> None:
                                                            "of this many cores (default: %(default)s)")
     add("--scaling-seed", type=int, default=1234, help="seed for weights and data (default: %(default)s)")
     add("--scaling-dtype", default="fp32", help="fp32 or bf16 (default: %(default)s)")
+    add("--scaling-link-rate", default="1gbit",
+        help="bandwidth cap (tc tbf) on each emulated node's link, for NxG with N >= 2 on one machine; "
+             "below the intra-node rate on purpose, as on a cluster (default: %(default)s)")
     add("--scaling-inject-delay-ms", type=float, default=0.0,
         help="FAULT INJECTION: sleep this long in every step of multi-rank jobs (default: off)")
     add("--scaling-inject-slowdown", type=float, default=0.0,
@@ -59,6 +62,7 @@ class Options:
     seed: int
     dtype: str
     inject_delay_ms: float
+    link_rate: str = "1gbit"
     inject_slowdown: float = 0.0
 
 
@@ -71,6 +75,13 @@ def _names(option: str, text: str, known: list[str]) -> tuple[str, ...]:
         raise SpecError(f"{option}: unknown name(s) {', '.join(map(repr, unknown)) or '(none given)'}",
                         f"pick from: {', '.join(known)} (or 'all')")
     return names
+
+
+def _link_rate(text: str) -> str:
+    from harness.launch.emulated import parse_rate  # raises a SpecError naming the option
+
+    parse_rate(text)
+    return text.strip().lower()
 
 
 def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list[str]) -> Options:
@@ -121,5 +132,6 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         seed=getoption("--scaling-seed"),
         dtype=getoption("--scaling-dtype"),
         inject_delay_ms=getoption("--scaling-inject-delay-ms"),
+        link_rate=_link_rate(getoption("--scaling-link-rate")),
         inject_slowdown=getoption("--scaling-inject-slowdown"),
     )

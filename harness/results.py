@@ -57,6 +57,7 @@ class CaseResult:
     throughput: float  # samples/s = global batch / median step time
     noise_rel: float  # relative half-width of the ~95% interval of the median step time
     launch_wall_s: float = 0.0  # launch to result, including process start and set-up
+    launch: dict[str, Any] = field(default_factory=dict)  # how it ran: launcher, nodes' links (emulated, SLURM)
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -16,7 +16,8 @@ from typing import Any
 from harness import atomic, baselines, checks, metrics
 from harness.errors import LaunchError, ScalegateError
 from harness.hostinfo import HostInfo, commit
-from harness.launch import run_case
+from harness.launch import emulated, run_case
+from harness.launch import slurm as slurm_agent
 from harness.matrix import Case
 from harness.options import Options
 from harness.results import CaseResult
@@ -46,6 +47,9 @@ class Outcome:
 
 def run_id() -> str:
     """Shared by pytest-xdist workers (they inherit the controller's environment)."""
+    agent = slurm_agent.detect()
+    if agent is not None:  # every node of the allocation must name the same run
+        os.environ["SCALEGATE_RUN_ID"] = agent.run_id
     if not os.environ.get("SCALEGATE_RUN_ID"):
         os.environ["SCALEGATE_RUN_ID"] = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     return os.environ["SCALEGATE_RUN_ID"]
@@ -58,6 +62,7 @@ class ScalingSession:
     run_dir: Path
     baseline: baselines.BaselineFile | None
     references: dict[tuple, CaseResult | LaunchError] = field(default_factory=dict)
+    slurm: slurm_agent.SlurmEnv | None = field(default_factory=slurm_agent.detect)  # agent mode under srun
 
     @property
     def profile(self) -> str:
@@ -82,11 +87,32 @@ class ScalingSession:
         return found
 
     def _launch(self, spec: CaseSpec) -> CaseResult:
-        return run_case(spec, self.run_dir / spec.case_id)
+        case_dir = self.run_dir / spec.case_id
+        if self.slurm is not None:  # node 0 of the allocation (the others go through _run_other_node)
+            return slurm_agent.run_agent(spec, case_dir, self.slurm)  # type: ignore[return-value]
+        if spec.topo.multi_node:
+            return emulated.run_case(spec, case_dir, link_rate=self.options.link_rate)
+        return run_case(spec, case_dir)
+
+    def _run_other_node(self, case: Case) -> Outcome:
+        """Nodes 1.. of a SLURM allocation run their agent; node 0 judges, writes and records."""
+        spec, node = case.spec, self.slurm.node_id  # type: ignore[union-attr]
+        key = baselines.case_key(spec.case_id, spec.preset)
+        if node >= spec.topo.nodes:
+            return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
+                           message=f"node {node} has no part in a {spec.topo.nodes}-node case; node 0 reports it")
+        try:
+            slurm_agent.run_agent(spec, self.run_dir / spec.case_id, self.slurm)  # type: ignore[arg-type]
+        except ScalegateError as exc:
+            return Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
+        return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
+                       message=f"node {node} ran its agent; node 0 judges and records the case")
 
     def run(self, case: Case) -> Outcome:
         spec = case.spec
         key = baselines.case_key(spec.case_id, spec.preset)
+        if self.slurm is not None and self.slurm.node_id > 0:
+            return self._run_other_node(case)
         try:
             if spec.strategy == "single" and spec.topology == "1x1" and not spec.faults.any:
                 result = self.reference(spec)
@@ -98,6 +124,8 @@ class ScalingSession:
             self._write(outcome, spec)
             return outcome
         outcome = self._judge(case, key, result, reference)
+        if result.launch.get("note"):  # e.g. emulated nodes whose links could not be shaped: say so
+            outcome = dataclasses.replace(outcome, message=f"{outcome.message} [{result.launch['note']}]")
         self._write(outcome, spec)
         return outcome
 

@@ -1,0 +1,183 @@
+"""Emulated nodes: an ``NxG`` case with N >= 2 runs as N network namespaces on this machine.
+
+Each node is a namespace with one interface ``eth0`` (address ``198.18.0.<i+1>/24``, from the
+RFC 2544 benchmarking range, only ever configured inside these namespaces), joined by a bridge
+that lives in a hub namespace of its own, so nothing is added to the root namespace. ``tc tbf``
+caps every node's link in both directions at ``--scaling-link-rate``: node-to-node traffic is
+slower than traffic between ranks of one node (which stays on that namespace's own stack), as on
+a cluster. One torchrun agent runs per namespace with static rendezvous on node 0's address and
+``GLOO_SOCKET_IFNAME=eth0``; the workers' wire counter reads ``eth0``, i.e. the bytes each node
+sends across its link over the measured steps.
+
+Where namespaces cannot be made (not root, no iproute2) the nodes run as N loopback agents and
+the result says ``links not shaped`` with the reason: never a silent pretence.
+
+    run_case(spec, case_dir, link_rate="1gbit") -> CaseResult   # result.launch has the link facts
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from harness.errors import LaunchError, SpecError
+from harness.launch import netns, process
+from harness.launch.local import LocalLauncher, first_failure
+from harness.results import CaseResult, RankResult, aggregate
+from harness.spec import CaseSpec
+
+SUBNET = "198.18.0"  # RFC 2544 benchmarking range; lives only inside the case's namespaces
+IFNAME = "eth0"
+MASTER_PORT = 29500  # each case has namespaces of its own, so a fixed port cannot collide
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$")
+_UNIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+
+
+def parse_rate(text: str) -> float:
+    """``1gbit`` -> 1e9 bits/s; raises SpecError naming the option otherwise."""
+    match = _RATE.match(text.strip().lower())
+    if not match or float(match.group(1)) <= 0:
+        raise SpecError(f"--scaling-link-rate={text!r} is not a tc rate like 1gbit, 200mbit, 10gbit",
+                        "write a positive number followed by bit, kbit, mbit, gbit or tbit")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def node_address(node: int) -> str:
+    return f"{SUBNET}.{node + 1}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fabric:
+    """What was built for one case: node namespaces (index = node rank) and the hub."""
+
+    hub: str
+    nodes: tuple[str, ...]
+    rate: str
+
+
+def build_fabric(scope: netns.Scope, n_nodes: int, rate: str, case_tag: str) -> Fabric:
+    """Hub namespace with bridge ``br0``; node i's ``eth0`` is veth-paired to hub port ``p<i>``."""
+    bits = parse_rate(rate)
+    burst = max(int(bits / 8 * 0.01), 32 * 1024)  # 10 ms of traffic: smooth, yet above one GSO packet
+    hub = scope.create(f"{case_tag}-hub")
+    netns.run_ip(["-n", hub, "link", "add", "br0", "type", "bridge"])
+    netns.run_ip(["-n", hub, "link", "set", "br0", "up"])
+    nodes = []
+    for i in range(n_nodes):
+        node = scope.create(f"{case_tag}-n{i}")
+        port = f"p{i}"
+        netns.run_ip(["-n", hub, "link", "add", port, "type", "veth", "peer", "name", IFNAME, "netns", node])
+        netns.run_ip(["-n", hub, "link", "set", port, "master", "br0", "up"])
+        netns.run_ip(["-n", node, "addr", "add", f"{node_address(i)}/24", "dev", IFNAME])
+        netns.run_ip(["-n", node, "link", "set", IFNAME, "up"])
+        for ns, dev in ((node, IFNAME), (hub, port)):  # node's uplink and its downlink
+            netns.run_ip(["-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+                          "burst", str(burst), "latency", "100ms"], tool="tc")
+        nodes.append(node)
+    return Fabric(hub=hub, nodes=tuple(nodes), rate=rate)
+
+
+def run_case(spec: CaseSpec, case_dir: Path, link_rate: str = "1gbit", launcher: LocalLauncher | None = None,
+             data_dir: str | None = None) -> CaseResult:
+    """Run a multi-node case as emulated nodes; always remove what was built."""
+    parse_rate(link_rate)
+    case_dir.mkdir(parents=True, exist_ok=True)
+    spec_path = spec.write(case_dir / "spec.json")
+    reason = netns.available()
+    netns.cleanup_stale()  # leftovers of a killed earlier session
+    base = launcher or LocalLauncher()
+    if reason is not None:
+        port = process.free_port()
+        env = {"SCALEGATE_WIRE_UNAVAILABLE": f"links not shaped: {reason}"}
+        plans = [(replace(base, master_addr="127.0.0.1"), [], env) for _ in range(spec.topo.nodes)]
+        result = _run_agents(spec, case_dir, spec_path, plans, port, data_dir)
+        return _with_link(result, {"launcher": "emulated", "shaped": False, "rate": None,
+                                   "note": f"links not shaped: {reason}; nodes ran as loopback agents"})
+    with netns.Scope() as scope:
+        fabric = build_fabric(scope, spec.topo.nodes, link_rate, spec.case_id.replace("-", "")[:24])
+        # The wire counter (harness/wire.py) reads eth0: only what crosses the node's link.
+        env = {"GLOO_SOCKET_IFNAME": IFNAME, "SCALEGATE_WIRE_IFACE": IFNAME}
+        plans = [(replace(base, master_addr=node_address(0)), netns.exec_prefix(ns), env) for ns in fabric.nodes]
+        result = _run_agents(spec, case_dir, spec_path, plans, MASTER_PORT, data_dir)
+    return _with_link(result, {"launcher": "emulated", "shaped": True, "rate": link_rate,
+                               "addresses": [node_address(i) for i in range(spec.topo.nodes)],
+                               "nodes": link_bytes(result.ranks)})
+
+
+def link_bytes(ranks: list[RankResult]) -> list[dict[str, Any]]:
+    """Per node, bytes per measured step it sent over its link (the wire counter on ``eth0``).
+
+    Every rank of a node reads the same interface, so the node's first rank speaks for it.
+    """
+    per_node: dict[int, dict[str, Any]] = {}
+    for rank in ranks:
+        wire = getattr(rank, "wire", None) or {}
+        if rank.node_rank in per_node or "bytes_per_step" not in wire:
+            continue
+        per_node[rank.node_rank] = {"node": rank.node_rank, "interface": IFNAME,
+                                    "tx_bytes_per_step": wire["bytes_per_step"], "source": wire.get("source")}
+    return [per_node[n] for n in sorted(per_node)]
+
+
+def _with_link(result: CaseResult, launch: dict[str, Any]) -> CaseResult:
+    return replace(result, launch={**result.launch, **launch})
+
+
+def _run_agents(spec: CaseSpec, case_dir: Path, spec_path: Path, plans: list, port: int,
+                data_dir: str | None) -> CaseResult:
+    """Start one agent per node, wait for all; on failure or timeout kill every agent's tree."""
+    out_dir = case_dir / "ranks"
+    procs: list[subprocess.Popen] = []
+    logs = []
+    start = time.perf_counter()
+    try:
+        for node, (launcher, prefix, extra_env) in enumerate(plans):
+            argv = prefix + launcher.command(spec, spec_path, out_dir, port, case_dir / "logs" / f"node{node}",
+                                             node_rank=node)
+            env = {**launcher.environment(spec, data_dir), **extra_env}
+            log = open(case_dir / f"launcher-node{node}.log", "ab")
+            logs.append(log)
+            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=env, start_new_session=True))
+        codes = _wait_all(procs, start + spec.timeout_s)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                process.kill_tree(proc)
+        for log in logs:
+            log.close()
+    wall = time.perf_counter() - start
+    if codes is None:
+        raise LaunchError(f"{spec.case_id} timed out after {spec.timeout_s:.0f}s; every node's agent was killed",
+                          f"raise --scaling-timeout or lower --scaling-link-rate's load; logs under {case_dir}")
+    failed = [(node, code) for node, code in enumerate(codes) if code != 0]
+    if failed:
+        node, code = failed[0]
+        raise LaunchError(f"{spec.case_id} failed: node {node}'s torchrun agent exited with {code}\n"
+                          + _failure(case_dir, node), f"logs per node under {case_dir}")
+    ranks = [RankResult.read(out_dir / f"rank{r}.json") for r in range(spec.world_size)]
+    return aggregate(spec, ranks, launch_wall_s=wall)
+
+
+def _failure(case_dir: Path, node: int) -> str:
+    found = first_failure(case_dir)
+    if not found.startswith("launcher log tail"):
+        return found
+    log = case_dir / f"launcher-node{node}.log"
+    lines = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else []
+    return f"node {node} launcher log tail:\n" + "\n".join(lines)
+
+
+def _wait_all(procs: list[subprocess.Popen], deadline: float) -> list[int] | None:
+    """Exit codes of all, or None at the deadline; the first failure ends the wait (others are killed)."""
+    while time.perf_counter() < deadline:
+        codes = [p.poll() for p in procs]
+        if any(c not in (None, 0) for c in codes) or all(c is not None for c in codes):
+            return [c if c is not None else -1 for c in codes]
+        time.sleep(0.1)
+    return None
+
