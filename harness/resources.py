@@ -1,0 +1,97 @@
+"""Memory and bytes on the wire, launch side: what a case used, the analytic volume, the budget gates.
+
+Bytes on the wire come from the workers' counter readings (harness/wire.py): on one node the
+private loopback counts every byte each rank sends once, so the node total over the local ranks is
+the per-rank figure. The analytic volume per rank is ``Strategy.wire_factor * (W-1)/W * parameter
+bytes`` (ring all-reduce: factor 2; all-gather fwd + bwd + reduce-scatter: factor 3); TCP/IP headers
+add ~0.1% on loopback. Gates (DESIGN.md): peak memory per rank above baseline x (1 + tolerance)
+and bytes per step above baseline x (1 + tolerance) are regressions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness import strategies
+from harness.baselines import BaselineFile
+from harness.results import CaseResult
+
+DEFAULT_MEMORY_TOLERANCE = 0.25  # RSS moves with the allocator and the Python heap
+DEFAULT_BYTES_TOLERANCE = 0.05  # byte counts repeat to ~0.1% on a private loopback
+
+
+def analytic_bytes_per_rank(result: CaseResult) -> float | None:
+    factor = getattr(strategies.get(result.spec.strategy), "wire_factor", None)
+    if isinstance(factor, dict):  # by backend: NCCL on CUDA ranks, gloo elsewhere
+        factor = factor.get("nccl" if result.ranks[0].device.startswith("cuda") else "gloo")
+    world = result.spec.world_size
+    full = result.ranks[0].full_state_bytes.get("params")
+    if factor is None or not full:
+        return None
+    return factor * (world - 1) / world * full
+
+
+def wire(result: CaseResult) -> dict[str, Any]:
+    """Measured and analytic bytes per measured step: per node, per rank, for the whole job."""
+    per_node: dict[int, int] = {}
+    reasons = []
+    for r in result.ranks:
+        w = r.wire or {}
+        if w.get("bytes_per_step") is None:
+            reasons.append(w.get("unavailable") or "the worker recorded no counter reading")
+            continue
+        # every rank of a node reads the same counter; take the smallest (its barrier came last)
+        per_node[r.node_rank] = min(per_node.get(r.node_rank, w["bytes_per_step"]), w["bytes_per_step"])
+    analytic = analytic_bytes_per_rank(result)
+    out: dict[str, Any] = {"analytic_bytes_per_rank": None if analytic is None else int(analytic),
+                           "analytic_bytes_per_step": None if analytic is None else int(
+                               analytic * result.spec.world_size)}
+    if reasons or not per_node:
+        out.update(source="unavailable", unavailable=reasons[0] if reasons else "no counter", bytes_per_step=None)
+        return out
+    total = sum(per_node.values())
+    out.update(source=result.ranks[0].wire.get("source", "?"), bytes_per_step=total,
+               bytes_per_node=[per_node[n] for n in sorted(per_node)],
+               bytes_per_rank=total / result.spec.world_size,
+               measured_over_analytic=round(total / (analytic * result.spec.world_size), 4) if analytic else None)
+    return out
+
+
+def summary(result: CaseResult) -> dict[str, Any]:
+    """What the result file, pytest-benchmark's extra_info and the baselines carry."""
+    return {
+        "peak_memory_bytes": [r.peak_memory_bytes for r in result.ranks],
+        "memory_source": result.ranks[0].memory_source,
+        "cuda_memory": [r.cuda_memory for r in result.ranks],
+        "state_bytes": [r.state_bytes for r in result.ranks],
+        "ddp_state_bytes": {k: result.ranks[0].full_state_bytes.get(k, 0) for k in ("params", "grads", "optimizer")},
+        "cpu_s": [{"user": round(r.cpu_user_s, 3), "system": round(r.cpu_system_s, 3), "wall": round(r.wall_s, 3)}
+                  for r in result.ranks],
+        "wire": wire(result),
+    }
+
+
+def regressions(result: CaseResult, baseline: BaselineFile | None, key: str, where: str) -> list[str]:
+    """Peak memory per rank and bytes per step against the baseline; messages for each excess."""
+    if baseline is None:
+        return []
+    out = []
+    entry = baseline.cases.get(key, {})
+    mem = baseline.reference(key, "peak_memory_bytes")
+    source = entry.get("memory_source")
+    if mem is not None and (source is None or source == result.ranks[0].memory_source):
+        values = mem.value if isinstance(mem.value, list) else [mem.value] * len(result.ranks)
+        for r, base in zip(result.ranks, values):
+            if r.peak_memory_bytes > base * (1 + mem.tolerance):
+                out.append(f"peak memory of rank {r.rank} {r.peak_memory_bytes / 2**20:.1f} MiB is above baseline "
+                           f"{base / 2**20:.1f} MiB (tolerance {mem.tolerance:.0%}, source {r.memory_source}) [{where}]")
+    sent = baseline.reference(key, "bytes_per_step")
+    measured = wire(result)
+    if sent is not None and measured["bytes_per_step"] is not None:
+        value = measured["bytes_per_step"]
+        if value > sent.value * (1 + sent.tolerance):
+            analytic = measured["analytic_bytes_per_step"]
+            out.append(f"bytes on the wire {value / 1e6:.3f} MB/step are above baseline {sent.value / 1e6:.3f} MB/step "
+                       f"(tolerance {sent.tolerance:.0%}; analytic {'-' if analytic is None else f'{analytic / 1e6:.3f}'}"
+                       f" MB/step, {measured['source']}) [{where}]")
+    return out
