@@ -1,7 +1,9 @@
 """A per-rank memory sampler thread: NVML on NVIDIA GPUs, the process's RSS elsewhere.
 
-Only the samples taken while ``sampling`` is on count, so set-up and warm-up spikes are kept out of
-the measured peak (the CUDA allocator's own peak is added on GPUs).
+Only the samples taken while the sampler runs count, so set-up and warm-up spikes are kept out of
+the measured peak (the CUDA allocator's own peaks are reported beside it on GPUs). The result says
+which source it used; without NVML (no driver: ``NVMLError_LibraryNotFound``) it falls back to RSS
+and says why. The timeline is kept, downsampled to at most ``MAX_TIMELINE_POINTS`` (peak-preserving).
 """
 
 from __future__ import annotations
@@ -9,16 +11,19 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
 DEFAULT_INTERVAL_S = 0.05
+MAX_TIMELINE_POINTS = 200
 
 
 class MemorySampler:
     def __init__(self, device_type: str, device_index: int | None = None,
                  interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"memory sampling interval {interval_s}s must be positive")
         self.interval_s = interval_s
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
@@ -26,25 +31,13 @@ class MemorySampler:
         self._read, self.source = self._pick_source(device_type, device_index)
         self._thread = threading.Thread(target=self._run, name="scalegate-memory", daemon=True)
 
-    def _pick_source(self, device_type: str, device_index: int | None):
-        if device_type == "cuda":
-            try:
-                import pynvml
-
-                pynvml.nvmlInit()
-                handle = pynvml.nvmlDeviceGetHandleByIndex(device_index or 0)
-                pid = os.getpid()
-
-                def read_nvml() -> int:
-                    for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                        if proc.pid == pid and proc.usedGpuMemory is not None:
-                            return int(proc.usedGpuMemory)
-                    return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-
-                return read_nvml, "nvml"
-            except Exception as exc:  # NVMLError_LibraryNotFound and friends: fall back, and say so
-                return self._rss, f"rss (nvml unavailable: {type(exc).__name__})"
-        return self._rss, "rss"
+    def _pick_source(self, device_type: str, device_index: int | None) -> tuple[Callable[[], int], str]:
+        if device_type != "cuda":
+            return self._rss, "rss"
+        try:
+            return nvml_reader(device_index or 0, os.getpid()), "nvml"
+        except Exception as exc:  # NVMLError_LibraryNotFound and friends: fall back, and say so
+            return self._rss, f"rss (nvml unavailable: {type(exc).__name__}: {exc})"
 
     def _rss(self) -> int:
         return int(self._process.memory_info().rss)
@@ -67,3 +60,45 @@ class MemorySampler:
     @property
     def peak_bytes(self) -> int:
         return max((b for _, b in self.samples), default=0)
+
+    def timeline(self, max_points: int = MAX_TIMELINE_POINTS) -> list[tuple[float, int]]:
+        return downsample(self.samples, max_points)
+
+
+def nvml_reader(device_index: int, pid: int) -> Callable[[], int]:
+    """Bytes this process uses on its GPU (the device's used memory if NVML cannot attribute it)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+
+    def read() -> int:
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if proc.pid == pid and proc.usedGpuMemory is not None:
+                return int(proc.usedGpuMemory)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+
+    read()  # fail here, at set-up, rather than inside the sampling thread
+    return read
+
+
+def downsample(samples: list[tuple[float, int]], max_points: int) -> list[tuple[float, int]]:
+    """At most ``max_points`` samples: each bucket keeps its largest reading, so the peak survives."""
+    if max_points < 1 or len(samples) <= max_points:
+        return [(round(t, 4), b) for t, b in samples]
+    out = []
+    for i in range(max_points):
+        bucket = samples[i * len(samples) // max_points:(i + 1) * len(samples) // max_points]
+        t, b = max(bucket, key=lambda s: s[1])
+        out.append((round(t, 4), b))
+    return out
+
+
+def cuda_peaks(device) -> dict[str, int]:
+    """The CUDA caching allocator's peaks on ``device`` (empty off CUDA)."""
+    if getattr(device, "type", None) != "cuda":
+        return {}
+    import torch
+
+    return {"max_allocated": int(torch.cuda.max_memory_allocated(device)),
+            "max_reserved": int(torch.cuda.max_memory_reserved(device))}

@@ -32,6 +32,13 @@ class RankResult:
     wall_s: float = 0.0
     grad_check: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    memory_interval_s: float = 0.0
+    memory_timeline: list[tuple[float, int]] = field(default_factory=list)  # (s into the window, bytes), <= 200
+    cuda_memory: dict[str, int] = field(default_factory=dict)  # max_allocated / max_reserved on CUDA
+    state_bytes: dict[str, int] = field(default_factory=dict)  # params/grads/optimizer this rank holds
+    full_state_bytes: dict[str, int] = field(default_factory=dict)  # analytic unsharded (DDP) replica
+    shard_group: int = 1  # ranks that split one copy of the sharded state
+    wire: dict[str, Any] = field(default_factory=dict)  # bytes sent in the measured window (harness/wire.py)
 
     @classmethod
     def read(cls, path: Path) -> "RankResult":

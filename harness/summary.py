@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-HEADER = ("case", "preset", "W", "samples/s", "speedup", "efficiency", "baseline", "delta", "peak MiB/rank", "verdict")
+HEADER = ("case", "preset", "W", "samples/s", "speedup", "efficiency", "baseline", "delta", "peak MiB/rank", "MB/step", "verdict")
 
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _mb_per_step(case: dict[str, Any]) -> str:
+    """Measured MB sent per step (whole job); "n/a" where the job had no private namespace."""
+    wire = (case.get("resources") or {}).get("wire") or {}
+    sent = wire.get("bytes_per_step")
+    return "n/a" if sent is None else f"{sent / 1e6:.2f}"
 
 
 def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -24,7 +31,7 @@ def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
             case["case_id"], spec.get("preset", "?"), _fmt(world, "d"), _fmt(result.get("throughput"), ".1f"),
             _fmt(case.get("speedup"), ".2f"), _fmt(eff, ".3f"), _fmt(base, ".3f"),
             "-" if delta is None else f"{delta:+.1f}%",
-            _fmt(max(peaks) / 2**20 if peaks else None, ".0f"), case["status"],
+            _fmt(max(peaks) / 2**20 if peaks else None, ".0f"), _mb_per_step(case), case["status"],
         ))
     return out
 

@@ -44,6 +44,16 @@ class Strategy:
     min_nodes: ClassVar[int] = 1
     packages: ClassVar[tuple[str, ...]] = ()  # optional packages it imports
     needs_cuda: ClassVar[str] = ""  # non-empty: why it cannot run without CUDA devices
+    # What the strategy promises to shard over its shard group ("params", "grads", "optimizer"),
+    # judged by harness/sharding.py against an unsharded replica; "tensor" granularity means whole
+    # tensors are assigned to ranks (ZeroRedundancyOptimizer), so one rank may hold the largest one.
+    shards: ClassVar[tuple[str, ...]] = ()
+    shard_granularity: ClassVar[str] = "element"
+    # Bytes each rank sends per step = wire_factor * (S-1)/S * parameter bytes (S = world size);
+    # 2 for a ring all-reduce of the gradients, 3 for all-gather (fwd + bwd) + reduce-scatter.
+    # A dict keys it by backend: gloo runs reduce-scatter as an all-reduce (measured: 2x the bytes).
+    # None: no simple formula (activations on the wire); the measurement is still recorded.
+    wire_factor: ClassVar[float | dict[str, float] | None] = None
 
     @classmethod
     def unavailable(cls, topology: "Topology", device: str, devices_per_node: int) -> str | None:
@@ -103,6 +113,22 @@ class Strategy:
     def full_parameters(self) -> dict[str, "torch.Tensor"]:
         assert self.model is not None
         return {n: p.detach() for n, p in self.model.named_parameters()}
+
+    def shard_group_size(self) -> int:
+        """Ranks that split one copy of the sharded state (the world; HSDP: ranks within a replica)."""
+        return self.ctx.world_size
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes of parameters, gradients and optimizer state this rank holds (local shards only).
+
+        Generic: the unwrapped model's parameters (a DTensor counts its local shard), their
+        ``.grad``, and the optimizer's per-parameter state. Override where the strategy keeps state
+        elsewhere (DeepSpeed's flat partitions).
+        """
+        from harness.state import module_state_bytes
+
+        assert self.model is not None
+        return module_state_bytes(list(self.model.parameters()), self.optimizer)
 
     def teardown(self) -> None:
         pass
