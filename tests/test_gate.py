@@ -10,7 +10,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-CASE = ["-k", "ddp-cnn-1x2", "--scaling-topologies", "1x1,1x2", "--scaling-steps", "15", "--scaling-warmup", "3",
+CASE = ["-k", "ddp-cnn-1x2", "--scaling-models", "cnn", "--scaling-strategies", "single,ddp", "--scaling-topologies", "1x1,1x2", "--scaling-steps", "15", "--scaling-warmup", "3",
         "--scaling-tolerance", "0.25"]
 
 
@@ -42,11 +42,11 @@ def test_baseline_then_injected_delay_fails_and_clean_run_passes(tmp_path, suite
 
     clean = suite(*common)
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert " ok" in clean.stdout
+    assert "regressed" not in clean.stdout  # ok, or improved if the machine was busier while recording
 
 
 def test_require_baseline_fails_a_machine_without_one(tmp_path, suite):
-    run = suite("-k", "single-cnn-1x1", "--scaling-steps", "3", "--scaling-warmup", "1",
+    run = suite("-k", "single-cnn-1x1", "--scaling-models", "cnn", "--scaling-strategies", "single", "--scaling-steps", "3", "--scaling-warmup", "1",
                 "--scaling-baseline-dir", str(tmp_path / "empty"), "--scaling-require-baseline")
     assert run.returncode == 1
     assert "no baseline for single-cnn-1x1:tiny on" in run.stdout
