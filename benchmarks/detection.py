@@ -1,0 +1,159 @@
+"""Detection power of the efficiency gate, measured with real launches on this machine.
+
+    .venv/bin/python benchmarks/detection.py collect --reps 10 --out results/detection.jsonl
+    .venv/bin/python benchmarks/detection.py analyse results/detection.jsonl
+
+``collect`` runs, per repetition and in shuffled order: the single-process 1x1 reference, a clean
+DDP 1x2 case, and the same case with every step made 5%, 10% and 20% slower
+(``Faults.slowdown``). Every launch's step times are appended to a JSON-lines file, so an
+interrupted collection keeps what it measured and a later ``collect`` adds to it.
+
+``analyse`` replays the gate offline: each clean repetition in turn is the baseline (its efficiency
+and noise, as ``update-baselines`` would record them) and every *other* repetition is judged
+against it with ``harness.verdict.judge_efficiency``. Clean candidates judged ``regressed`` are false
+alarms; slowed candidates judged ``regressed`` are detections. ``noisy`` verdicts are counted apart
+(they fail only under ``--scaling-strict``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import fixtures  # noqa: E402
+from harness import stats  # noqa: E402
+from harness import verdict as V  # noqa: E402
+from harness.baselines import Reference  # noqa: E402
+from harness.errors import ScalegateError  # noqa: E402
+from harness.launch import run_case  # noqa: E402
+from harness.spec import CaseSpec, Faults  # noqa: E402
+
+SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
+
+
+def _spec(strategy: str, topology: str, slowdown: float, steps: int, warmup: int) -> CaseSpec:
+    preset = fixtures.preset("cnn", "tiny")
+    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=topology,
+                    micro_batch=preset.micro_batch, steps=steps, warmup=warmup, faults=Faults(slowdown=slowdown))
+
+
+def collect(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work)
+    rng = random.Random(args.seed)
+    for rep in range(args.reps):
+        launches = [("reference", "single", "1x1", 0.0)] + [
+            (f"slowdown={s:g}", "ddp", "1x2", s) for s in args.slowdowns]
+        rng.shuffle(launches)  # so slow drift of the machine's load does not line up with one condition
+        for condition, strategy, topology, slowdown in launches:
+            spec = _spec(strategy, topology, slowdown, args.steps, args.warmup)
+            try:
+                result = run_case(spec, work / f"{condition}-{rep}")
+            except ScalegateError as exc:  # one failed launch must not end a long collection
+                print(f"rep {rep} {condition}: launch failed, skipped: {exc.message}", flush=True)
+                continue
+            record = {"rep": f"{args.tag}{rep}", "condition": condition, "slowdown": slowdown,
+                      "world_size": spec.world_size, "global_batch": spec.global_batch_size,
+                      "step_times_s": result.step_times_s, "time": time.time()}
+            with out.open("a") as handle:
+                handle.write(json.dumps(record) + "\n")
+            print(f"rep {rep} {condition:>14}: median step {result.median_step_s * 1e3:.1f} ms", flush=True)
+
+
+def _estimates(path: Path) -> dict[str, dict[float, stats.Estimate]]:
+    """Per repetition, the efficiency estimate of each slowdown against that repetition's reference."""
+    by_rep: dict[str, dict] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        by_rep.setdefault(record["rep"], {})[record["condition"]] = record
+    out: dict[str, dict[float, stats.Estimate]] = {}
+    for rep, records in by_rep.items():
+        ref = records.get("reference")
+        if ref is None:
+            continue
+        out[rep] = {}
+        for record in records.values():
+            if record["condition"] == "reference":
+                continue
+            out[rep][record["slowdown"]] = stats.efficiency_estimate(
+                record["step_times_s"], record["global_batch"], ref["step_times_s"], ref["global_batch"],
+                record["world_size"])
+    return out
+
+
+def judge_all(estimates: dict[str, dict[float, stats.Estimate]], tolerance: float,
+              noisy_limit: float) -> dict[float, dict[str, int]]:
+    """Counts of verdicts per slowdown, over every (baseline repetition, other repetition) pair."""
+    counts: dict[float, dict[str, int]] = {}
+    for base_rep, base in estimates.items():
+        if 0.0 not in base:
+            continue
+        reference = Reference(value=base[0.0].value, tolerance=tolerance)
+        for rep, by_slowdown in estimates.items():
+            if rep == base_rep:
+                continue
+            for slowdown, est in by_slowdown.items():
+                v = V.judge(est, reference, "detection", baseline_noise=base[0.0].half_width_rel,
+                                       noisy_limit=noisy_limit)
+                row = counts.setdefault(slowdown, {})
+                row[v.status] = row.get(v.status, 0) + 1
+    return counts
+
+
+def table(counts: dict[float, dict[str, int]], tolerance: float, noisy_limit: float) -> str:
+    lines = [f"tolerance {tolerance:.0%}, noisy above a ±{noisy_limit:.0%} interval",
+             "| injected slowdown | efficiency drop | pairs | regressed | noisy | ok / improved | "
+             "detection (regressed) | detection (strict: + noisy) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for slowdown in sorted(counts):
+        row = counts[slowdown]
+        n = sum(row.values())
+        reg, noisy = row.get(V.REGRESSED, 0), row.get(V.NOISY, 0)
+        label = "false alarms" if slowdown == 0 else "detection"
+        lines.append(f"| {slowdown:.0%} | {1 - 1 / (1 + slowdown):.1%} | {n} | {reg} | {noisy} | {n - reg - noisy} | "
+                     f"{label} {reg / n:.1%} | {(reg + noisy) / n:.1%} |")
+    return "\n".join(lines)
+
+
+def analyse(args: argparse.Namespace) -> None:
+    estimates = _estimates(Path(args.data))
+    print(f"{len(estimates)} repetitions from {args.data}")
+    for rep, by_slowdown in sorted(estimates.items()):
+        cells = "  ".join(f"{s:.0%}: {e.value:.3f} ±{e.half_width_rel:.1%}" for s, e in sorted(by_slowdown.items()))
+        print(f"  {rep}: {cells}")
+    for tolerance in args.tolerances:
+        print()
+        print(table(judge_all(estimates, tolerance, args.noisy_limit), tolerance, args.noisy_limit))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect", help="launch the repetitions and append their step times")
+    c.add_argument("--reps", type=int, default=10)
+    c.add_argument("--steps", type=int, default=20)
+    c.add_argument("--warmup", type=int, default=5)
+    c.add_argument("--slowdowns", type=float, nargs="+", default=list(SLOWDOWNS))
+    c.add_argument("--out", default="results/detection.jsonl")
+    c.add_argument("--work", default="results/detection-runs")
+    c.add_argument("--tag", default="", help="prefix for repetition names when appending a second collection")
+    c.add_argument("--seed", type=int, default=0)
+    a = sub.add_parser("analyse", help="replay the gate over the collected repetitions")
+    a.add_argument("data")
+    a.add_argument("--tolerances", type=float, nargs="+", default=[0.05, 0.10])
+    a.add_argument("--noisy-limit", type=float, default=V.DEFAULT_NOISY_LIMIT)
+    args = parser.parse_args(argv)
+    collect(args) if args.command == "collect" else analyse(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

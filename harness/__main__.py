@@ -1,0 +1,123 @@
+"""scalegate's commands on a finished run (a directory under results/, e.g. results/latest).
+
+    python -m harness compare results/latest [--baseline baselines/<profile>.json] [--json out.json]
+    python -m harness report results/latest [--out results/latest/report]
+    python -m harness update-baselines results/latest [--baseline-dir baselines] [--tolerance 0.1]
+
+compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with
+--strict), 2 on bad input (missing run, malformed file, unusable baseline) with a one-line error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness import baselines, runfiles
+from harness.errors import ScalegateError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _cases(run: str) -> list[dict]:
+    cases = runfiles.load_run(Path(run))
+    if not cases:
+        raise ScalegateError(f"{run} holds no case results (*.json with case_id and status)",
+                             "pass a run directory written by `pytest scaling_tests`, e.g. results/latest")
+    return cases
+
+
+def _baseline(cases: list[dict], path: str | None, directory: str | None):
+    from harness import compare
+
+    if path:
+        return compare.load_baseline_file(Path(path))
+    return baselines.load(Path(directory) if directory else ROOT / "baselines", cases[0].get("profile", "?"))
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness import compare
+
+    cases = _cases(args.run)
+    baseline = _baseline(cases, args.baseline, args.baseline_dir)
+    rows = compare.compare(cases, baseline, args.tolerance)
+    title = f"{Path(args.run).resolve().name} vs {baseline.path if baseline else 'no baseline for ' + cases[0].get('profile', '?')}"
+    text = compare.markdown(rows, title, args.strict)
+    print(text, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(compare.to_json(rows, args.run, baseline, args.strict), indent=2) + "\n")
+    return EXIT_REGRESSION if any(r.failed(args.strict) for r in rows) else EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness import extrapolate, report
+
+    cases = _cases(args.run)
+    baseline = _baseline(cases, args.baseline, args.baseline_dir)
+    link = extrapolate.Link(bandwidth_gbit_s=args.bandwidth_gbit, latency_us=args.latency_us)
+    page = report.write(cases, Path(args.out) if args.out else Path(args.run) / "report",
+                        Path(args.run).resolve().name, baseline, link)
+    print(f"report: {page}")
+    for png in sorted(page.parent.glob("*.png")):
+        print(f"plot: {png}")
+    return EXIT_OK
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    from harness import update
+
+    if not 0 <= args.tolerance < 1:
+        raise ScalegateError(f"--tolerance {args.tolerance} is not a fraction in [0, 1)", "e.g. --tolerance 0.1")
+    for line in update.update_from_run(_cases(args.run), Path(args.baseline_dir), args.tolerance):
+        print(line)
+    return EXIT_OK
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m harness", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compare", help="judge a run against its baselines: markdown table, JSON, exit code")
+    c.add_argument("run")
+    c.add_argument("--baseline", help="a baseline file (default: baselines/<the run's profile>.json)")
+    c.add_argument("--baseline-dir", help="baseline directory (default: baselines/ of this checkout)")
+    c.add_argument("--json", help="also write the verdicts as JSON to this file")
+    c.add_argument("--markdown", help="also write the markdown table to this file (for a PR comment)")
+    c.add_argument("--tolerance", type=float, help="override every efficiency tolerance (fraction)")
+    c.add_argument("--strict", "--scaling-strict", action="store_true", help="a noisy case fails too")
+    c.set_defaults(func=cmd_compare)
+    r = sub.add_parser("report", help="PNG plots and a markdown page for a run")
+    r.add_argument("run")
+    r.add_argument("--out", help="output directory (default: RUN/report)")
+    r.add_argument("--baseline")
+    r.add_argument("--baseline-dir")
+    r.add_argument("--bandwidth-gbit", type=float, default=100.0, help="projection link bandwidth (default: 100)")
+    r.add_argument("--latency-us", type=float, default=5.0, help="projection latency per message (default: 5)")
+    r.set_defaults(func=cmd_report)
+    u = sub.add_parser("update-baselines", help="write the run's measurements as baselines (atomic, with a diff)")
+    u.add_argument("run")
+    u.add_argument("--baseline-dir", default=str(ROOT / "baselines"))
+    u.add_argument("--tolerance", type=float, default=0.10, help="efficiency tolerance to record (default: 0.1)")
+    u.set_defaults(func=cmd_update)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ScalegateError as exc:  # bad input: one clear line and its HINT, no traceback
+        print(f"error: {exc.message}" + (f"\nHINT: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        print(f"error: {exc}\nHINT: check the paths you passed", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

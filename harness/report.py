@@ -1,0 +1,121 @@
+"""``python -m harness report RUN``: PNG plots of a run and a markdown page that embeds them.
+
+Plots (matplotlib, Agg backend, so no display is needed): speedup against world size per strategy
+with the ideal line; efficiency per case with its 95% interval against the baseline band; peak
+memory per rank; bytes per step where the run measured them. The page adds the compare table and the
+alpha-beta projection (``harness/extrapolate.py``) with its assumptions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from harness import atomic, compare, extrapolate  # noqa: E402
+from harness.baselines import BaselineFile  # noqa: E402
+
+
+def _world(case: dict[str, Any]) -> int:
+    return len((case.get("result") or {}).get("ranks", [])) or 0
+
+
+def speedup_plot(cases: list[dict[str, Any]], path: Path) -> Path:
+    series: dict[str, list[tuple[int, float]]] = {}
+    for case in cases:
+        spec = case.get("spec", {})
+        if case.get("speedup") is None or spec.get("strategy") == "single":
+            continue
+        label = f"{spec.get('strategy')} {spec.get('model')} ({spec.get('preset')})"
+        series.setdefault(label, [(1, 1.0)]).append((_world(case), case["speedup"]))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    top = max([w for pts in series.values() for w, _ in pts] + [2])
+    ax.plot([1, top], [1, top], "k--", lw=1, label="ideal (speedup = W)")
+    for label, points in sorted(series.items()):
+        points = sorted(set(points))
+        ax.plot([w for w, _ in points], [s for _, s in points], "o-", label=label)
+    ax.set(xlabel="world size W (devices)", ylabel="speedup over 1x1", title="Speedup vs world size")
+    ax.set_xticks(sorted({w for pts in series.values() for w, _ in pts} | {1}))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def efficiency_plot(rows: list[compare.Row], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(rows) + 2), 4.4))
+    xs = range(len(rows))
+    colors = {"regressed": "tab:red", "failed": "tab:red", "noisy": "tab:orange", "improved": "tab:green"}
+    for x, r in zip(xs, rows):
+        if r.efficiency is None:
+            continue
+        low = r.efficiency - (r.efficiency_low if r.efficiency_low is not None else r.efficiency)
+        high = (r.efficiency_high if r.efficiency_high is not None else r.efficiency) - r.efficiency
+        ax.bar(x, r.efficiency, color=colors.get(r.status, "tab:blue"), alpha=0.8)
+        ax.errorbar(x, r.efficiency, yerr=[[low], [high]], color="k", capsize=4)
+        if r.baseline_efficiency is not None:
+            tol = r.tolerance or 0.0
+            ax.hlines(r.baseline_efficiency, x - 0.4, x + 0.4, color="k", lw=2)
+            ax.fill_between([x - 0.4, x + 0.4], r.baseline_efficiency * (1 - tol), r.baseline_efficiency * (1 + tol),
+                            color="gray", alpha=0.3, lw=0)
+    ax.axhline(1.0, color="k", ls="--", lw=1)
+    ax.set_xticks(list(xs), [r.case_id for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel="efficiency = speedup / W", title="Efficiency (bar, 95% CI) vs baseline (line, tolerance band)")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def memory_plot(cases: list[dict[str, Any]], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(cases) + 2), 4.4))
+    width = 0.8 / max([_world(c) for c in cases] + [1])
+    for i, case in enumerate(cases):
+        peaks = [r.get("peak_memory_bytes", 0) / 2**20 for r in (case.get("result") or {}).get("ranks", [])]
+        for rank, mib in enumerate(peaks):
+            ax.bar(i - 0.4 + width * (rank + 0.5), mib, width, color=plt.cm.tab10(rank % 10),
+                   label=f"rank {rank}" if i == 0 or rank >= _world(cases[0]) else None)
+    source = next((r.get("memory_source") for c in cases for r in (c.get("result") or {}).get("ranks", [])), "")
+    ax.set_xticks(range(len(cases)), [c["case_id"] for c in cases], rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel=f"peak MiB ({source or 'memory'})", title="Peak memory per rank")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def bytes_plot(cases: list[dict[str, Any]], path: Path) -> Path | None:
+    found = [(c["case_id"], compare._bytes(c)) for c in cases if compare._bytes(c) is not None]
+    if not found:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(found) + 2), 4.4))
+    ax.bar(range(len(found)), [b / 1e6 for _, b in found], color="tab:purple")
+    ax.set_xticks(range(len(found)), [n for n, _ in found], rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel="MB per step (whole job)", title="Bytes on the wire per step")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(cases: list[dict[str, Any]], out_dir: Path, run: str, baseline: BaselineFile | None,
+          link: extrapolate.Link) -> Path:
+    """Every plot and ``report.md``; returns the page's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = compare.compare(cases, baseline)
+    plots = [speedup_plot(cases, out_dir / "speedup.png"), efficiency_plot(rows, out_dir / "efficiency.png"),
+             memory_plot(cases, out_dir / "memory.png"), bytes_plot(cases, out_dir / "bytes.png")]
+    projections = [p for p in (extrapolate.from_case(c, link) for c in cases) if p is not None]
+    page = [f"# scalegate report: {run}", "",
+            f"Profile: {cases[0].get('profile', '?')}; commit {cases[0].get('commit', '?')}; "
+            f"baseline: {baseline.path if baseline else 'none'}.", "",
+            compare.markdown(rows, run), "## Plots", ""]
+    page += [f"![{p.stem}]({p.name})" for p in plots if p is not None]
+    page += ["", "## Projected efficiency at scale (alpha-beta model)", "", extrapolate.markdown(projections, link),
+             "", extrapolate.__doc__.strip().replace("\n    ", "\n") if extrapolate.__doc__ else ""]
+    return atomic.write_text(out_dir / "report.md", "\n".join(page) + "\n")

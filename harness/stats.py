@@ -1,0 +1,86 @@
+"""Robust timing statistics: median, MAD, and bootstrap confidence intervals.
+
+Step times on shared machines are skewed (a stalled step is far slower, never far faster), so
+every estimate is built on medians, and its uncertainty comes from resampling the measured steps
+rather than from a normal model. Resampling uses a fixed seed: the same steps give the same verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from harness.metrics import mad, median  # noqa: F401  (re-exported: one place for robust spread)
+
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+MIN_VALUES = 3  # fewer measured steps than this cannot bound their own median
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """A point estimate with its bootstrap confidence interval (``low <= value <= high``)."""
+
+    value: float
+    low: float
+    high: float
+
+    @property
+    def half_width_rel(self) -> float:
+        """The interval's larger half-width relative to the value (inf when nothing bounds it)."""
+        if self.value <= 0 or not math.isfinite(self.low) or not math.isfinite(self.high):
+            return math.inf
+        return max(self.value - self.low, self.high - self.value) / self.value
+
+
+def _medians(values: Sequence[float], rng: np.random.Generator, resamples: int) -> np.ndarray:
+    data = np.asarray(values, dtype=float)
+    picks = rng.integers(0, len(data), size=(resamples, len(data)))
+    return np.median(data[picks], axis=1)
+
+
+def _interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(samples, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def median_ci(values: Sequence[float], *, resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+              seed: int = 0) -> Estimate:
+    """Bootstrap percentile interval of the median of ``values``."""
+    center = median(values)
+    if len(values) < MIN_VALUES:
+        return Estimate(value=center, low=0.0, high=math.inf)
+    low, high = _interval(_medians(values, np.random.default_rng(seed), resamples), confidence)
+    return Estimate(value=center, low=min(low, center), high=max(high, center))
+
+
+def throughput_estimate(step_times_s: Sequence[float], global_batch: int, *, resamples: int = RESAMPLES,
+                        seed: int = 0) -> Estimate:
+    """Samples/s = global batch / median step time, with the interval of that ratio."""
+    steps = median_ci(step_times_s, resamples=resamples, seed=seed)
+    return Estimate(value=global_batch / steps.value,
+                    low=global_batch / steps.high if steps.high > 0 else 0.0,
+                    high=global_batch / steps.low if steps.low > 0 else math.inf)
+
+
+def efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, ref_steps_s: Sequence[float],
+                        ref_batch: int, world_size: int, *, resamples: int = RESAMPLES, seed: int = 0) -> Estimate:
+    """Efficiency = (case throughput / reference throughput) / W; both step series are resampled."""
+    value = (case_batch / median(case_steps_s)) / (ref_batch / median(ref_steps_s)) / world_size
+    if len(case_steps_s) < MIN_VALUES or len(ref_steps_s) < MIN_VALUES:
+        return Estimate(value=value, low=0.0, high=math.inf)
+    rng = np.random.default_rng(seed)
+    case_med = _medians(case_steps_s, rng, resamples)
+    ref_med = _medians(ref_steps_s, rng, resamples)
+    low, high = _interval((case_batch / case_med) / (ref_batch / ref_med) / world_size, CONFIDENCE)
+    return Estimate(value=value, low=min(low, value), high=max(high, value))
+
+
+def mad_rel(values: Sequence[float]) -> float:
+    """MAD relative to the median: the spread one stalled step cannot inflate."""
+    center = median(values)
+    return mad(values) / center if center > 0 else math.inf

@@ -1,0 +1,241 @@
+"""The regression gate's commands on synthetic run directories in the session's result format.
+
+``python -m harness compare|report|update-baselines`` run as real subprocesses; the verdict and the
+bootstrap are checked as properties with hypothesis.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness import stats
+from harness import verdict as V
+from harness.baselines import Reference
+from harness.errors import ScalegateError
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = "cpu-test-2c-torch2.13.0"
+
+
+def _steps(median_s: float, n: int = 20, spread: float = 0.01) -> list[float]:
+    return [median_s * (1 + spread * ((i * 7) % 5 - 2)) for i in range(n)]
+
+
+def make_case(case_id: str = "ddp-cnn-1x2", *, step_s: float = 0.030, ref_step_s: float = 0.021, world: int = 2,
+              status: str = "ok", problems: tuple[str, ...] = (), faults: dict | None = None,
+              bytes_per_step: float | None = None, spread: float = 0.01, tolerances: dict | None = None) -> dict:
+    """One results/<run>/<case_id>.json as harness/session.py writes it."""
+    strategy, model, topology = case_id.split("-")
+    steps, ref_steps, batch = _steps(step_s, spread=spread), _steps(ref_step_s, spread=spread), 32
+    throughput = batch * world / stats.median(steps)
+    ref_tp = batch / stats.median(ref_steps)
+    est = stats.efficiency_estimate(steps, batch * world, ref_steps, batch, world)
+    ranks = [{"rank": r, "peak_memory_bytes": 400 * 2**20 + r * 2**20, "memory_source": "rss",
+              "step_times_s": steps, "losses": [2.0] * len(steps)} for r in range(world)]
+    spec = {"strategy": strategy, "model": model, "preset": "tiny", "topology": topology, "micro_batch": batch,
+            "steps": len(steps), "warmup": 5, "faults": {"delay_ms": 0.0, "grad_scale": 1.0, **(faults or {})}}
+    wire = {"bytes_per_step": bytes_per_step, "bytes_per_rank": bytes_per_step / world, "source": "netns-lo"} \
+        if bytes_per_step else {"bytes_per_step": None, "source": "unavailable"}
+    return {"case_id": case_id, "key": f"{case_id}:tiny", "status": status, "message": "\n".join(problems) or status,
+            "problems": list(problems), "oversubscribed": False, "speedup": throughput / ref_tp,
+            "efficiency": est.value, "efficiency_ci": [est.low, est.high], "noise_rel": 0.02,
+            "reference_throughput": ref_tp, "reference_step_times_s": ref_steps, "baseline_efficiency": None,
+            "tolerances": tolerances or {}, "resources": {"wire": wire}, "profile": PROFILE, "host": "vm",
+            "commit": "abc123", "fingerprint": {"cpu_cores": 2}, "spec": spec, "written": 1.0,
+            "result": {"case_id": case_id, "throughput": throughput, "median_step_s": stats.median(steps),
+                       "step_times_s": steps, "losses": [2.0] * len(steps), "ranks": ranks}}
+
+
+def write_run(directory: Path, *cases: dict) -> Path:
+    directory.mkdir(parents=True)
+    for case in cases:
+        (directory / f"{case['case_id']}.json").write_text(json.dumps(case))
+    return directory
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture
+def baseline_dir(tmp_path: Path) -> Path:
+    """Baselines recorded from a clean run through the real update-baselines command."""
+    run = write_run(tmp_path / "clean-for-baseline", make_case(bytes_per_step=10e6), make_case("ddp-cnn-1x4",
+                                                                                                world=4, step_s=0.04))
+    done = cli("update-baselines", run, "--baseline-dir", tmp_path / "baselines", "--tolerance", "0.05")
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "baselines"
+
+
+def test_compare_passes_a_clean_run_with_a_markdown_table(tmp_path, baseline_dir):
+    run = write_run(tmp_path / "run", make_case(bytes_per_step=10e6), make_case("ddp-cnn-1x4", world=4, step_s=0.04))
+    done = cli("compare", run, "--baseline-dir", baseline_dir, "--json", tmp_path / "out.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "**PASS**" in done.stdout
+    assert "| `ddp-cnn-1x2:tiny` | 2 |" in done.stdout and "✅ ok |" in done.stdout
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["failed"] == 0 and {c["status"] for c in data["cases"]} == {"ok"}
+
+
+def test_compare_fails_an_injected_regression_and_names_it(tmp_path, baseline_dir):
+    run = write_run(tmp_path / "run", make_case(step_s=0.036), make_case("ddp-cnn-1x4", world=4, step_s=0.04))
+    done = cli("compare", run, "--baseline-dir", baseline_dir)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "**FAIL**" in done.stdout and "❌ regressed" in done.stdout
+    assert "efficiency 0.583 is below baseline 0.700 (tolerance 5%" in done.stdout
+
+
+def test_compare_fails_more_bytes_per_step_tightly(tmp_path, baseline_dir):
+    run = write_run(tmp_path / "run", make_case(bytes_per_step=10.8e6))
+    done = cli("compare", run, "--baseline-dir", baseline_dir)
+    assert done.returncode == 1
+    assert "bytes per step 10.8 MB is above baseline 10 MB" in done.stdout
+
+
+def test_a_marker_tolerance_recorded_with_the_case_widens_the_gate(tmp_path, baseline_dir):
+    run = write_run(tmp_path / "run", make_case(step_s=0.036, tolerances={"efficiency": 0.3}))
+    assert cli("compare", run, "--baseline-dir", baseline_dir).returncode == 0
+
+
+def test_noisy_is_reported_and_fails_only_when_strict(tmp_path, baseline_dir):
+    run = write_run(tmp_path / "run", make_case(spread=0.2))
+    loose = cli("compare", run, "--baseline-dir", baseline_dir)
+    assert loose.returncode == 0 and "noisy" in loose.stdout, loose.stdout
+    assert cli("compare", run, "--baseline-dir", baseline_dir, "--strict").returncode == 1
+
+
+def test_correctness_failure_fails_compare(tmp_path, baseline_dir):
+    run = write_run(tmp_path / "run", make_case(status="failed", problems=("gradient agreement failed [ddp]",)))
+    done = cli("compare", run, "--baseline-dir", baseline_dir)
+    assert done.returncode == 1 and "gradient agreement failed" in done.stdout
+
+
+@pytest.mark.parametrize("setup, expected", [
+    (lambda d: d / "missing", "does not exist"),
+    (lambda d: write_run(d / "empty"), "holds no case results"),
+    (lambda d: (write_run(d / "bad") / "x.json").write_text("{nope") and d / "bad", "is malformed"),
+])
+def test_compare_bad_input_exits_2_with_one_line_and_a_hint(tmp_path, setup, expected):
+    done = cli("compare", setup(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and expected in done.stderr.splitlines()[0]
+    assert "HINT:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_compare_unusable_baseline_file_exits_2(tmp_path):
+    run = write_run(tmp_path / "run", make_case())
+    bad = tmp_path / f"{PROFILE}.json"
+    bad.write_text("[]")
+    done = cli("compare", run, "--baseline", bad)
+    assert done.returncode == 2 and "top level is list" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_update_refuses_a_run_with_failing_correctness(tmp_path):
+    run = write_run(tmp_path / "run", make_case(), make_case("ddp-cnn-1x4", world=4, status="failed",
+                                                             problems=("parameter agreement failed [ddp] rank 1",)))
+    done = cli("update-baselines", run, "--baseline-dir", tmp_path / "baselines")
+    assert done.returncode == 2
+    assert "refusing to update baselines: 1 case(s) failed correctness (ddp-cnn-1x4)" in done.stderr
+    assert not (tmp_path / "baselines" / f"{PROFILE}.json").exists()
+
+
+def test_update_refuses_an_injected_slowdown(tmp_path):
+    run = write_run(tmp_path / "run", make_case(faults={"slowdown": 0.1}))
+    done = cli("update-baselines", run, "--baseline-dir", tmp_path / "baselines")
+    assert done.returncode == 2 and "injected fault(s) slowdown" in done.stderr
+
+
+def test_update_writes_atomically_and_prints_a_diff(tmp_path, baseline_dir):
+    path = baseline_dir / f"{PROFILE}.json"
+    before = json.loads(path.read_text())
+    assert before["cases"]["ddp-cnn-1x2:tiny"]["efficiency"] == {"value": 0.7, "tolerance": 0.05}
+    assert before["cases"]["ddp-cnn-1x2:tiny"]["provenance"]["commit"] == "abc123"
+    run = write_run(tmp_path / "again", make_case(step_s=0.035))
+    done = cli("update-baselines", run, "--baseline-dir", baseline_dir)
+    assert done.returncode == 0, done.stderr
+    assert "~ ddp-cnn-1x2:tiny: efficiency 0.7 -> 0.6" in done.stdout
+    assert sorted(p.name for p in baseline_dir.iterdir()) == [path.name, path.name + ".lock"]  # no temp left
+    assert set(json.loads(path.read_text())["cases"]) == {"ddp-cnn-1x2:tiny", "ddp-cnn-1x4:tiny"}
+
+
+def test_report_writes_plots_a_page_and_a_projection(tmp_path, baseline_dir):
+    run = write_run(tmp_path / "run", make_case(bytes_per_step=10e6), make_case("ddp-cnn-1x4", world=4, step_s=0.04))
+    done = cli("report", run, "--out", tmp_path / "report", "--baseline-dir", baseline_dir)
+    assert done.returncode == 0, done.stderr
+    pngs = sorted(p.name for p in (tmp_path / "report").glob("*.png"))
+    assert pngs == ["bytes.png", "efficiency.png", "memory.png", "speedup.png"]
+    assert all((tmp_path / "report" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert "![speedup](speedup.png)" in page and "| `ddp-cnn-1x2` | 21.0 | 5.00 (2) | measured" in page
+    assert "Assumptions: link 100 Gbit/s per device" in page
+
+
+# --- the verdict and the bootstrap, as properties ---------------------------------------------------------
+
+fractions = st.floats(min_value=0.01, max_value=0.3)
+values = st.floats(min_value=0.05, max_value=2.0)
+
+
+@given(base=values, tol=fractions, where=st.floats(0, 1), half=st.floats(0, 0.5), bnoise=st.floats(0, 0.5))
+def test_inside_tolerance_never_regresses(base, tol, where, half, bnoise):
+    value = base * (1 - tol + 2 * tol * where)
+    est = stats.Estimate(value=value, low=value * (1 - half), high=value * (1 + half))
+    verdict = V.judge(est, Reference(value=base, tolerance=tol), "c", baseline_noise=bnoise)
+    assert verdict.status in (V.OK, V.NOISY) and not verdict.failed
+
+
+@given(base=values, tol=fractions, drop=st.floats(0.01, 0.9), share=st.floats(0, 0.99))
+def test_outside_tolerance_and_noise_always_regresses(base, tol, drop, share):
+    low = base * (1 - tol)
+    value = low * (1 - drop)
+    room = low / value - 1  # the widest band that still leaves value * (1 + band) below the limit
+    est = stats.Estimate(value=value, low=value * (1 - share * room), high=value * (1 + share * room))
+    verdict = V.judge(est, Reference(value=base, tolerance=tol), "c")
+    assert verdict.status == V.REGRESSED and verdict.failed
+    assert verdict.message.startswith(f"efficiency {value:.3f} is below baseline {base:.3f}")
+
+
+@given(base=values, tol=fractions, where=st.floats(0, 1), half=st.floats(0.11, 5))
+def test_huge_spread_inside_the_band_is_noisy(base, tol, where, half):
+    value = base * (1 - tol + 2 * tol * where)
+    est = stats.Estimate(value=value, low=value * (1 - min(half, 0.99)), high=value * (1 + half))
+    verdict = V.judge(est, Reference(value=base, tolerance=tol), "c", noisy_limit=0.1)
+    assert verdict.status == V.NOISY and not verdict.failed and verdict.failed_strict()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(0.001, 1.0), min_size=3, max_size=40))
+def test_bootstrap_interval_holds_the_median_and_repeats(steps):
+    est = stats.median_ci(steps, resamples=200)
+    assert est.low <= est.value <= est.high and est.low >= min(steps) and est.high <= max(steps)
+    assert est == stats.median_ci(steps, resamples=200)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0.01, 1.0), st.integers(3, 30), st.integers(1, 8))
+def test_constant_steps_give_an_exact_efficiency(step, n, world):
+    est = stats.efficiency_estimate([step] * n, 32 * world, [step] * n, 32, world, resamples=100)
+    assert math.isclose(est.value, 1.0) and math.isclose(est.low, 1.0) and math.isclose(est.high, 1.0)
+
+
+def test_too_few_steps_cannot_bound_themselves():
+    assert stats.median_ci([1.0, 2.0]).half_width_rel == math.inf
+    verdict = V.judge(stats.median_ci([1.0, 2.0]), Reference(value=1.5, tolerance=0.1), "c")
+    assert verdict.status == V.NOISY
+
+
+def test_tolerance_marker_is_validated():
+    assert V.tolerance_overrides((), {"efficiency": 0.15}) == {"efficiency": 0.15}
+    with pytest.raises(ScalegateError, match="unknown metric 'eficiency'"):
+        V.tolerance_overrides((), {"eficiency": 0.15})
+    with pytest.raises(ScalegateError, match="keywords only"):
+        V.tolerance_overrides((0.1,), {})
