@@ -29,6 +29,7 @@ def add_options(parser) -> None:
     add("--scaling-baseline-dir", default=None, help="baseline directory (default: baselines/ beside conftest.py)")
     add("--scaling-update-baselines", action="store_true", help="write this run's measurements as baselines")
     add("--scaling-require-baseline", action="store_true", help="fail cases that have no baseline")
+    add("--scaling-strict", action="store_true", help="also fail cases whose timing is too noisy to judge")
     add("--scaling-timeout", type=float, default=300.0, help="seconds before a case is killed (default: %(default)s)")
     add("--scaling-cpu-threads", type=int, default=1, help="torch threads per rank on CPU: one rank is one 'device' "
                                                            "of this many cores (default: %(default)s)")
@@ -64,6 +65,7 @@ class Options:
     inject_delay_ms: float
     link_rate: str = "1gbit"
     inject_slowdown: float = 0.0
+    strict: bool = False
 
 
 def _names(option: str, text: str, known: list[str]) -> tuple[str, ...]:
@@ -134,4 +136,5 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         inject_delay_ms=getoption("--scaling-inject-delay-ms"),
         link_rate=_link_rate(getoption("--scaling-link-rate")),
         inject_slowdown=getoption("--scaling-inject-slowdown"),
+        strict=getoption("--scaling-strict"),
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import fixtures
-from harness import baselines, hostinfo, matrix, options, runfiles, strategies, summary, update
+from harness import baselines, hostinfo, matrix, options, runfiles, strategies, summary, update, verdict
 from harness.errors import ScalegateError
 from harness.session import Outcome, ScalingSession, run_id
 
@@ -26,6 +26,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scaling: a scaling benchmark case (launches a real multi-process job)")
+    config.addinivalue_line("markers", "scaling_tolerance(**fractions): per-test tolerances, e.g. "
+                                       "scaling_tolerance(efficiency=0.15, peak_memory_bytes=0.3)")
     try:
         opts = options.parse(config.getoption, Path(config.rootpath), strategies.names(), fixtures.names())
         host = hostinfo.detect()
@@ -58,12 +60,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 class CaseRunner:
     """What a scaling test holds: run the case once, record it, assert its verdict."""
 
-    def __init__(self, session: ScalingSession, case: matrix.Case) -> None:
+    def __init__(self, session: ScalingSession, case: matrix.Case, tolerances: dict[str, float] | None = None) -> None:
         self.session = session
         self.case = case
+        self.tolerances = tolerances or {}  # from @pytest.mark.scaling_tolerance(efficiency=0.15, ...)
 
     def run(self, benchmark=None) -> Outcome:
-        outcome = self.session.run(self.case)
+        outcome = self.session.run(self.case, self.tolerances)
         if benchmark is not None and outcome.result is not None:
             record_benchmark(benchmark, outcome, self.session.profile)
         return outcome
@@ -80,7 +83,12 @@ def scaling_case(request: pytest.FixtureRequest) -> CaseRunner:
     case: matrix.Case = request.param
     if case.skip:
         pytest.skip(case.skip)
-    return CaseRunner(request.config.stash[SESSION], case)
+    marker = request.node.get_closest_marker("scaling_tolerance")
+    try:
+        tolerances = verdict.tolerance_overrides(marker.args, marker.kwargs) if marker else {}
+    except ScalegateError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return CaseRunner(request.config.stash[SESSION], case, tolerances)
 
 
 def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:

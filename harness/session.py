@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import atomic, baselines, checks, metrics
+from harness import atomic, baselines, checks, metrics, stats
 from harness.errors import LaunchError, ScalegateError
 from harness.hostinfo import HostInfo, commit
 from harness.launch import emulated, run_case
@@ -39,6 +39,9 @@ class Outcome:
     baseline_efficiency: float | None = None
     problems: tuple[str, ...] = ()
     oversubscribed: bool = False
+    efficiency_ci: tuple[float, float] | None = None  # bootstrap 95% interval (harness/stats.py)
+    reference_step_times_s: tuple[float, ...] = ()  # so `python -m harness compare` can redo the interval
+    tolerances: dict[str, float] = field(default_factory=dict)  # @pytest.mark.scaling_tolerance overrides
 
     @property
     def failed(self) -> bool:
@@ -108,7 +111,7 @@ class ScalingSession:
         return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
                        message=f"node {node} ran its agent; node 0 judges and records the case")
 
-    def run(self, case: Case) -> Outcome:
+    def run(self, case: Case, tolerances: dict[str, float] | None = None) -> Outcome:
         spec = case.spec
         key = baselines.case_key(spec.case_id, spec.preset)
         if self.slurm is not None and self.slurm.node_id > 0:
@@ -123,21 +126,26 @@ class ScalingSession:
             outcome = Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
             self._write(outcome, spec)
             return outcome
-        outcome = self._judge(case, key, result, reference)
+        outcome = self._judge(case, key, result, reference, tolerances or {})
         if result.launch.get("note"):  # e.g. emulated nodes whose links could not be shaped: say so
             outcome = dataclasses.replace(outcome, message=f"{outcome.message} [{result.launch['note']}]")
         self._write(outcome, spec)
         return outcome
 
-    def _judge(self, case: Case, key: str, result: CaseResult, reference: CaseResult) -> Outcome:
+    def _judge(self, case: Case, key: str, result: CaseResult, reference: CaseResult,
+               tolerances: dict[str, float] | None = None) -> Outcome:
         spec = case.spec
         speedup = metrics.speedup(result.throughput, reference.throughput)
         eff = metrics.efficiency(speedup, spec.world_size)
         noise = metrics.combined_noise(result.noise_rel, reference.noise_rel)
         problems = tuple(p for p in (checks.agreement(result), checks.convergence(result)) if p)
         base_ref = self.baseline.reference(key, "efficiency") if self.baseline else None
-        if base_ref is not None and self.options.tolerance is not None:
-            base_ref = dataclasses.replace(base_ref, tolerance=self.options.tolerance)
+        tolerance = self.options.tolerance if self.options.tolerance is not None else (tolerances or {}).get(
+            "efficiency")  # the command line wins over the test's marker, which wins over the baseline
+        if base_ref is not None and tolerance is not None:
+            base_ref = dataclasses.replace(base_ref, tolerance=tolerance)
+        estimate = stats.efficiency_estimate(result.step_times_s, spec.global_batch_size, reference.step_times_s,
+                                             reference.spec.global_batch_size, spec.world_size)
         if problems:  # a wrong fast run is not a pass: no performance verdict
             verdict = V.Verdict(status=V.FAILED, message="\n".join(problems))
         elif case.oversubscribed:
@@ -145,13 +153,18 @@ class ScalingSession:
                                 message=f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at "
                                         f"{spec.cpu_threads} thread(s) per rank: timing is not judged")
         else:
-            verdict = V.judge_efficiency(eff, noise, base_ref, f"{key} on {self.profile}")
+            verdict = V.judge(estimate, base_ref, f"{key} on {self.profile}",
+                              baseline_noise=self.baseline.cases[key].get("noise_rel", 0.0) if base_ref else 0.0)
+            if verdict.status == V.NOISY and self.options.strict:
+                verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-strict)")
             if verdict.status == V.NO_BASELINE and self.options.require_baseline:
                 verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-require-baseline)")
         return Outcome(case_id=spec.case_id, key=key, status=verdict.status, message=verdict.message,
                        result=result, speedup=speedup, efficiency=eff, noise_rel=noise,
                        reference_throughput=reference.throughput, problems=problems,
-                       baseline_efficiency=base_ref.value if base_ref else None, oversubscribed=case.oversubscribed)
+                       baseline_efficiency=base_ref.value if base_ref else None, oversubscribed=case.oversubscribed,
+                       efficiency_ci=(estimate.low, estimate.high),
+                       reference_step_times_s=tuple(reference.step_times_s), tolerances=dict(tolerances or {}))
 
     def _write(self, outcome: Outcome, spec: CaseSpec) -> None:
         data: dict[str, Any] = {k: v for k, v in dataclasses.asdict(outcome).items() if k != "result"}

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
 from harness import baselines
 from harness.errors import ScalegateError
 from harness.hostinfo import commit
+from harness.spec import Faults
 
 WRITABLE = ("ok", "improved", "regressed", "no-baseline")
 
@@ -30,7 +33,7 @@ def entries_from_run(cases: list[dict[str, Any]], tolerance: float) -> tuple[dic
             "throughput": {"value": round(result["throughput"], 2), "tolerance": tolerance, "unit": "samples/s"},
             "final_loss": {"value": round(result["losses"][-1], 5), "tolerance": 0.25},
             "peak_memory_bytes": {"value": peaks, "tolerance": 0.25},
-            "noise_rel": round(case.get("noise_rel") or 0.0, 4),
+            "noise_rel": round(_noise(case), 4),
             "median_step_s": result["median_step_s"],
             "world_size": len(peaks),
             "provenance": baselines.provenance(case.get("commit") or commit(), case.get("host", "?"),
@@ -39,9 +42,35 @@ def entries_from_run(cases: list[dict[str, Any]], tolerance: float) -> tuple[dic
     return entries, notes
 
 
+def _noise(case: dict[str, Any]) -> float:
+    """The efficiency interval's relative half-width: the baseline's own noise, used by later verdicts."""
+    ci, eff = case.get("efficiency_ci"), case.get("efficiency")
+    if ci and eff and all(isinstance(v, (int, float)) and math.isfinite(v) for v in ci):
+        return max(eff - ci[0], ci[1] - eff) / eff
+    return case.get("noise_rel") or 0.0
+
+
+def refuse_unsound(cases: list[dict[str, Any]]) -> None:
+    """A run with a correctness failure or an injected fault must not become anyone's baseline."""
+    wrong = [c for c in cases if c.get("problems")]
+    if wrong:
+        first = wrong[0]["problems"][0].splitlines()[0]
+        raise ScalegateError(f"refusing to update baselines: {len(wrong)} case(s) failed correctness "
+                             f"({', '.join(c['case_id'] for c in wrong)}); first: {first}",
+                             "fix the failing case and rerun the suite; baselines are written only from a "
+                             "run whose every case agrees with the single-process reference")
+    for case in cases:
+        faults = case.get("spec", {}).get("faults", {})
+        on = sorted(k for k, off in dataclasses.asdict(Faults()).items() if faults.get(k, off) != off)
+        if on:
+            raise ScalegateError(f"refusing to update baselines: {case['case_id']} ran with injected fault(s) "
+                                 f"{', '.join(on)}", "rerun without --scaling-inject-* options")
+
+
 def update_from_run(cases: list[dict[str, Any]], directory: Path, tolerance: float) -> list[str]:
     if not cases:
         raise ScalegateError("the run has no case results to record", "run the suite first, then update")
+    refuse_unsound(cases)
     by_profile: dict[str, list[dict]] = {}
     for case in cases:
         by_profile.setdefault(case["profile"], []).append(case)
