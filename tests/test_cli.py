@@ -95,6 +95,10 @@ def test_compare_fails_an_injected_regression_and_names_it(tmp_path, baseline_di
 
 
 def test_compare_fails_more_bytes_per_step_tightly(tmp_path, baseline_dir):
+    path = baseline_dir / f"{PROFILE}.json"
+    data = json.loads(path.read_text())  # recorded by update-baselines where the run counted bytes; set it here
+    data["cases"]["ddp-cnn-1x2:tiny"]["bytes_per_step"] = {"value": 10e6, "tolerance": 0.05}
+    path.write_text(json.dumps(data))
     run = write_run(tmp_path / "run", make_case(bytes_per_step=10.8e6))
     done = cli("compare", run, "--baseline-dir", baseline_dir)
     assert done.returncode == 1
