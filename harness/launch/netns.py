@@ -8,6 +8,7 @@ creating process's pid, ``sg-<pid>-<seq>[-<tag>]``, so pytest-xdist workers neve
 API::
 
     available() -> str | None            # None when namespaces can be made here, else why not
+                                         # (SCALEGATE_NO_NETNS=1 forces "not available", e.g. to test fallbacks)
     unique_name(tag="") -> str           # "sg-4242-3-n0": unique per process and call
     create(name) / delete(name)          # add with `lo` up / remove (a missing one is fine)
     exec_prefix(name) -> list[str]       # ["ip", "netns", "exec", name]: prepend to an argv
@@ -85,6 +86,8 @@ def run_ip(args: list[str], *, tool: str = "ip", check: bool = True) -> subproce
 def available() -> str | None:
     """None if this process can create namespaces; otherwise the reason (probed once, cached)."""
     global _available
+    if os.environ.get("SCALEGATE_NO_NETNS"):
+        return f"network namespaces disabled (SCALEGATE_NO_NETNS={os.environ['SCALEGATE_NO_NETNS']})"
     if _available is not False:
         return _available  # type: ignore[return-value]
     if shutil.which("ip") is None:

@@ -1,0 +1,84 @@
+"""Emulated nodes for real: two torchrun agents in two network namespaces over a capped link."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+import fixtures
+from harness.errors import LaunchError, SpecError
+from harness.launch import emulated, netns
+from harness.spec import CaseSpec
+
+NO_NETNS = netns.available()
+
+
+def spec_2x1(**changes) -> CaseSpec:
+    preset = fixtures.preset("cnn", "tiny")
+    base = dict(strategy="ddp", model="cnn", preset="tiny", topology="2x1", micro_batch=preset.micro_batch,
+                steps=3, warmup=1, timeout_s=240.0)
+    return CaseSpec(**{**base, **changes})
+
+
+def mine() -> list[str]:
+    return [n for n in netns.list_namespaces() if n.startswith(f"sg-{os.getpid()}-")]
+
+
+def no_workers_left() -> bool:
+    return not any("harness.worker" in " ".join(p.info["cmdline"] or [])
+                   for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and str(os.getpid()) != p.pid
+                   and _descends_from_me(p))
+
+
+def _descends_from_me(proc: psutil.Process) -> bool:
+    try:
+        return any(parent.pid == os.getpid() for parent in proc.parents())
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.skipif(NO_NETNS is not None, reason=f"emulated nodes need network namespaces: {NO_NETNS}")
+def test_two_emulated_nodes_train_over_a_shaped_link_and_leave_nothing(tmp_path):
+    result = emulated.run_case(spec_2x1(), tmp_path / "case", link_rate="200mbit")
+    launch = result.launch
+    assert launch["launcher"] == "emulated" and launch["shaped"] is True and launch["rate"] == "200mbit"
+    assert launch["addresses"] == ["198.18.0.1", "198.18.0.2"]
+    assert {r.node_rank for r in result.ranks} == {0, 1}
+    assert result.ranks[0].grad_check and result.throughput > 0
+    if launch["nodes"]:  # the wire counter (issue 5) reads eth0 in each node: DDP sends ~ its gradient bytes
+        grad_bytes = sum(p.numel() * 4 for p in fixtures.get("cnn")("tiny", 0, None).build_model().parameters())
+        for node in launch["nodes"]:
+            assert 0.9 * grad_bytes < node["tx_bytes_per_step"] < 1.5 * grad_bytes, (node, grad_bytes)
+    assert mine() == [], "the case's namespaces must be removed"
+    assert no_workers_left()
+
+
+@pytest.mark.skipif(NO_NETNS is not None, reason=f"emulated nodes need network namespaces: {NO_NETNS}")
+def test_a_timed_out_case_kills_every_agent_and_removes_its_namespaces(tmp_path):
+    with pytest.raises(LaunchError) as info:  # injected fault: far too short a timeout
+        emulated.run_case(spec_2x1(timeout_s=3.0), tmp_path / "case", link_rate="1gbit")
+    assert "timed out after 3s" in str(info.value) and "HINT" in str(info.value)
+    assert mine() == []
+    assert no_workers_left()
+
+
+def test_without_namespaces_nodes_run_on_loopback_and_say_links_not_shaped(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCALEGATE_NO_NETNS", "1")  # what a non-root user or a box without iproute2 gets
+    result = emulated.run_case(spec_2x1(), tmp_path / "case")
+    assert result.launch["shaped"] is False
+    assert result.launch["note"].startswith("links not shaped: network namespaces disabled")
+    assert {r.node_rank for r in result.ranks} == {0, 1}
+
+
+@pytest.mark.parametrize("text", ["1gbit", "200mbit", "2.5gbit", "100kbit"])
+def test_link_rates_in_tc_syntax_parse(text):
+    assert emulated.parse_rate(text) > 0
+
+
+@pytest.mark.parametrize("text", ["fast", "1 gbit", "0mbit", "100MB", ""])
+def test_a_bad_link_rate_names_the_option(text):
+    with pytest.raises(SpecError) as info:
+        emulated.parse_rate(text)
+    assert "--scaling-link-rate" in str(info.value) and "HINT" in str(info.value)
