@@ -48,7 +48,9 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
 
 def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
     topo = spec.topo
-    reason = strategies.get(spec.strategy).unavailable(topo, host.device, host.devices_per_node)
+    strategy = strategies.get(spec.strategy)
+    reason = (strategy.unavailable(topo, host.device, host.devices_per_node)
+              or strategy.workload_unavailable(fixtures.get(spec.model), topo))
     if reason:
         return reason
     if host.device == "cuda" and topo.per_node > host.devices_per_node:

@@ -59,6 +59,7 @@ class CaseSpec:
     lr: float = 1e-3
     grad_check: bool = True
     timeout_s: float = 300.0
+    microbatches: int = 0  # pipeline strategies: micro-batches per step; 0 = one per stage (world size)
     faults: Faults = field(default_factory=Faults)
 
     def __post_init__(self) -> None:
@@ -79,6 +80,9 @@ class CaseSpec:
             raise SpecError(f"cpu_threads={self.cpu_threads} must be >= 1", "pass --scaling-cpu-threads 1 or more")
         if self.timeout_s <= 0:
             raise SpecError(f"timeout {self.timeout_s}s must be positive", "pass --scaling-timeout 60 or more")
+        if self.microbatches < 0:
+            raise SpecError(f"microbatches={self.microbatches} for {self.case_id} is negative",
+                            "use 0 (one micro-batch per pipeline stage) or a positive count")
         self._check_batch()
 
     def _check_batch(self) -> None:

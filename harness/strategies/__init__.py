@@ -14,6 +14,13 @@ from harness.strategies.base import RankContext, Strategy
 _REGISTRY: dict[str, str] = {
     "single": "harness.strategies.single:Single",
     "ddp": "harness.strategies.ddp:DDP",
+    "dp": "harness.strategies.dp:DP",
+    "fsdp": "harness.strategies.fsdp:FSDP",
+    "fsdp1": "harness.strategies.fsdp1:FSDP1",
+    "hsdp": "harness.strategies.hsdp:HSDP",
+    "zero1-torch": "harness.strategies.zero1_torch:Zero1Torch",
+    "pipeline-gpipe": "harness.strategies.pipeline:GPipe",
+    "pipeline-1f1b": "harness.strategies.pipeline:OneFOneB",
 }
 
 

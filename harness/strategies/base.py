@@ -71,6 +71,14 @@ class Strategy:
             return cls.needs_cuda
         return None
 
+    @classmethod
+    def workload_unavailable(cls, workload: type, topology: "Topology") -> str | None:
+        """Why this strategy cannot run this workload (a ``fixtures.Workload`` subclass) here, or None.
+
+        For strategies that need something from the workload, e.g. pipeline stages to cut.
+        """
+        return None
+
     def __init__(self, ctx: RankContext, spec: "CaseSpec") -> None:
         self.ctx = ctx
         self.spec = spec

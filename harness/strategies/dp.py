@@ -1,0 +1,36 @@
+"""``nn.DataParallel``: one process drives every GPU of the node (the API the source reports used).
+
+Each step scatters the batch over the GPUs, replicates the module onto them, and gathers outputs
+and gradients back on the first GPU: the single-process bottleneck DDP was built to remove. It
+needs at least two CUDA devices visible to one process, so it runs only as a one-process topology.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from harness.strategies.base import Strategy
+
+
+class DP(Strategy):
+    name = "dp"
+    max_world = 1  # one process drives the node's GPUs
+
+    @classmethod
+    def unavailable(cls, topology, device, devices_per_node):
+        if device != "cuda" or devices_per_node < 2:
+            where = "no CUDA device" if device != "cuda" else f"{devices_per_node} CUDA device"
+            return (f"dp (nn.DataParallel) needs >= 2 CUDA devices in one process; this node has {where}")
+        return super().unavailable(topology, device, devices_per_node)
+
+    def setup(self, model, make_optimizer):
+        self.model = model.to(self.ctx.device)
+        self.wrapped = nn.DataParallel(self.model, device_ids=list(range(torch.cuda.device_count())),
+                                       output_device=self.ctx.device)
+        self.optimizer = make_optimizer(self.model.parameters())
+
+    def forward_backward(self, inputs, targets, loss_fn):
+        loss = loss_fn(self.wrapped(inputs), targets)
+        loss.backward()
+        return loss.detach()

@@ -1,0 +1,53 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``): parameters, gradients and optimizer state sharded.
+
+Each block the workload names (``Workload.fsdp_blocks``, default: every direct child with
+parameters) is sharded as its own unit, then the root, so parameters are all-gathered block by
+block during forward/backward instead of all at once. Parameters become DTensors; the full tensors
+for correctness checks are their ``full_tensor()`` (a collective all-gather).
+"""
+
+from __future__ import annotations
+
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+import fixtures
+from harness.strategies.base import Strategy
+
+
+def _full(tensor):
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+class FSDP(Strategy):
+    name = "fsdp"
+    shards = ("params", "grads", "optimizer")
+    # all-gather in forward and backward (1 + 1) + reduce-scatter (1); gloo's reduce-scatter moves an
+    # all-reduce's bytes (2), measured on loopback
+    wire_factor = {"nccl": 3.0, "gloo": 4.0}
+    shards = ("params", "grads", "optimizer")
+
+    def device_mesh(self):
+        """None: FSDP2's default 1-D mesh over the whole world (HSDP overrides this)."""
+        return None
+
+    def setup(self, model, make_optimizer):
+        self.model = model.to(self.ctx.device)
+        workload = fixtures.get(self.spec.model)(self.spec.preset, self.spec.seed)
+        mesh = self.device_mesh()
+        kwargs = {"mesh": mesh} if mesh is not None else {}
+        for block in workload.fsdp_blocks(self.model):
+            fully_shard(block, **kwargs)
+        fully_shard(self.model, **kwargs)
+        self.optimizer = make_optimizer(self.model.parameters())
+
+    def forward_backward(self, inputs, targets, loss_fn):
+        loss = loss_fn(self.model(inputs), targets)
+        loss.backward()
+        return loss.detach()
+
+    def full_gradients(self):
+        return {n: _full(p.grad).detach() for n, p in self.model.named_parameters() if p.grad is not None}
+
+    def full_parameters(self):
+        return {n: _full(p.detach()) for n, p in self.model.named_parameters()}

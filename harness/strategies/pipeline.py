@@ -1,0 +1,112 @@
+"""Pipeline parallelism with ``torch.distributed.pipelining``: GPipe and 1F1B schedules.
+
+Rank i holds stage i of the model, cut at the workload's ``split_points``
+(``Workload.pipeline_stages``); activations flow forward and gradients backward between
+neighbouring ranks. Every rank sees the whole global batch, split into micro-batches (one per
+stage unless the spec says otherwise). The loss, computed only on the last stage, is the mean of
+per-micro-batch means, which equals the single process's mean for equal micro-batches: gradients
+must agree with it like any other strategy's.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+import fixtures
+from harness.errors import SpecError
+from harness.strategies.base import Strategy
+
+
+class Pipeline(Strategy):
+    min_world = 2  # one stage per rank; a single stage is not a pipeline
+    schedule_class: ClassVar[type]
+
+    @classmethod
+    def workload_unavailable(cls, workload, topology):
+        if not workload.supports_pipeline():
+            return f"{cls.name}: workload {workload.name!r} does not implement pipeline_stages() with split_points"
+        if topology.world_size > workload.max_pipeline_stages():
+            return (f"{cls.name}: workload {workload.name!r} can be cut into at most "
+                    f"{workload.max_pipeline_stages()} stages ({len(workload.split_points)} split point(s)), "
+                    f"topology {topology} has {topology.world_size} ranks")
+        return None
+
+    @property
+    def data_rank(self):
+        return 0, 1  # every stage sees the whole global batch; micro-batches split it in time
+
+    @property
+    def is_last(self) -> bool:
+        return self.ctx.rank == self.ctx.world_size - 1
+
+    @property
+    def loss_weight(self):
+        return 1.0 if self.is_last else 0.0
+
+    def setup(self, model, make_optimizer):
+        world, rank = self.ctx.world_size, self.ctx.rank
+        workload = fixtures.get(self.spec.model)(self.spec.preset, self.spec.seed)
+        self.model = model
+        self.names = {id(p): n for n, p in model.named_parameters()}
+        stages = workload.pipeline_stages(model, world)
+        if len(stages) != world:
+            raise SpecError(f"{self.spec.case_id}: workload {workload.name!r} returned {len(stages)} pipeline stages "
+                            f"for {world} ranks", "pipeline_stages(model, n) must return exactly n modules")
+        self.microbatches = self.spec.microbatches or world
+        if self.spec.global_batch_size % self.microbatches:
+            raise SpecError(f"{self.spec.case_id}: global batch {self.spec.global_batch_size} does not split into "
+                            f"{self.microbatches} equal micro-batches",
+                            "pick a micro-batch count that divides the global batch")
+        self.stage_module = stages[rank].to(self.ctx.device)
+        self.stage = PipelineStage(self.stage_module, rank, world, self.ctx.device)
+        self.loss_fn = None  # set per step; the schedule calls it through _loss on the last stage
+        self.schedule = self.schedule_class(self.stage, self.microbatches, loss_fn=self._loss)
+        self.optimizer = make_optimizer(self.stage_module.parameters())
+
+    def _loss(self, output, target):
+        return self.loss_fn(output, target)
+
+    def forward_backward(self, inputs, targets, loss_fn):
+        self.loss_fn = loss_fn
+        if self.ctx.rank == 0:
+            self.schedule.step(inputs)
+            return None
+        if not self.is_last:
+            self.schedule.step()
+            return None
+        losses: list[torch.Tensor] = []
+        self.schedule.step(target=targets, losses=losses, return_outputs=False)
+        return torch.stack([loss.detach() for loss in losses]).mean()
+
+    def _gather(self, grads: bool) -> dict[str, torch.Tensor]:
+        # Each stage's tensors go to every rank, keyed by the full model's names (collective).
+        local = {self.names[id(p)]: (p.grad if grads else p).detach().cpu()
+                 for p in self.stage_module.parameters() if not grads or p.grad is not None}
+        parts: list[dict[str, torch.Tensor]] = [{} for _ in range(self.ctx.world_size)]
+        dist.all_gather_object(parts, local)
+        return {name: tensor for part in parts for name, tensor in part.items()}
+
+    def full_gradients(self):
+        return self._gather(grads=True)
+
+    def state_bytes(self):
+        from harness.state import module_state_bytes  # only this rank's stage is trained here
+
+        return module_state_bytes(list(self.stage_module.parameters()), self.optimizer)
+
+    def full_parameters(self):
+        return self._gather(grads=False)
+
+
+class GPipe(Pipeline):
+    name = "pipeline-gpipe"  # all forwards, then all backwards: simple, holds every micro-batch's activations
+    schedule_class = ScheduleGPipe
+
+
+class OneFOneB(Pipeline):
+    name = "pipeline-1f1b"  # one forward, one backward interleaved: activations of at most W micro-batches
+    schedule_class = Schedule1F1B
