@@ -31,12 +31,13 @@ def speedup_plot(cases: list[dict[str, Any]], path: Path) -> Path:
         if case.get("speedup") is None or spec.get("strategy") == "single":
             continue
         label = f"{spec.get('strategy')} {spec.get('model')} ({spec.get('preset')})"
-        series.setdefault(label, [(1, 1.0)]).append((_world(case), case["speedup"]))
+        series.setdefault(label, []).append((_world(case), case["speedup"]))
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     top = max([w for pts in series.values() for w, _ in pts] + [2])
     ax.plot([1, top], [1, top], "k--", lw=1, label="ideal (speedup = W)")
     for label, points in sorted(series.items()):
-        points = sorted(set(points))
+        # without its own 1x1 case a strategy starts at the single-process reference, speedup 1 by definition
+        points = sorted(set(points if any(w == 1 for w, _ in points) else [(1, 1.0)] + points))
         ax.plot([w for w, _ in points], [s for _, s in points], "o-", label=label)
     ax.set(xlabel="world size W (devices)", ylabel="speedup over 1x1", title="Speedup vs world size")
     ax.set_xticks(sorted({w for pts in series.values() for w, _ in pts} | {1}))
@@ -63,7 +64,8 @@ def efficiency_plot(rows: list[compare.Row], path: Path) -> Path:
                             color="gray", alpha=0.3, lw=0)
     ax.axhline(1.0, color="k", ls="--", lw=1)
     ax.set_xticks(list(xs), [r.case_id for r in rows], rotation=30, ha="right", fontsize=8)
-    ax.set(ylabel="efficiency = speedup / W", title="Efficiency (bar, 95% CI) vs baseline (line, tolerance band)")
+    ax.set(ylabel="efficiency = speedup / W", title="Efficiency (bar, 95% CI) vs baseline (line, tolerance band)\n"
+                                                    "red: regressed or failed, orange: noisy")
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
@@ -71,11 +73,13 @@ def efficiency_plot(rows: list[compare.Row], path: Path) -> Path:
 def memory_plot(cases: list[dict[str, Any]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(cases) + 2), 4.4))
     width = 0.8 / max([_world(c) for c in cases] + [1])
+    labelled: set[int] = set()
     for i, case in enumerate(cases):
         peaks = [r.get("peak_memory_bytes", 0) / 2**20 for r in (case.get("result") or {}).get("ranks", [])]
         for rank, mib in enumerate(peaks):
             ax.bar(i - 0.4 + width * (rank + 0.5), mib, width, color=plt.cm.tab10(rank % 10),
-                   label=f"rank {rank}" if i == 0 or rank >= _world(cases[0]) else None)
+                   label=None if rank in labelled else f"rank {rank}")
+            labelled.add(rank)
     source = next((r.get("memory_source") for c in cases for r in (c.get("result") or {}).get("ranks", [])), "")
     ax.set_xticks(range(len(cases)), [c["case_id"] for c in cases], rotation=30, ha="right", fontsize=8)
     ax.set(ylabel=f"peak MiB ({source or 'memory'})", title="Peak memory per rank")
@@ -114,7 +118,7 @@ def write(cases: list[dict[str, Any]], out_dir: Path, run: str, baseline: Baseli
     page = [f"# scalegate report: {run}", "",
             f"Profile: {cases[0].get('profile', '?')}; commit {cases[0].get('commit', '?')}; "
             f"baseline: {baseline.path if baseline else 'none'}.", "",
-            compare.markdown(rows, run), "## Plots", ""]
+            compare.markdown(rows, "verdicts against the baseline"), "## Plots", ""]
     page += [f"![{p.stem}]({p.name})" for p in plots if p is not None]
     page += ["", "## Projected efficiency at scale (alpha-beta model)", "", extrapolate.markdown(projections, link),
              "", extrapolate.__doc__.strip().replace("\n    ", "\n") if extrapolate.__doc__ else ""]
