@@ -19,6 +19,7 @@ TORCH_REFUSAL = "FSDP needs a non-CPU accelerator device, but no accelerator dev
 
 class FSDP1(Strategy):
     name = "fsdp1"
+    shards = ("params", "grads", "optimizer")  # FULL_SHARD
 
     @classmethod
     def unavailable(cls, topology, device, devices_per_node):
