@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import fixtures
-from harness import baselines, hostinfo, matrix, options, runfiles, strategies, summary, update, verdict
+from harness import baselines, hostinfo, matrix, options, parity, runfiles, strategies, summary, update, verdict
 from harness.errors import ScalegateError
 from harness.session import Outcome, ScalingSession, run_id
 
@@ -50,6 +50,14 @@ def _cases(config: pytest.Config) -> list[matrix.Case]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "parity_case" in metafunc.fixturenames:  # scaling_tests/test_parity.py: front end vs raw PyTorch
+        state = metafunc.config.stash[SESSION]
+        try:
+            pairs = parity.build(state.options, state.host)
+        except ScalegateError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        metafunc.parametrize("parity_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in pairs],
+                             indirect=True)
     if "scaling_case" not in metafunc.fixturenames:
         return
     cases = _cases(metafunc.config)
@@ -89,6 +97,16 @@ def scaling_case(request: pytest.FixtureRequest) -> CaseRunner:
     except ScalegateError as exc:
         pytest.fail(str(exc), pytrace=False)
     return CaseRunner(request.config.stash[SESSION], case, tolerances)
+
+
+@pytest.fixture
+def parity_case(request: pytest.FixtureRequest) -> parity.ParityRunner:
+    case: parity.ParityCase = request.param
+    if case.skip:
+        pytest.skip(case.skip)
+    state = request.config.stash[SESSION]
+    tolerance = state.options.tolerance if state.options.tolerance is not None else parity.THROUGHPUT_TOLERANCE
+    return parity.ParityRunner(case=case, out_dir=state.run_dir / "parity", tolerance=tolerance)
 
 
 def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:

@@ -21,6 +21,12 @@ _REGISTRY: dict[str, str] = {
     "zero1-torch": "harness.strategies.zero1_torch:Zero1Torch",
     "pipeline-gpipe": "harness.strategies.pipeline:GPipe",
     "pipeline-1f1b": "harness.strategies.pipeline:OneFOneB",
+    "deepspeed-zero1": "harness.strategies.deepspeed_zero:DeepSpeedZero1",
+    "deepspeed-zero2": "harness.strategies.deepspeed_zero:DeepSpeedZero2",
+    "deepspeed-zero3": "harness.strategies.deepspeed_zero:DeepSpeedZero3",
+    "fabric-ddp": "harness.strategies.fabric:FabricDDP",
+    "fabric-fsdp": "harness.strategies.fabric:FabricFSDP",
+    "fabric-deepspeed": "harness.strategies.fabric:FabricDeepSpeed",
 }
 
 

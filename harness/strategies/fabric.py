@@ -1,0 +1,88 @@
+"""Lightning Fabric as a second front end: the same training through ``lightning.fabric.Fabric``.
+
+The reports trained through Lightning, so its strategies are measured too, and ``fabric-ddp`` is
+held to parity with raw ``ddp`` (scaling_tests/test_parity.py): Fabric's own overhead is a regression.
+
+Fabric attaches to the process torchrun started: it detects torchelastic's environment, ``launch()``
+creates no processes, and it joins the process group the worker already initialised. Lightning
+refuses FSDP and DeepSpeed without CUDA; those refusals are the skip reasons below, quoted from
+Lightning 2.6 (tests/test_strategies_ds_fabric.py runs them on CPU to keep the quotes true).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from harness.strategies.base import Strategy
+
+
+class FabricStrategy(Strategy):
+    fabric_strategy: ClassVar[str]  # Lightning's strategy name
+    packages = ("lightning",)
+
+    def _launch_fabric(self):
+        from lightning.fabric import Fabric
+
+        fabric = Fabric(
+            accelerator="cuda" if self.ctx.device.type == "cuda" else "cpu",
+            devices=self.ctx.local_world_size, num_nodes=self.ctx.nodes, strategy=self.fabric_strategy,
+            precision="bf16-mixed" if self.spec.dtype == "bf16" else "32-true",
+        )
+        fabric.launch()  # under torchrun: no new processes, reuses the existing process group
+        return fabric
+
+    def setup(self, model, make_optimizer):
+        self.fabric = self._launch_fabric()
+        self.model = model  # Fabric wraps it; its parameters keep the reference names
+        self.wrapped, self.optimizer = self.fabric.setup(model, make_optimizer(model.parameters()))
+
+    def forward_backward(self, inputs, targets, loss_fn):
+        loss = loss_fn(self.wrapped(inputs), targets)
+        self.fabric.backward(loss)
+        return loss.detach()
+
+
+class FabricDDP(FabricStrategy):
+    name = "fabric-ddp"
+    fabric_strategy = "ddp"
+    wire_factor = 2.0  # the same DistributedDataParallel ring all-reduce as ddp
+
+
+class FabricFSDP(FabricStrategy):
+    name = "fabric-fsdp"
+    fabric_strategy = "fsdp"
+    needs_cuda = ("fabric-fsdp: Lightning refuses CPU: \"You selected the FSDP strategy but FSDP is only available "
+                  "on GPU. Set `Fabric(accelerator='gpu', ...)` to continue or select a different strategy.\"")
+
+    def _fsdp_root(self):
+        return self.wrapped._forward_module  # Fabric's FullyShardedDataParallel (use_orig_params=True)
+
+    def full_gradients(self) -> dict[str, Any]:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        with FullyShardedDataParallel.summon_full_params(self._fsdp_root(), with_grads=True, writeback=False):
+            return {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
+
+    def full_parameters(self) -> dict[str, Any]:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        with FullyShardedDataParallel.summon_full_params(self._fsdp_root(), writeback=False):
+            return {n: p.detach().clone() for n, p in self.model.named_parameters()}
+
+
+class FabricDeepSpeed(FabricStrategy):
+    name = "fabric-deepspeed"
+    fabric_strategy = "deepspeed"  # Lightning's default: ZeRO stage 2, the client optimizer allowed
+    packages = ("lightning", "deepspeed")
+    needs_cuda = ("fabric-deepspeed: Lightning refuses CPU: \"The DeepSpeed strategy is only supported on CUDA GPUs "
+                  "but `CPUAccelerator` is used.\"")
+
+    def full_gradients(self) -> dict[str, Any]:
+        from harness.strategies.deepspeed_zero import gathered_gradients
+
+        return gathered_gradients(self.model)
+
+    def full_parameters(self) -> dict[str, Any]:
+        from harness.strategies.deepspeed_zero import gathered_parameters
+
+        return gathered_parameters(self.model)
