@@ -79,12 +79,14 @@ def _split_top(text: str) -> list[str]:
     parts, depth, current = [], 0, ""
     for char in text:
         depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0:
+            break
         if char == "," and depth == 0:
             parts.append(current)
             current = ""
         else:
             current += char
-    if depth != 0:
+    if depth != 0:  # also a "]" before its "["
         raise SpecError(f"unbalanced brackets in SLURM nodelist {text!r}", "expected e.g. node[01-04]")
     return [p for p in parts + [current] if p]
 

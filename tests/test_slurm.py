@@ -1,0 +1,110 @@
+"""SLURM agent mode: pure parsing and detection, then the real thing on the local cluster if it is up."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.errors import SpecError
+from harness.launch import slurm
+from harness.topology import Topology
+
+ROOT = Path(__file__).resolve().parents[1]
+
+STEP = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]",
+        "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "2", "SLURM_CPUS_ON_NODE": "16",
+        "SLURM_GPUS_ON_NODE": "4"}
+
+
+@pytest.mark.parametrize("text, hosts", [
+    ("vm", ["vm"]),
+    ("node[1-3]", ["node1", "node2", "node3"]),
+    ("gpu[007-009,012],login-2", ["gpu007", "gpu008", "gpu009", "gpu012", "login-2"]),
+    ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
+    ("a[9-10]x", ["a9x", "a10x"]),
+])
+def test_nodelists_expand_like_scontrol_show_hostnames(text, hosts):
+    assert slurm.expand_nodelist(text) == hosts
+
+
+@pytest.mark.parametrize("text", ["", "node[1-", "node[a-b]", "node]1["])
+def test_a_malformed_nodelist_is_an_error_with_a_hint(text):
+    with pytest.raises(SpecError) as info:
+        slurm.expand_nodelist(text)
+    assert "HINT" in str(info.value)
+
+
+def test_the_port_is_the_same_everywhere_differs_per_case_and_avoids_ephemeral_ports():
+    a = slurm.case_port("4242", "0", "ddp-cnn-2x1")
+    assert a == slurm.case_port("4242", "0", "ddp-cnn-2x1")
+    ports = {slurm.case_port("4242", "0", f"ddp-cnn-{n}x1") for n in range(1, 40)}
+    assert len(ports) >= 38 and all(12000 <= p < 28000 for p in ports | {a})
+
+
+def test_detection_reads_the_step_environment():
+    env = slurm.detect(STEP)
+    assert env is not None and env.node_id == 1 and env.nodes == ("gpu07", "gpu08") and env.master == "gpu07"
+    assert env.cpus_on_node == 16 and env.gpus_on_node == 4 and env.run_id == "slurm-4242.0"
+    assert slurm.detect({}) is None
+    assert slurm.detect({k: v for k, v in STEP.items() if k != "SLURM_STEP_ID"}) is None  # batch script, not srun
+
+
+def test_more_than_one_task_per_node_is_refused_with_a_hint():
+    with pytest.raises(SpecError) as info:
+        slurm.detect({**STEP, "SLURM_STEP_NUM_TASKS": "8"})
+    assert "--ntasks-per-node=1" in str(info.value)
+
+
+def test_cases_beyond_the_allocation_skip_with_the_same_reason_on_every_node():
+    envs = [slurm.detect({**STEP, "SLURM_NODEID": str(i)}) for i in range(2)]
+    reasons = {slurm.skip_reason(Topology.parse("4x1"), "cpu", e) for e in envs}
+    assert reasons == {"topology 4x1 needs 4 nodes, the SLURM allocation has 2"}
+    assert slurm.skip_reason(Topology.parse("2x8"), "cuda", envs[0]).startswith("topology 2x8 needs 8 processes")
+    assert slurm.skip_reason(Topology.parse("2x4"), "cuda", envs[0]) is None
+    assert slurm.skip_reason(Topology.parse("9x9"), "cpu", None) is None  # not under srun: not SLURM's call
+
+
+def test_the_agent_command_is_a_static_rendezvous_on_the_first_host(tmp_path):
+    import fixtures
+    from harness.spec import CaseSpec
+
+    spec = CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="2x4",
+                    micro_batch=fixtures.preset("cnn", "tiny").micro_batch)
+    env = slurm.detect(STEP)
+    argv = slurm.command(spec, env, tmp_path / "spec.json", tmp_path / "out", tmp_path / "logs")
+    joined = " ".join(argv)
+    assert "--master-addr gpu07" in joined and "--node-rank 1" in joined and "--nnodes 2" in joined
+    assert f"--master-port {slurm.case_port('4242', '0', 'ddp-cnn-2x4')}" in joined
+    assert "--nproc-per-node 4" in joined and "--rdzv-conf" in argv
+
+
+def _cluster_up() -> str | None:
+    if shutil.which("sinfo") is None or shutil.which("srun") is None:
+        return "SLURM is not installed (run slurm/local-cluster.sh start)"
+    done = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
+    if done.returncode != 0 or not any(s.startswith(("idle", "mix", "alloc")) for s in done.stdout.split()):
+        return f"no SLURM node is up (sinfo: {done.stdout.strip() or done.stderr.strip()}); run slurm/local-cluster.sh start"
+    return None
+
+
+@pytest.mark.slow
+def test_srun_pytest_runs_a_ddp_case_as_the_node_agent(tmp_path):
+    reason = _cluster_up()
+    if reason:
+        pytest.skip(reason)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
+    cmd = ["srun", "-N1", "--time=10", str(ROOT / ".venv/bin/pytest"), "scaling_tests", "-p", "no:cacheprovider",
+           "-k", "ddp and cnn and 1x2", "--scaling-models", "cnn", "--scaling-strategies", "ddp",
+           "--scaling-topologies", "1x2", "--scaling-steps", "3", "--scaling-warmup", "1",
+           "--scaling-results-dir", str(tmp_path / "results")]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "ddp-cnn-1x2" in out and " passed" in out and " failed" not in out
+    runs = list((tmp_path / "results").glob("slurm-*"))
+    assert len(runs) == 1 and (runs[0] / "ddp-cnn-1x2.json").exists(), out[-2000:]
+    assert (runs[0] / "ddp-cnn-1x2" / "node0" / "launcher.log").exists()
