@@ -127,6 +127,14 @@ def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
         peak_memory_bytes=[r.peak_memory_bytes for r in result.ranks],
         memory_source=result.ranks[0].memory_source,
     )
+    found = outcome.resources or {}
+    wire = found.get("wire") or {}
+    benchmark.extra_info.update(
+        state_bytes=found.get("state_bytes"), ddp_state_bytes=found.get("ddp_state_bytes"),
+        cuda_memory=found.get("cuda_memory"), cpu_s=found.get("cpu_s"),
+        bytes_per_step=wire.get("bytes_per_step"), analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
+        wire_source=wire.get("source"), wire_unavailable=wire.get("unavailable"),
+    )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

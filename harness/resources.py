@@ -54,6 +54,9 @@ def wire(result: CaseResult) -> dict[str, Any]:
                bytes_per_node=[per_node[n] for n in sorted(per_node)],
                bytes_per_rank=total / result.spec.world_size,
                measured_over_analytic=round(total / (analytic * result.spec.world_size), 4) if analytic else None)
+    if result.spec.topo.nodes > 1:  # a node's link counter sees only inter-node bytes, not its loopback
+        out.update(measured_over_analytic=None,
+                   note="per-node link counters: inter-node bytes only; the analytic volume counts every byte")
     return out
 
 

@@ -26,23 +26,34 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return to_local() if callable(to_local) else t
 
 
-def tensor_bytes(tensors: Iterable[torch.Tensor | None], seen: set | None = None) -> int:
-    """Sum of local bytes, each storage counted once (``seen`` shares de-duplication across calls)."""
-    seen = set() if seen is None else seen
+def tensor_bytes(tensors: Iterable[torch.Tensor | None], seen: dict | None = None) -> int:
+    """Sum of local bytes, every byte of a storage counted once: views into a flat buffer (DeepSpeed's
+    per-parameter gradient partitions) overlap it. ``seen`` shares the de-duplication across calls."""
+    seen = {} if seen is None else seen
     total = 0
     for t in tensors:
         if t is None or not isinstance(t, torch.Tensor):
             continue
         local = local_tensor(t)
+        size = local.numel() * local.element_size()
         try:
-            key = (local.untyped_storage().data_ptr(), local.storage_offset(), local.numel())
+            storage = local.untyped_storage().data_ptr()
+            start = local.storage_offset() * local.element_size()
         except (RuntimeError, NotImplementedError):  # tensors without storage (fake, meta)
-            key = id(local)
-        if key in seen:
-            continue
-        seen.add(key)
-        total += local.numel() * local.element_size()
+            storage, start = id(local), 0
+        total += _claim(seen.setdefault(storage, []), start, start + size)
     return total
+
+
+def _claim(taken: list[tuple[int, int]], start: int, end: int) -> int:
+    """Bytes of [start, end) not yet in ``taken`` (disjoint intervals); merges it in."""
+    covered = sum(max(0, min(b, end) - max(a, start)) for a, b in taken)
+    keep = [(a, b) for a, b in taken if b < start or a > end]
+    merged = [(a, b) for a, b in taken if not (b < start or a > end)]
+    lo = min([start] + [a for a, _ in merged])
+    hi = max([end] + [b for _, b in merged])
+    taken[:] = keep + [(lo, hi)]
+    return end - start - covered
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer | None) -> list[torch.Tensor]:
@@ -60,7 +71,7 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer | None) -> list[torch.Ten
 
 def module_state_bytes(parameters: list[torch.Tensor], optimizer: torch.optim.Optimizer | None) -> dict[str, int]:
     """Generic accounting: the given parameters, their ``.grad``s and the optimizer's state."""
-    seen: set = set()
+    seen: dict = {}
     return {
         "params": tensor_bytes(parameters, seen),
         "grads": tensor_bytes((p.grad for p in parameters), seen),
@@ -88,3 +99,32 @@ def peak_state(*readings: dict[str, int]) -> dict[str, int]:
         for kind, value in reading.items():
             out[kind] = max(out.get(kind, 0), int(value))
     return out
+
+
+def deepspeed_state_bytes(model: torch.nn.Module, optimizer: object) -> dict[str, int]:
+    """DeepSpeed ZeRO keeps its state outside ``param.grad`` and ``optimizer.state``: flat fp32
+    partitions (the master copy and the fp32 gradient copy it steps with, counted as ``master``:
+    DDP has neither), gradient partitions in its own buffers, and, at stage 3, each parameter's
+    partition in ``param.ds_tensor``."""
+    seen: dict = {}
+    params = list(model.parameters())
+    stage3_parts = [getattr(p, "ds_tensor", None) for p in params]
+    held_params = tensor_bytes([p for p in params if getattr(p, "ds_tensor", None) is None] + stage3_parts, seen)
+    masters = list(getattr(optimizer, "single_partition_of_fp32_groups", None) or [])
+    masters += list(getattr(optimizer, "fp32_partitioned_groups_flat", None) or [])
+    grads: list = []
+    for name in ("grads_in_partition", "grad_partitions_flat_buffer"):
+        grads.append(getattr(optimizer, name, None))
+    averaged = getattr(optimizer, "averaged_gradients", None) or {}
+    for group in (averaged.values() if isinstance(averaged, dict) else averaged):
+        grads += list(group or [])
+    grads += [p.grad for p in params]
+    inner = getattr(optimizer, "optimizer", None)
+    held_grads = tensor_bytes(grads, seen)  # first: a master gradient that is a view of these counts once, here
+    return {
+        "params": held_params,
+        "grads": held_grads,
+        "master": tensor_bytes(masters + [getattr(m, "grad", None) for m in masters], seen),
+        "optimizer": tensor_bytes(optimizer_tensors(inner if isinstance(inner, torch.optim.Optimizer)
+                                                    else optimizer), seen),
+    }

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness import baselines
+from harness import baselines, resources
 from harness.errors import ScalegateError
 from harness.hostinfo import commit
 from harness.spec import Faults
@@ -20,7 +20,8 @@ def entries_from_run(cases: list[dict[str, Any]], tolerance: float) -> tuple[dic
     entries, notes = {}, []
     for case in cases:
         if case.get("spec", {}).get("faults", {}).get("delay_ms", 0) or case.get("spec", {}).get(
-                "faults", {}).get("grad_scale", 1.0) != 1.0:
+                "faults", {}).get("grad_scale", 1.0) != 1.0 or case.get("spec", {}).get("faults", {}).get(
+                "extra_allreduce", 0):
             raise ScalegateError(f"{case['case_id']} ran with an injected fault; refusing to record it as a baseline",
                                  "rerun without --scaling-inject-* options")
         if case["status"] not in WRITABLE or not case.get("result"):
@@ -32,7 +33,8 @@ def entries_from_run(cases: list[dict[str, Any]], tolerance: float) -> tuple[dic
             "efficiency": {"value": round(case["efficiency"], 4), "tolerance": tolerance},
             "throughput": {"value": round(result["throughput"], 2), "tolerance": tolerance, "unit": "samples/s"},
             "final_loss": {"value": round(result["losses"][-1], 5), "tolerance": 0.25},
-            "peak_memory_bytes": {"value": peaks, "tolerance": 0.25},
+            "peak_memory_bytes": {"value": peaks, "tolerance": resources.DEFAULT_MEMORY_TOLERANCE},
+            **_resource_entries(case.get("resources") or {}),
             "noise_rel": round(_noise(case), 4),
             "median_step_s": result["median_step_s"],
             "world_size": len(peaks),
@@ -40,6 +42,20 @@ def entries_from_run(cases: list[dict[str, Any]], tolerance: float) -> tuple[dic
                                                case.get("fingerprint", {})),
         }
     return entries, notes
+
+
+def _resource_entries(found: dict[str, Any]) -> dict[str, Any]:
+    """Memory source, state bytes per rank and bytes on the wire per step, where they were measured."""
+    out: dict[str, Any] = {}
+    if found.get("memory_source"):
+        out["memory_source"] = found["memory_source"]
+    if found.get("state_bytes"):
+        out["state_bytes"] = found["state_bytes"]
+    sent = (found.get("wire") or {}).get("bytes_per_step")
+    if sent is not None:
+        out["bytes_per_step"] = {"value": sent, "tolerance": resources.DEFAULT_BYTES_TOLERANCE, "unit": "B/step",
+                                 "source": found["wire"].get("source", "?")}
+    return out
 
 
 def _noise(case: dict[str, Any]) -> float:
