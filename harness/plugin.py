@@ -141,6 +141,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     session = config.stash.get(SESSION, None)
     if session is None or hasattr(config, "workerinput") or not session.run_dir.exists():
         return
+    if session.slurm is not None and session.slurm.node_id > 0:  # under srun node 0 alone reports
+        return
     cases = runfiles.load_run(session.run_dir)
     if not cases:
         return

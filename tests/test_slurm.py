@@ -108,3 +108,35 @@ def test_srun_pytest_runs_a_ddp_case_as_the_node_agent(tmp_path):
     runs = list((tmp_path / "results").glob("slurm-*"))
     assert len(runs) == 1 and (runs[0] / "ddp-cnn-1x2.json").exists(), out[-2000:]
     assert (runs[0] / "ddp-cnn-1x2" / "node0" / "launcher.log").exists()
+
+
+@pytest.mark.slow
+def test_two_agent_nodes_run_a_2x1_case_and_only_node_0_reports(tmp_path):
+    """Agent mode end to end without srun: two pytest 'nodes' on this machine with a step's environment."""
+    job = str(900000 + os.getpid() % 90000)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
+    base.update(SLURM_JOB_ID=job, SLURM_STEP_ID="0", SLURM_JOB_NODELIST="localhost,localhost",
+                SLURM_STEP_NUM_TASKS="2", SLURM_STEP_NUM_NODES="2", SLURM_CPUS_ON_NODE="1")
+    cmd = [str(ROOT / ".venv/bin/pytest"), "scaling_tests/test_scaling.py", "-p", "no:cacheprovider",
+           "--scaling-models", "cnn", "--scaling-strategies", "ddp", "--scaling-topologies", "1x2,2x1",
+           "--scaling-steps", "3", "--scaling-warmup", "1", "--scaling-results-dir", str(tmp_path / "results")]
+    nodes = [subprocess.Popen(cmd, cwd=ROOT, env={**base, "SLURM_NODEID": str(i)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=500)[0] for p in nodes]
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in nodes] == [0, 0], "\n---\n".join(o[-2500:] for o in outs)
+    for out in outs:  # 1x2 needs 2 processes per node and the 'allocation' has 1 CPU per node: same skip
+        assert "topology 1x2 needs 2 processes per node, the allocation has 1 CPUs" in out or "1 skipped" in out
+    assert "scaling results" in outs[0] and "scaling results" not in outs[1]
+    run = tmp_path / "results" / f"slurm-{job}.0"
+    import json
+
+    written = json.loads((run / "ddp-cnn-2x1.json").read_text())
+    assert written["result"]["launch"]["launcher"] == "slurm"
+    assert {r["node_rank"] for r in written["result"]["ranks"]} == {0, 1}
+    assert "ddp-cnn-2x1.json" in [p.name for p in run.glob("*.json")]
+    assert (run / "ddp-cnn-2x1" / "node1" / "launcher.log").exists()
