@@ -50,7 +50,8 @@ def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
     topo = spec.topo
     strategy = strategies.get(spec.strategy)
     reason = (strategy.unavailable(topo, host.device, host.devices_per_node)
-              or strategy.workload_unavailable(fixtures.get(spec.model), topo))
+              or strategy.workload_unavailable(fixtures.get(spec.model), topo)
+              or fixtures.get(spec.model).unavailable())
     if reason:
         return reason
     if host.device == "cuda" and topo.per_node > host.devices_per_node:
