@@ -13,6 +13,7 @@ from harness.launch import emulated, netns
 from harness.spec import CaseSpec
 
 NO_NETNS = netns.available()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def spec_2x1(**changes) -> CaseSpec:
@@ -62,6 +63,36 @@ def test_a_timed_out_case_kills_every_agent_and_removes_its_namespaces(tmp_path)
     assert "timed out after 3s" in str(info.value) and "HINT" in str(info.value)
     assert mine() == []
     assert no_workers_left()
+
+
+@pytest.mark.skipif(NO_NETNS is not None, reason=f"emulated nodes need network namespaces: {NO_NETNS}")
+def test_ctrl_c_during_a_case_removes_its_namespaces_and_processes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys; from pathlib import Path; from tests.test_multinode import spec_2x1;"
+            "from harness.launch import emulated; emulated.run_case(spec_2x1(), Path(sys.argv[1]))")
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "case")], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_of(child.pid)) < 3:  # hub + two nodes
+            time.sleep(0.2)
+        assert len(_of(child.pid)) == 3, netns.list_namespaces()
+        time.sleep(2)  # agents started inside them
+        child.send_signal(signal.SIGINT)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert _of(child.pid) == []
+    leftover = [p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert leftover == []
+
+
+def _of(pid: int) -> list[str]:
+    return [n for n in netns.list_namespaces() if n.startswith(f"sg-{pid}-")]
 
 
 def test_without_namespaces_nodes_run_on_loopback_and_say_links_not_shaped(tmp_path, monkeypatch):
