@@ -26,6 +26,8 @@ def add_options(parser) -> None:
     add("--scaling-default-tolerance", type=float, default=0.10,
         help="tolerance written into new baselines (default: %(default)s)")
     add("--scaling-results-dir", default="results", help="where each run's results go (default: %(default)s)")
+    add("--scaling-data-dir", default=None, help="read real data from this directory instead of synthetic data: "
+                                                 "MNIST idx files, SQuAD JSON + tokenizer/ (default: synthetic)")
     add("--scaling-baseline-dir", default=None, help="baseline directory (default: baselines/ beside conftest.py)")
     add("--scaling-update-baselines", action="store_true", help="write this run's measurements as baselines")
     add("--scaling-require-baseline", action="store_true", help="fail cases that have no baseline")
@@ -63,9 +65,19 @@ class Options:
     seed: int
     dtype: str
     inject_delay_ms: float
+    data_dir: str | None = None  # real datasets instead of synthetic ones (fixtures.data, fixtures.squad)
     link_rate: str = "1gbit"
     inject_slowdown: float = 0.0
     strict: bool = False
+
+
+def _data_dir(text: str | None) -> str | None:
+    if not text:
+        return None
+    if not Path(text).is_dir():
+        raise SpecError(f"--scaling-data-dir {text} is not a directory",
+                        "pass a directory holding MNIST idx files and/or SQuAD JSON with a tokenizer/ folder")
+    return str(Path(text).resolve())  # workers run elsewhere (other cwd, other nodes' agents)
 
 
 def _names(option: str, text: str, known: list[str]) -> tuple[str, ...]:
@@ -134,6 +146,7 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         seed=getoption("--scaling-seed"),
         dtype=getoption("--scaling-dtype"),
         inject_delay_ms=getoption("--scaling-inject-delay-ms"),
+        data_dir=_data_dir(getoption("--scaling-data-dir")),
         link_rate=_link_rate(getoption("--scaling-link-rate")),
         inject_slowdown=getoption("--scaling-inject-slowdown"),
         strict=getoption("--scaling-strict"),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fixtures
 from harness import atomic, baselines, checks, metrics, stats
 from harness.errors import LaunchError, ScalegateError
 from harness.hostinfo import HostInfo, commit
@@ -92,10 +93,10 @@ class ScalingSession:
     def _launch(self, spec: CaseSpec) -> CaseResult:
         case_dir = self.run_dir / spec.case_id
         if self.slurm is not None:  # node 0 of the allocation (the others go through _run_other_node)
-            return slurm_agent.run_agent(spec, case_dir, self.slurm)  # type: ignore[return-value]
+            return slurm_agent.run_agent(spec, case_dir, self.slurm, data_dir=self.options.data_dir)  # type: ignore[return-value]
         if spec.topo.multi_node:
-            return emulated.run_case(spec, case_dir, link_rate=self.options.link_rate)
-        return run_case(spec, case_dir)
+            return emulated.run_case(spec, case_dir, link_rate=self.options.link_rate, data_dir=self.options.data_dir)
+        return run_case(spec, case_dir, data_dir=self.options.data_dir)
 
     def _run_other_node(self, case: Case) -> Outcome:
         """Nodes 1.. of a SLURM allocation run their agent; node 0 judges, writes and records."""
@@ -105,7 +106,8 @@ class ScalingSession:
             return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
                            message=f"node {node} has no part in a {spec.topo.nodes}-node case; node 0 reports it")
         try:
-            slurm_agent.run_agent(spec, self.run_dir / spec.case_id, self.slurm)  # type: ignore[arg-type]
+            slurm_agent.run_agent(spec, self.run_dir / spec.case_id, self.slurm,  # type: ignore[arg-type]
+                                  data_dir=self.options.data_dir)
         except ScalegateError as exc:
             return Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
         return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
@@ -138,7 +140,8 @@ class ScalingSession:
         speedup = metrics.speedup(result.throughput, reference.throughput)
         eff = metrics.efficiency(speedup, spec.world_size)
         noise = metrics.combined_noise(result.noise_rel, reference.noise_rel)
-        problems = tuple(p for p in (checks.agreement(result), checks.convergence(result)) if p)
+        fraction = fixtures.preset(spec.model, spec.preset).convergence_fraction  # the workload's own bar
+        problems = tuple(p for p in (checks.agreement(result), checks.convergence(result, fraction)) if p)
         base_ref = self.baseline.reference(key, "efficiency") if self.baseline else None
         tolerance = self.options.tolerance if self.options.tolerance is not None else (tolerances or {}).get(
             "efficiency")  # the command line wins over the test's marker, which wins over the baseline

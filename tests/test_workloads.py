@@ -245,3 +245,43 @@ def test_squad_reader_errors_name_the_file_and_hint(tmp_path):
     (tmp_path / "train-v1.1.json").write_text(json.dumps({"data": [{"title": "no paragraphs"}]}))
     with pytest.raises(SpecError, match=r"(?s)train-v1\.1\.json: not SQuAD v1\.1/v2\.0 layout.*'paragraphs'"):
         squad.questions(tmp_path / "train-v1.1.json", 5)
+
+
+# --- --scaling-data-dir reaches the workers ------------------------------------------------------
+
+def test_data_dir_option_must_be_a_directory(tmp_path):
+    from harness.options import _data_dir
+
+    assert _data_dir(None) is None and _data_dir(str(tmp_path)) == str(tmp_path.resolve())
+    with pytest.raises(SpecError, match=r"(?s)--scaling-data-dir .*missing is not a directory.*HINT"):
+        _data_dir(str(tmp_path / "missing"))
+
+
+def test_workers_read_the_data_dir_and_report_a_missing_file(tmp_path):
+    """A real one-process launch: the worker looks in the data directory and its SpecError comes back."""
+    from harness.errors import LaunchError
+    from harness.launch import run_case
+    from harness.spec import CaseSpec
+
+    spec = CaseSpec(strategy="single", model="rnn_mnist", preset="tiny", topology="1x1", micro_batch=4, steps=1,
+                    warmup=0, timeout_s=120)
+    empty = tmp_path / "data"
+    empty.mkdir()
+    with pytest.raises(LaunchError, match=r"(?s)train-images-idx3-ubyte not found under .*data.*download the MNIST"):
+        run_case(spec, tmp_path / "bad", data_dir=str(empty))
+    result = run_case(spec, tmp_path / "good", data_dir=str(_mnist_dir(empty, n=8)))
+    assert len(result.losses) == 1
+
+
+def test_bert_qa_freezes_only_parameters_whose_gradient_is_identically_zero():
+    """Softmax shift invariance: key biases, the QA bias and the last LayerNorm bias get rounding noise only."""
+    workload, model = _model("bert_qa")
+    frozen = sorted(n for n, p in model.named_parameters() if not p.requires_grad)
+    assert frozen == ["qa.bert.encoder.layer.0.attention.self.key.bias", "qa.bert.encoder.layer.1.attention.self.key.bias",
+                      "qa.bert.encoder.layer.1.output.LayerNorm.bias", "qa.qa_outputs.bias"]
+    for p in model.parameters():
+        p.requires_grad_(True)
+    x, y = workload.global_batch(0, 16)
+    workload.loss(model(x), y).backward()
+    grads = {n: float(p.grad.abs().max()) for n, p in model.named_parameters()}
+    assert max(grads[n] for n in frozen) < 1e-7 < min(v for n, v in grads.items() if n not in frozen)
