@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import fixtures
-from harness import atomic, baselines, checks, metrics, stats
+from harness import atomic, baselines, checks, metrics, resources, sharding, stats
 from harness.errors import LaunchError, ScalegateError
 from harness.hostinfo import HostInfo, commit
 from harness.launch import emulated, run_case
@@ -40,6 +40,7 @@ class Outcome:
     baseline_efficiency: float | None = None
     problems: tuple[str, ...] = ()
     oversubscribed: bool = False
+    resources: dict[str, Any] = field(default_factory=dict)  # memory, state bytes, bytes on the wire
     efficiency_ci: tuple[float, float] | None = None  # bootstrap 95% interval (harness/stats.py)
     reference_step_times_s: tuple[float, ...] = ()  # so `python -m harness compare` can redo the interval
     tolerances: dict[str, float] = field(default_factory=dict)  # @pytest.mark.scaling_tolerance overrides
@@ -141,7 +142,8 @@ class ScalingSession:
         eff = metrics.efficiency(speedup, spec.world_size)
         noise = metrics.combined_noise(result.noise_rel, reference.noise_rel)
         fraction = fixtures.preset(spec.model, spec.preset).convergence_fraction  # the workload's own bar
-        problems = tuple(p for p in (checks.agreement(result), checks.convergence(result, fraction)) if p)
+        problems = tuple(p for p in (checks.agreement(result), checks.convergence(result, fraction),
+                                     sharding.check(result)) if p)
         base_ref = self.baseline.reference(key, "efficiency") if self.baseline else None
         tolerance = self.options.tolerance if self.options.tolerance is not None else (tolerances or {}).get(
             "efficiency")  # the command line wins over the test's marker, which wins over the baseline
@@ -162,11 +164,15 @@ class ScalingSession:
                 verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-strict)")
             if verdict.status == V.NO_BASELINE and self.options.require_baseline:
                 verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-require-baseline)")
+        if not problems:  # memory and bytes are judged even when timing is not meaningful
+            over = resources.regressions(result, self.baseline, key, f"{key} on {self.profile}")
+            if over and verdict.status != V.FAILED:
+                verdict = V.Verdict(status=V.REGRESSED, message="\n".join(over + [verdict.message]))
         return Outcome(case_id=spec.case_id, key=key, status=verdict.status, message=verdict.message,
                        result=result, speedup=speedup, efficiency=eff, noise_rel=noise,
                        reference_throughput=reference.throughput, problems=problems,
                        baseline_efficiency=base_ref.value if base_ref else None, oversubscribed=case.oversubscribed,
-                       efficiency_ci=(estimate.low, estimate.high),
+                       resources=resources.summary(result), efficiency_ci=(estimate.low, estimate.high),
                        reference_step_times_s=tuple(reference.step_times_s), tolerances=dict(tolerances or {}))
 
     def _write(self, outcome: Outcome, spec: CaseSpec) -> None:
