@@ -93,6 +93,23 @@ def test_cnn_stages_chain_to_the_whole_model_and_share_its_parameters():
     assert {id(p) for stage in stages for p in stage.parameters()} == ids
 
 
+def test_pipeline_stage_wrapper_sends_contiguous_outputs_and_input_gradients():
+    from harness.strategies.pipeline import _Contiguous
+
+    class Transposing(torch.nn.Module):  # like a batch-first LSTM: strided output and input gradient
+        def forward(self, x):
+            return x.transpose(0, 1)[:, -1]
+
+    x = torch.randn(3, 4, 5, requires_grad=True)
+    out = _Contiguous(Transposing())(x)
+    assert out.is_contiguous()
+    (grad,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    assert grad.is_contiguous()
+    (plain,) = torch.autograd.grad(Transposing()(x), x, torch.ones_like(out))
+    assert not plain.is_contiguous()  # what gloo's send/recv would refuse
+    torch.testing.assert_close(grad, plain, rtol=0, atol=0)
+
+
 # --- real jobs --------------------------------------------------------------------------------------
 def small_spec(strategy: str, topology: str) -> CaseSpec:
     # micro-batch 8, one checked step + one more untimed step, one measured: correctness, not speed

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 import fixtures
@@ -62,7 +63,7 @@ class Pipeline(Strategy):
                             f"{self.microbatches} equal micro-batches",
                             "pick a micro-batch count that divides the global batch")
         self.stage_module = stages[rank].to(self.ctx.device)
-        self.stage = PipelineStage(self.stage_module, rank, world, self.ctx.device)
+        self.stage = PipelineStage(_Contiguous(self.stage_module), rank, world, self.ctx.device)
         self.loss_fn = None  # set per step; the schedule calls it through _loss on the last stage
         self.schedule = self.schedule_class(self.stage, self.microbatches, loss_fn=self._loss)
         self.optimizer = make_optimizer(self.stage_module.parameters())
@@ -100,6 +101,34 @@ class Pipeline(Strategy):
 
     def full_parameters(self):
         return self._gather(grads=False)
+
+
+class _ContiguousGrad(torch.autograd.Function):
+    """Identity whose backward makes the gradient contiguous (e.g. a batch-first LSTM's input
+    gradient is a transposed view), since it is sent back to the previous stage."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous()
+
+
+class _Contiguous(nn.Module):
+    """A stage whose outputs and input gradients are contiguous: point-to-point send/recv refuse
+    strided tensors (an RNN's last time step ``out[:, -1]``, a transposed gradient), and the
+    receiving stage allocates its buffers with the sender's strides."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args):
+        args = tuple(_ContiguousGrad.apply(a) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+        out = self.inner(*args)
+        return tuple(t.contiguous() for t in out) if isinstance(out, tuple) else out.contiguous()
 
 
 class GPipe(Pipeline):
