@@ -37,6 +37,9 @@ def add_options(parser) -> None:
                                                            "of this many cores (default: %(default)s)")
     add("--scaling-seed", type=int, default=1234, help="seed for weights and data (default: %(default)s)")
     add("--scaling-dtype", default="fp32", help="fp32 or bf16 (default: %(default)s)")
+    add("--scaling-memory-interval-ms", type=float, default=50.0,
+        help="memory sampler period on every rank; its cost is measured by benchmarks/sampler_overhead.py "
+             "(default: %(default)s)")
     add("--scaling-link-rate", default="1gbit",
         help="bandwidth cap (tc tbf) on each emulated node's link, for NxG with N >= 2 on one machine; "
              "below the intra-node rate on purpose, as on a cluster (default: %(default)s)")
@@ -68,6 +71,7 @@ class Options:
     data_dir: str | None = None  # real datasets instead of synthetic ones (fixtures.data, fixtures.squad)
     link_rate: str = "1gbit"
     inject_slowdown: float = 0.0
+    memory_interval_ms: float = 50.0
     strict: bool = False
 
 
@@ -127,6 +131,9 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
     if getoption("--scaling-update-baselines") and getoption("--scaling-inject-delay-ms") > 0:
         raise SpecError("--scaling-update-baselines with --scaling-inject-delay-ms would record a faulty baseline",
                         "drop one of the two options")
+    if not getoption("--scaling-memory-interval-ms") > 0:
+        raise SpecError(f"--scaling-memory-interval-ms={getoption('--scaling-memory-interval-ms')} must be positive",
+                        "e.g. --scaling-memory-interval-ms 50")
     baseline_dir = getoption("--scaling-baseline-dir")
     return Options(
         strategies=_names("--scaling-strategies", getoption("--scaling-strategies"), strategy_names),
@@ -149,5 +156,6 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         data_dir=_data_dir(getoption("--scaling-data-dir")),
         link_rate=_link_rate(getoption("--scaling-link-rate")),
         inject_slowdown=getoption("--scaling-inject-slowdown"),
+        memory_interval_ms=getoption("--scaling-memory-interval-ms"),
         strict=getoption("--scaling-strict"),
     )

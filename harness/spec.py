@@ -28,6 +28,8 @@ class Faults:
     # sleep this fraction of the step's own measured time inside every step of a multi-rank job:
     # a relative slowdown, the same size on any machine (benchmarks/detection.py measures the gate with it)
     slowdown: float = 0.0
+    # this many extra gradient-sized all-reduces in every step (a duplicated collective: the bytes gate)
+    extra_allreduce: int = 0
 
     def __post_init__(self) -> None:
         if self.delay_ms < 0:
@@ -38,7 +40,8 @@ class Faults:
 
     @property
     def any(self) -> bool:
-        return self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0 or self.slowdown > 0
+        return (self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0 or self.slowdown > 0
+                or self.extra_allreduce > 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +62,7 @@ class CaseSpec:
     lr: float = 1e-3
     grad_check: bool = True
     timeout_s: float = 300.0
+    memory_interval_ms: float = 50.0  # memory sampler period on every rank (--scaling-memory-interval-ms)
     microbatches: int = 0  # pipeline strategies: micro-batches per step; 0 = one per stage (world size)
     faults: Faults = field(default_factory=Faults)
 
@@ -78,6 +82,9 @@ class CaseSpec:
         _one_of("device", self.device, DEVICES, self.case_id)
         if self.cpu_threads < 1:
             raise SpecError(f"cpu_threads={self.cpu_threads} must be >= 1", "pass --scaling-cpu-threads 1 or more")
+        if not self.memory_interval_ms > 0:
+            raise SpecError(f"memory_interval_ms={self.memory_interval_ms} must be positive",
+                            "pass --scaling-memory-interval-ms 50 (or any period > 0)")
         if self.timeout_s <= 0:
             raise SpecError(f"timeout {self.timeout_s}s must be positive", "pass --scaling-timeout 60 or more")
         if self.microbatches < 0:

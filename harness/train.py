@@ -19,7 +19,9 @@ import torch
 
 import fixtures
 from harness import gradcheck, strategies
-from harness.memory import MemorySampler
+from harness import state as model_state
+from harness.memory import MemorySampler, cuda_peaks
+from harness.wire import WireCounter
 from harness.results import RankResult
 from harness.spec import CaseSpec
 from harness.strategies.base import RankContext
@@ -83,6 +85,20 @@ def _inject_grad_fault(spec: CaseSpec, ctx: RankContext, strategy) -> None:
                 param.grad.mul_(spec.faults.grad_scale)
 
 
+def _inject_comm_fault(spec: CaseSpec, full_state: dict[str, int]) -> None:
+    """Injected fault: extra gradient-sized all-reduces every step (a duplicated collective)."""
+    import torch.distributed as dist
+
+    if spec.faults.extra_allreduce and dist.is_initialized():
+        buffer = torch.zeros(full_state["params"] // 4, device=_comm_device())
+        for _ in range(spec.faults.extra_allreduce):
+            dist.all_reduce(buffer)
+
+
+def _comm_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
 def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> RankResult:
     started = time.perf_counter()
     workload = fixtures.get(spec.model)(spec.preset, spec.seed, data_dir)
@@ -90,6 +106,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
     model = workload.build_model()
     reference = Reference(model, spec, ctx.device, workload.loss) if spec.grad_check else None
     strategy = strategies.get(spec.strategy)(ctx, spec)
+    full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
     strategy.setup(model, make_optimizer_factory(spec))
     unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
     delay_s = spec.faults.delay_ms / 1000 if ctx.world_size > 1 else 0.0
@@ -99,13 +116,18 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
     warmup_losses: list[float] = []
     check: dict[str, Any] = {}
     process = psutil.Process()
-    sampler = MemorySampler(ctx.device.type, ctx.device.index)
+    sampler = MemorySampler(ctx.device.type, ctx.device.index, interval_s=spec.memory_interval_ms / 1000)
+    wire = WireCounter()
+    held: dict[str, int] = {}
     for step in range(unmeasured + spec.steps):
         if step == unmeasured:
             if reference is not None:
                 check["params"] = gradcheck.compare(strategy.full_parameters(), reference.parameters())
                 check["param_steps"] = unmeasured
                 reference = None
+            wire.start()  # barrier-aligned counter reading: the window holds exactly the measured steps
+            if ctx.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(ctx.device)
             cpu0 = process.cpu_times()
             sampler.__enter__()
         inputs, targets = workload.global_batch(step, spec.global_batch_size)
@@ -119,10 +141,15 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
             ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device))
             if step == 0:
                 check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
+        if step == unmeasured + spec.steps - 1:  # gradients exist only until the optimizer step
+            t_state = time.perf_counter()
+            held = strategy.state_bytes()
+            t0 += time.perf_counter() - t_state  # bookkeeping is not the step's time
         if step == spec.faults.skip_step and ctx.rank == spec.faults.skip_step_rank:
             strategy.optimizer.zero_grad(set_to_none=True)  # injected fault: this rank misses an update
         else:
             strategy.optimizer_step()
+        _inject_comm_fault(spec, full_state)
         if delay_s:
             time.sleep(delay_s)
         if slowdown:  # relative to this step's own time, so the fault is the same size on any machine
@@ -138,6 +165,8 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
             warmup_losses.append(value)
     sampler.__exit__(None, None, None)
     cpu1 = process.cpu_times()
+    wire.stop()
+    held = model_state.peak_state(held, strategy.state_bytes())
     strategy.teardown()
     return RankResult(
         rank=ctx.rank, world_size=ctx.world_size, node_rank=ctx.node_rank, host=socket.gethostname(),
@@ -145,4 +174,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
         loss_weight=strategy.loss_weight, peak_memory_bytes=sampler.peak_bytes, memory_source=sampler.source,
         cpu_user_s=cpu1.user - cpu0.user, cpu_system_s=cpu1.system - cpu0.system,
         wall_s=time.perf_counter() - started, grad_check=check or None,
+        memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
+        state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
+        wire=wire.result(spec.steps),
     )

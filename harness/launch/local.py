@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import LaunchError
-from harness.launch import process
+from harness.launch import process, wirecount
 from harness.results import CaseResult, RankResult, aggregate
 from harness.spec import CaseSpec
 
@@ -51,8 +51,9 @@ def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = No
     spec_path = spec.write(case_dir / "spec.json")
     out_dir = case_dir / "ranks"
     argv = launcher.command(spec, spec_path, out_dir, process.free_port(), case_dir / "logs")
-    done = process.run(argv, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
-                       env=launcher.environment(spec, data_dir))
+    with wirecount.private_network(spec) as (prefix, wire_env):  # its own loopback counts its bytes
+        done = process.run(prefix + argv, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
+                           env={**launcher.environment(spec, data_dir), **wire_env})
     if done.timed_out:
         raise LaunchError(f"{spec.case_id} timed out after {spec.timeout_s:.0f}s; every process was killed",
                           f"raise --scaling-timeout, or read the rank logs under {case_dir / 'logs'}")
