@@ -35,6 +35,12 @@ echo "torch==${tv%%+*}${tv#${tv%%+*}}" > "$pin"
 if ! "$VPY" -c 'import deepspeed' >/dev/null 2>&1; then
   DS_BUILD_OPS=0 "${PIP[@]}" -c "$pin" --no-build-isolation "deepspeed==$DEEPSPEED_VERSION"
 fi
+# On CPU, DeepSpeed's first job JIT-builds a shared-memory comm op (~65 s on 2 cores, cached under
+# ~/.cache/torch_extensions): build it here once rather than inside the first DeepSpeed case.
+# The same call DeepSpeed makes; it does nothing where the accelerator has no such op (CUDA).
+echo "setup: warming DeepSpeed's CPU comm op (first time ~1 min)"
+"$VPY" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null 2>&1 \
+  || echo "setup: WARNING: DeepSpeed could not build its CPU comm op; its first job will try again" >&2
 "$VPY" - <<'PY'
 import torch, deepspeed, lightning, transformers, pytest_benchmark
 print(f"setup: torch {torch.__version__} (cuda={torch.cuda.is_available()}), deepspeed {deepspeed.__version__}, "

@@ -97,12 +97,16 @@ def loss_problem(case_id: str, candidate: CaseResult, baseline: CaseResult, atol
 
 
 def throughput_problem(case_id: str, candidate: CaseResult, baseline: CaseResult, tolerance: float) -> str | None:
-    """The candidate may be at most ``tolerance`` slower than the baseline, beyond the noise band."""
+    """The candidate may be at most ``tolerance`` slower than the baseline, beyond the noise band.
+
+    As in ``harness.verdict``: a regression only when even the top of the ratio's noise band,
+    ratio * (1 + noise), is below 1 - tolerance.
+    """
     ratio = candidate.throughput / baseline.throughput
     noise = metrics.combined_noise(candidate.noise_rel, baseline.noise_rel)
-    shortfall = 1.0 - ratio
-    if shortfall <= tolerance or shortfall <= noise:
+    if ratio * (1 + noise) >= 1 - tolerance:
         return None
+    shortfall = 1.0 - ratio
     cs, bs = candidate.spec.strategy, baseline.spec.strategy
     return (f"throughput parity failed [{case_id}]: {cs} {candidate.throughput:.1f} samples/s is {shortfall:.1%} "
             f"below {bs} {baseline.throughput:.1f} samples/s (tolerance {tolerance:.0%}, noise ±{noise:.1%}): "

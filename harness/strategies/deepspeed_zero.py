@@ -8,7 +8,7 @@ accepts an optimizer of its own unless ``zero_allow_untested_optimizer`` is set.
 The engine reuses the process group the worker created (torchrun's env:// rendezvous): DeepSpeed's
 ``init_distributed`` sees ``torch.distributed`` initialised and only wraps it. On CPU its first job on
 a machine JIT-builds a shared-memory comm op into ``~/.cache/torch_extensions`` (about a minute;
-warm it once, see README); training collectives still go through the gloo process group.
+setup.sh warms it once); training collectives still go through the gloo process group.
 """
 
 from __future__ import annotations

@@ -1,0 +1,128 @@
+"""DeepSpeed ZeRO and Lightning Fabric strategies: readable skip reasons where Lightning refuses CPU,
+real 1x2 jobs that agree with a single process, and the fabric-ddp vs ddp parity gate firing on
+injected faults. DeepSpeed needs ~10 s to start a job, so each strategy runs exactly once."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from harness import checks, parity, strategies, tolerances
+from harness.launch import run_case
+from harness.spec import CaseSpec, Faults
+from harness.topology import Topology
+
+FP32 = tolerances.for_dtype("fp32")
+CNN_PARAMETERS = 8
+
+
+def reason(name: str, topology: str = "1x2", device: str = "cpu", devices_per_node: int = 0) -> str | None:
+    return strategies.get(name).unavailable(Topology.parse(topology), device, devices_per_node)
+
+
+def small_spec(strategy: str, **changes) -> CaseSpec:
+    # one checked step + one more untimed step, two measured: correctness, not speed
+    spec = CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=8,
+                    steps=2, warmup=2, timeout_s=240)
+    return spec.replace(**changes)
+
+
+def assert_agrees(result) -> None:
+    assert checks.agreement(result) is None, checks.agreement(result)
+    for rank in result.ranks:
+        for kind, bound in (("grads", FP32.grad_rel), ("params", FP32.param_rel)):
+            report = rank.grad_check[kind]
+            assert not report["missing"] and not report["extra"], (kind, report["missing"], report["extra"])
+            assert len(report["errors"]) == CNN_PARAMETERS  # every parameter, under the reference's names
+            assert report["errors"][report["worst"]]["rel"] <= bound, (kind, rank.rank, report["worst"])
+
+
+# --- skip reasons -----------------------------------------------------------------------------------
+LIGHTNING_FSDP = ("You selected the FSDP strategy but FSDP is only available on GPU. "
+                  "Set `Fabric(accelerator='gpu', ...)` to continue or select a different strategy.")
+LIGHTNING_DEEPSPEED = "The DeepSpeed strategy is only supported on CUDA GPUs but `CPUAccelerator` is used."
+
+
+def test_fabric_fsdp_and_deepspeed_skip_on_cpu_with_lightnings_reason():
+    assert reason("fabric-fsdp") == f'fabric-fsdp: Lightning refuses CPU: "{LIGHTNING_FSDP}"'
+    assert reason("fabric-deepspeed") == f'fabric-deepspeed: Lightning refuses CPU: "{LIGHTNING_DEEPSPEED}"'
+    for name in ("fabric-fsdp", "fabric-deepspeed"):
+        assert reason(name, "1x2", "cuda", 2) is None
+    for name in ("fabric-ddp", "deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3"):
+        assert reason(name) is None and reason(name, "1x1") is None
+
+
+def test_the_quoted_refusals_are_what_lightning_really_says():
+    # In a child process: Fabric.launch() sets distributed environment variables in its process.
+    probe = ("from lightning.fabric import Fabric\n"
+             "for name in ('fsdp', 'deepspeed'):\n"
+             "    try:\n"
+             "        Fabric(accelerator='cpu', devices=1, strategy=name).launch()\n"
+             "    except (ValueError, RuntimeError) as exc:\n"
+             "        print('REFUSED', exc)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180)
+    refusals = [line.removeprefix("REFUSED ") for line in done.stdout.splitlines() if line.startswith("REFUSED ")]
+    assert refusals == [LIGHTNING_FSDP, LIGHTNING_DEEPSPEED], done.stdout + done.stderr[-2000:]
+
+
+def test_deepspeed_config_follows_the_spec():
+    from harness.strategies.base import RankContext
+
+    ctx = RankContext(rank=0, world_size=2, local_rank=0, local_world_size=2, node_rank=0, device=None)
+    zero3 = strategies.get("deepspeed-zero3")(ctx, small_spec("deepspeed-zero3", dtype="bf16", micro_batch=16))
+    config = zero3.config()
+    assert config["train_micro_batch_size_per_gpu"] == 16 and config["gradient_accumulation_steps"] == 1
+    assert config["zero_optimization"] == {"stage": 3} and config["bf16"] == {"enabled": True}
+    assert config["zero_allow_untested_optimizer"] is True  # the reference's own torch AdamW
+    zero1 = strategies.get("deepspeed-zero1")(ctx, small_spec("deepspeed-zero1"))
+    assert zero1.config()["zero_optimization"] == {"stage": 1} and zero1.config()["bf16"] == {"enabled": False}
+
+
+# --- real jobs --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ["deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3"])
+def test_deepspeed_agrees_with_a_single_process_on_two_ranks(strategy, tmp_path):
+    assert_agrees(run_case(small_spec(strategy), tmp_path / "case"))
+
+
+def pair_spec(strategy: str, **changes) -> CaseSpec:
+    # five measured steps, so the median step time has a noise band narrow enough to judge
+    return small_spec(strategy, steps=5, **changes)
+
+
+@pytest.fixture(scope="module")
+def ddp_pair(tmp_path_factory):
+    """ddp and fabric-ddp on the same spec, shared by the agreement and parity tests."""
+    out = tmp_path_factory.mktemp("pair")
+    return run_case(pair_spec("ddp"), out / "ddp"), run_case(pair_spec("fabric-ddp"), out / "fabric-ddp")
+
+
+def test_fabric_ddp_agrees_and_matches_ddp_loss_for_loss(ddp_pair):
+    ddp, fabric = ddp_pair
+    assert_agrees(fabric)
+    problem, diff = parity.loss_problem("parity-test", fabric, ddp)
+    assert problem is None and diff == 0.0  # the same DistributedDataParallel underneath: bitwise equal
+
+
+def test_parity_gate_fires_on_a_skipped_update_and_a_slowdown(ddp_pair, tmp_path):
+    ddp, _ = ddp_pair
+    # rank 1 misses its first update (its losses drift from ddp's), and every step takes 5x as long
+    faulty = run_case(pair_spec("fabric-ddp", faults=Faults(skip_step=0, skip_step_rank=1, slowdown=4.0)),
+                      tmp_path / "faulty")
+    problem, diff = parity.loss_problem("parity-fabric-ddp-vs-ddp-cnn-1x2", faulty, ddp)
+    assert diff > parity.LOSS_ATOL
+    assert re.match(r"loss parity failed \[parity-fabric-ddp-vs-ddp-cnn-1x2\] rank \d step [1-3]: fabric-ddp loss "
+                    r"[\d.]+ vs ddp loss [\d.]+, difference ", problem), problem
+    assert "> 1e-06 (fp32, same seed and data): fabric-ddp does not compute what ddp computes" in problem
+    slow = parity.throughput_problem("parity-fabric-ddp-vs-ddp-cnn-1x2", faulty, ddp, parity.THROUGHPUT_TOLERANCE)
+    assert slow is not None, (faulty.throughput, ddp.throughput, faulty.noise_rel, ddp.noise_rel)
+    assert slow.startswith("throughput parity failed [parity-fabric-ddp-vs-ddp-cnn-1x2]: fabric-ddp ")
+    assert "samples/s (tolerance 10%, noise ±" in slow and "framework overhead is a regression" in slow
+
+
+def test_parity_cases_are_listed_per_workload_on_1x2_and_selectable(suite):
+    done = suite("--collect-only", "-k", "parity and cnn", "--scaling-models", "cnn")
+    assert "test_parity.py::test_parity[parity-fabric-ddp-vs-ddp-cnn-1x2]" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.count("test_parity[") == 1, done.stdout  # 1x2 only, one workload selected
