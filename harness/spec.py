@@ -30,6 +30,7 @@ class Faults:
     slowdown: float = 0.0
     # this many extra gradient-sized all-reduces in every step (a duplicated collective: the bytes gate)
     extra_allreduce: int = 0
+    hold_memory_mb: int = 0  # every rank holds this much more memory through the measured steps (memory gate)
 
     def __post_init__(self) -> None:
         if self.delay_ms < 0:
@@ -41,7 +42,7 @@ class Faults:
     @property
     def any(self) -> bool:
         return (self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0 or self.slowdown > 0
-                or self.extra_allreduce > 0)
+                or self.extra_allreduce > 0 or self.hold_memory_mb > 0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -95,6 +95,12 @@ def _inject_comm_fault(spec: CaseSpec, full_state: dict[str, int]) -> None:
             dist.all_reduce(buffer)
 
 
+def _inject_memory_fault(spec: CaseSpec) -> torch.Tensor | None:
+    """Injected fault: memory held through the measured steps (written, so its pages are resident)."""
+    mb = spec.faults.hold_memory_mb
+    return torch.ones(mb << 18, device=_comm_device()) if mb else None
+
+
 def _comm_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
@@ -130,6 +136,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
                 torch.cuda.reset_peak_memory_stats(ctx.device)
             cpu0 = process.cpu_times()
             sampler.__enter__()
+            ballast = _inject_memory_fault(spec)
         inputs, targets = workload.global_batch(step, spec.global_batch_size)
         local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
         _sync(ctx.device)
@@ -164,6 +171,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
         else:
             warmup_losses.append(value)
     sampler.__exit__(None, None, None)
+    ballast = None
     cpu1 = process.cpu_times()
     wire.stop()
     held = model_state.peak_state(held, strategy.state_bytes())

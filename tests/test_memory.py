@@ -17,7 +17,7 @@ from harness import sharding
 from harness.errors import SpecError
 from harness.launch import run_case
 from harness.memory import MAX_TIMELINE_POINTS, MemorySampler, downsample
-from harness.spec import CaseSpec
+from harness.spec import CaseSpec, Faults
 
 
 def fake_pynvml(used_by_us: int | None, device_used: int, pid: int) -> types.ModuleType:
@@ -167,3 +167,22 @@ def test_state_bytes_count_every_byte_of_a_storage_once():
     assert tensor_bytes([torch.zeros(3), torch.zeros(3), None]) == 24
     seen: dict = {}
     assert tensor_bytes([flat], seen) == 400 and tensor_bytes([flat[10:20]], seen) == 0  # shared across kinds
+
+
+def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, tmp_path):
+    from harness import baselines, resources
+
+    key, where = "ddp-cnn-1x2:tiny", "ddp-cnn-1x2:tiny on cpu-test"
+    entry = {"peak_memory_bytes": {"value": [r.peak_memory_bytes for r in ddp_result.ranks],
+                                   "tolerance": resources.DEFAULT_MEMORY_TOLERANCE}, "memory_source": "rss"}
+    baselines.update(tmp_path / "baselines", "cpu-test", {}, {key: entry})
+    base = baselines.load(tmp_path / "baselines", "cpu-test")
+    assert resources.regressions(ddp_result, base, key, where) == []
+    # Injected fault: every rank holds 400 MiB more through the measured steps.
+    faulty = run_case(spec("ddp").replace(faults=Faults(hold_memory_mb=400)), tmp_path / "faulty")
+    problems = resources.regressions(faulty, base, key, where)
+    assert len(problems) == 2, problems
+    for rank, line in zip(faulty.ranks, problems):
+        assert line.startswith(f"peak memory of rank {rank.rank} {rank.peak_memory_bytes / 2**20:.1f} MiB is above "
+                               f"baseline {ddp_result.ranks[rank.rank].peak_memory_bytes / 2**20:.1f} MiB")
+        assert line.endswith(f"(tolerance 25%, source rss) [{where}]")
