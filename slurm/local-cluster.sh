@@ -13,6 +13,7 @@ set -euo pipefail
 
 DIR=${SLURM_LOCAL_DIR:-/var/lib/scalegate-slurm}
 CONF=/etc/slurm/slurm.conf
+export SLURM_CONF=$CONF  # this cluster's daemons and sinfo, whatever the caller had
 HOST=$(hostname -s)
 
 log() { echo "local-cluster: $*" >&2; }
