@@ -61,7 +61,7 @@ def load(directory: Path, profile: str) -> BaselineFile | None:
     fix = f"restore it with `git checkout -- {path}` or rewrite it with --scaling-update-baselines"
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # RecursionError: absurd nesting
         raise BaselineError(f"baseline file {path} is not valid JSON: {exc}", fix) from None
     if not isinstance(data, dict):
         raise BaselineError(f"baseline file {path}: top level is {type(data).__name__}, expected an object", fix)

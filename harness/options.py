@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import SpecError
+from harness.spec import FAULT_SYNTAX, SCALINGS, parse_fault
 from harness.topology import Topology
 
 DEFAULT_TOPOLOGIES = "1x1,1x2,1x4"
@@ -47,6 +49,12 @@ def add_options(parser) -> None:
         help="FAULT INJECTION: sleep this long in every step of multi-rank jobs (default: off)")
     add("--scaling-inject-slowdown", type=float, default=0.0,
         help="FAULT INJECTION: make every multi-rank step this fraction slower, e.g. 0.1 (default: off)")
+    add("--scaling-inject-fault", action="append", default=[], metavar="FAULT",
+        help=f"FAULT INJECTION, repeatable: {FAULT_SYNTAX}; steps count from 0, warm-up included (default: off)")
+    add("--scaling-scaling", default="weak", help="weak: fixed micro-batch per rank; strong: fixed global batch "
+                                                  "(needs --scaling-global-batch) (default: %(default)s)")
+    add("--scaling-global-batch", type=int, default=None,
+        help="global batch for --scaling-scaling strong; must divide by every world size run (default: none)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,8 +79,11 @@ class Options:
     data_dir: str | None = None  # real datasets instead of synthetic ones (fixtures.data, fixtures.squad)
     link_rate: str = "1gbit"
     inject_slowdown: float = 0.0
-    memory_interval_ms: float = 50.0
     strict: bool = False
+    memory_interval_ms: float = 50.0
+    inject_faults: tuple[tuple[str, int], ...] = ()  # Faults field values from --scaling-inject-fault
+    scaling: str = "weak"
+    global_batch: int | None = None
 
 
 def _data_dir(text: str | None) -> str | None:
@@ -102,6 +113,56 @@ def _link_rate(text: str) -> str:
     return text.strip().lower()
 
 
+def _optional(getoption, name: str, default):
+    try:  # callers that predate an option (fakes in tests) get its default
+        return getoption(name)
+    except (KeyError, ValueError, AttributeError):
+        return default
+
+
+def _faults(getoption) -> tuple[tuple[str, int], ...]:
+    texts = [t for item in _optional(getoption, "--scaling-inject-fault", []) or [] for t in str(item).split(";")]
+    values: dict[str, int] = {}
+    for text in filter(str.strip, texts):
+        parsed = parse_fault(text)
+        clash = sorted(set(parsed) & set(values))
+        if clash:
+            raise SpecError(f"--scaling-inject-fault {text!r} repeats a fault already given ({clash[0]})",
+                            "inject each kind of fault once per run")
+        values.update(parsed)
+    if values and getoption("--scaling-update-baselines"):
+        raise SpecError("--scaling-update-baselines with --scaling-inject-fault would record a faulty baseline",
+                        "drop one of the two options")
+    return tuple(sorted(values.items()))
+
+
+def _scaling(getoption, topologies: list[str]) -> tuple[str, int | None]:
+    scaling = _optional(getoption, "--scaling-scaling", "weak")
+    batch = _optional(getoption, "--scaling-global-batch", None)
+    if scaling not in SCALINGS:
+        raise SpecError(f"--scaling-scaling={scaling!r} is not one of {', '.join(SCALINGS)}",
+                        "pass --scaling-scaling weak (default) or --scaling-scaling strong --scaling-global-batch N")
+    if scaling == "strong" and (batch is None or batch < 1):
+        raise SpecError(f"--scaling-scaling strong needs --scaling-global-batch N >= 1, got {batch}",
+                        "e.g. --scaling-scaling strong --scaling-global-batch 64")
+    for topology in topologies if scaling == "strong" else ():
+        world = Topology.parse(topology).world_size
+        if batch % world:
+            raise SpecError(f"--scaling-global-batch {batch} does not divide by world size {world} of topology "
+                            f"{topology} (--scaling-topologies)",
+                            f"use a multiple of every world size run, e.g. {_lcm_multiple(batch, topologies)}, "
+                            "or drop that topology")
+    if scaling == "weak" and batch is not None:
+        raise SpecError(f"--scaling-global-batch {batch} conflicts with weak scaling (the global batch grows with "
+                        "the world size)", "add --scaling-scaling strong, or drop --scaling-global-batch")
+    return scaling, batch
+
+
+def _lcm_multiple(batch: int, topologies: list[str]) -> int:
+    step = math.lcm(*(Topology.parse(t).world_size for t in topologies))
+    return max(step, batch // step * step)
+
+
 def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list[str]) -> Options:
     topologies = []
     for text in getoption("--scaling-topologies").split(","):
@@ -116,12 +177,14 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         value = getoption(option)
         if value is not None and not 0 <= value < 1:
             raise SpecError(f"{option}={value} is not a fraction in [0, 1)", f"e.g. {option} 0.1 for 10%")
-    if getoption("--scaling-timeout") <= 0:
-        raise SpecError(f"--scaling-timeout={getoption('--scaling-timeout')} must be positive", "e.g. 300")
+    if not 0 < getoption("--scaling-timeout") < math.inf:  # nan and inf fail too
+        raise SpecError(f"--scaling-timeout={getoption('--scaling-timeout')} must be a positive number of seconds",
+                        "e.g. --scaling-timeout 300")
     if getoption("--scaling-dtype") not in ("fp32", "bf16"):
         raise SpecError(f"--scaling-dtype={getoption('--scaling-dtype')!r} is not fp32 or bf16", "pick fp32 or bf16")
-    if getoption("--scaling-inject-delay-ms") < 0:
-        raise SpecError("--scaling-inject-delay-ms is negative", "pass a delay >= 0")
+    if not 0 <= getoption("--scaling-inject-delay-ms") < math.inf:
+        raise SpecError(f"--scaling-inject-delay-ms={getoption('--scaling-inject-delay-ms')} is not a delay >= 0",
+                        "pass a delay in milliseconds >= 0")
     if not 0 <= getoption("--scaling-inject-slowdown") <= 10:
         raise SpecError(f"--scaling-inject-slowdown={getoption('--scaling-inject-slowdown')} is not in [0, 10]",
                         "pass a fraction, e.g. 0.1 for 10% slower steps")
@@ -135,6 +198,7 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         raise SpecError(f"--scaling-memory-interval-ms={getoption('--scaling-memory-interval-ms')} must be positive",
                         "e.g. --scaling-memory-interval-ms 50")
     baseline_dir = getoption("--scaling-baseline-dir")
+    scaling, global_batch = _scaling(getoption, topologies)
     return Options(
         strategies=_names("--scaling-strategies", getoption("--scaling-strategies"), strategy_names),
         models=_names("--scaling-models", getoption("--scaling-models"), model_names),
@@ -156,6 +220,9 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         data_dir=_data_dir(getoption("--scaling-data-dir")),
         link_rate=_link_rate(getoption("--scaling-link-rate")),
         inject_slowdown=getoption("--scaling-inject-slowdown"),
-        memory_interval_ms=getoption("--scaling-memory-interval-ms"),
         strict=getoption("--scaling-strict"),
+        memory_interval_ms=getoption("--scaling-memory-interval-ms"),
+        inject_faults=_faults(getoption),
+        scaling=scaling,
+        global_batch=global_batch,
     )

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import fixtures
-from harness import baselines, hostinfo, matrix, options, parity, runfiles, strategies, summary, update, verdict
+from harness import (baselines, hostinfo, matrix, options, parity, runfiles, runstate, strategies, summary, update,
+                     verdict)
 from harness.errors import ScalegateError
 from harness.session import Outcome, ScalingSession, run_id
 
@@ -35,6 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ScalegateError as exc:
         raise pytest.UsageError(str(exc)) from None
     run_dir = opts.results_dir / run_id()
+    runstate.install_sigterm(run_dir)  # SLURM's time limit: clean up as for Ctrl-C, and mark the run partial
     config.stash[SESSION] = ScalingSession(options=opts, host=host, run_dir=run_dir, baseline=baseline)
 
 
@@ -91,6 +93,7 @@ def scaling_case(request: pytest.FixtureRequest) -> CaseRunner:
     case: matrix.Case = request.param
     if case.skip:
         pytest.skip(case.skip)
+    runstate.mark_running(request.config.stash[SESSION].run_dir)
     marker = request.node.get_closest_marker("scaling_tolerance")
     try:
         tolerances = verdict.tolerance_overrides(marker.args, marker.kwargs) if marker else {}
@@ -168,6 +171,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(SESSION, None)
     if state is None or hasattr(session.config, "workerinput") or not state.run_dir.exists():
         return
+    runstate.mark_finished(state.run_dir, exitstatus, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     latest = state.run_dir.parent / "latest"
     try:
         if latest.is_symlink() or latest.exists():

@@ -28,6 +28,13 @@ class Faults:
     # sleep this fraction of the step's own measured time inside every step of a multi-rank job:
     # a relative slowdown, the same size on any machine (benchmarks/detection.py measures the gate with it)
     slowdown: float = 0.0
+    # reliability faults (--scaling-inject-fault); -1 = off. Steps count from 0 over every step, warm-up included.
+    hang_rank: int = -1  # this rank sleeps forever at hang_step (a collective that never completes)
+    hang_step: int = 0
+    crash_rank: int = -1  # this rank raises at crash_step
+    crash_step: int = 0
+    no_result_rank: int = -1  # this rank exits 0 without writing its result
+    bad_result_rank: int = -1  # this rank writes a malformed result file
     # this many extra gradient-sized all-reduces in every step (a duplicated collective: the bytes gate)
     extra_allreduce: int = 0
     hold_memory_mb: int = 0  # every rank holds this much more memory through the measured steps (memory gate)
@@ -42,7 +49,37 @@ class Faults:
     @property
     def any(self) -> bool:
         return (self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0 or self.slowdown > 0
+                or max(self.hang_rank, self.crash_rank, self.no_result_rank, self.bad_result_rank) >= 0
                 or self.extra_allreduce > 0 or self.hold_memory_mb > 0)
+
+
+FAULT_SYNTAX = "hang:rank=R,step=K | crash:rank=R[,step=K] | no-result:rank=R | bad-result:rank=R"
+_FAULT_KEYS = {"hang": ("hang", ("rank", "step")), "crash": ("crash", ("rank", "step")),
+               "no-result": ("no_result", ("rank",)), "bad-result": ("bad_result", ("rank",))}
+
+
+def parse_fault(text: str) -> dict[str, int]:
+    """``hang:rank=1,step=3`` -> ``{"hang_rank": 1, "hang_step": 3}`` (``Faults`` field values)."""
+    hint = f"write --scaling-inject-fault as {FAULT_SYNTAX}, e.g. hang:rank=1,step=3"
+    kind, _, args = str(text).strip().partition(":")
+    if kind not in _FAULT_KEYS:
+        raise SpecError(f"--scaling-inject-fault {text!r}: unknown fault {kind!r}", hint)
+    prefix, allowed = _FAULT_KEYS[kind]
+    values: dict[str, int] = {}
+    for item in filter(None, (a.strip() for a in args.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in allowed or key in values:
+            raise SpecError(f"--scaling-inject-fault {text!r}: {item!r} is not one of {', '.join(allowed)}=N "
+                            "(each at most once)", hint)
+        value = value.strip()
+        if not (value.isascii() and value.isdigit()) or len(value) > 6:
+            raise SpecError(f"--scaling-inject-fault {text!r}: {key}={value!r} is not a whole number >= 0", hint)
+        values[key] = int(value)
+    missing = [key for key in (("rank", "step") if kind == "hang" else ("rank",)) if key not in values]
+    if missing:
+        raise SpecError(f"--scaling-inject-fault {text!r}: missing {' and '.join(missing)}", hint)
+    return {f"{prefix}_{key}": value for key, value in values.items()}
 
 
 @dataclass(frozen=True, kw_only=True)

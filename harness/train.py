@@ -12,7 +12,7 @@ import copy
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 import torch
@@ -85,6 +85,15 @@ def _inject_grad_fault(spec: CaseSpec, ctx: RankContext, strategy) -> None:
                 param.grad.mul_(spec.faults.grad_scale)
 
 
+def _inject_stop_fault(spec: CaseSpec, ctx: RankContext, step: int) -> None:
+    faults = spec.faults
+    if ctx.rank == faults.crash_rank and step == faults.crash_step:
+        raise RuntimeError(f"injected crash on rank {ctx.rank} at step {step} (--scaling-inject-fault)")
+    if ctx.rank == faults.hang_rank and step == faults.hang_step:
+        while True:  # injected hang: the other ranks block in this step's first collective
+            time.sleep(3600)
+
+
 def _inject_comm_fault(spec: CaseSpec, full_state: dict[str, int]) -> None:
     """Injected fault: extra gradient-sized all-reduces every step (a duplicated collective)."""
     import torch.distributed as dist
@@ -105,13 +114,17 @@ def _comm_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> RankResult:
+def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
+          beat: Callable[[int, str], None] = lambda step, phase: None) -> RankResult:
+    """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
     started = time.perf_counter()
+    beat(-1, "build")
     workload = fixtures.get(spec.model)(spec.preset, spec.seed, data_dir)
     torch.manual_seed(spec.seed)  # identical initial weights on every rank and in the reference
     model = workload.build_model()
     reference = Reference(model, spec, ctx.device, workload.loss) if spec.grad_check else None
     strategy = strategies.get(spec.strategy)(ctx, spec)
+    beat(-1, "setup")
     full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
     strategy.setup(model, make_optimizer_factory(spec))
     unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
@@ -126,6 +139,8 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
     wire = WireCounter()
     held: dict[str, int] = {}
     for step in range(unmeasured + spec.steps):
+        beat(step, "step")
+        _inject_stop_fault(spec, ctx, step)
         if step == unmeasured:
             if reference is not None:
                 check["params"] = gradcheck.compare(strategy.full_parameters(), reference.parameters())
@@ -175,6 +190,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None) -> Rank
     cpu1 = process.cpu_times()
     wire.stop()
     held = model_state.peak_state(held, strategy.state_bytes())
+    beat(unmeasured + spec.steps, "teardown")
     strategy.teardown()
     return RankResult(
         rank=ctx.rank, world_size=ctx.world_size, node_rank=ctx.node_rank, host=socket.gethostname(),

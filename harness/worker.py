@@ -9,7 +9,9 @@ one machine, under each node's torchrun agent in a SLURM allocation, or on its o
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from harness import atomic
+from harness import atomic, heartbeat
 from harness.spec import CaseSpec
 from harness.train import rank_context, train
 
@@ -33,17 +35,32 @@ def main(argv: list[str] | None = None) -> int:
     if spec.device != "cuda":
         torch.set_num_threads(spec.cpu_threads)
     ctx = rank_context(spec)
+    beats = heartbeat.Writer(out_dir, ctx.rank)
+    beats.beat(-1, "start")
+    # The py-spy fallback: on SIGUSR1 every thread's stack goes to a file the launcher reads before a kill.
+    stack_file = open(heartbeat.stack_path(out_dir, ctx.rank), "w")
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     try:
         # Under torchrun (MASTER_ADDR set) a process group exists even for one rank, as DDP on 1x1 needs.
         if (ctx.world_size > 1 or "MASTER_ADDR" in os.environ) and not dist.is_initialized():
+            beats.beat(-1, "init_process_group")
             dist.init_process_group(backend="nccl" if ctx.device.type == "cuda" else "gloo",
                                     device_id=ctx.device if ctx.device.type == "cuda" else None)
-        result = train(spec, ctx, os.environ.get("SCALEGATE_DATA_DIR") or None)
-        atomic.write_json(out_dir / f"rank{ctx.rank}.json", result.__dict__)
+        result = train(spec, ctx, os.environ.get("SCALEGATE_DATA_DIR") or None, beats.beat)
+        _write_result(spec, ctx.rank, out_dir / f"rank{ctx.rank}.json", result.__dict__)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0
+
+
+def _write_result(spec: CaseSpec, rank: int, path: Path, data: dict) -> None:
+    if rank == spec.faults.no_result_rank:
+        return  # injected fault: exit 0 without a result
+    if rank == spec.faults.bad_result_rank:
+        path.write_text('{"rank": ' + str(rank) + ', "step_times_s": [0.1, ')  # injected fault: truncated JSON
+        return
+    atomic.write_json(path, data)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import LaunchError
-from harness.launch import process, wirecount
+from harness.launch import hang, process, wirecount
 from harness.results import CaseResult, RankResult, aggregate
 from harness.spec import CaseSpec
 
@@ -43,39 +44,95 @@ class LocalLauncher:
         return env
 
 
+PORT_ATTEMPTS = 3  # a free port can be taken between our probe and torchrun's bind (pytest -n 2)
+
+
 def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = None,
              data_dir: str | None = None) -> CaseResult:
-    """Launch the case, wait for it within its timeout, and aggregate every rank's result."""
+    """Launch the case, wait for it within its timeout, and aggregate every rank's result.
+
+    A hang is diagnosed (heartbeats, every rank's stack) before the tree is killed; a crash reports the
+    first failing rank's traceback; either way the error lists every rank's log.
+    """
     launcher = launcher or LocalLauncher()
-    case_dir.mkdir(parents=True, exist_ok=True)
+    case_dir = claim(case_dir)
     spec_path = spec.write(case_dir / "spec.json")
     out_dir = case_dir / "ranks"
-    argv = launcher.command(spec, spec_path, out_dir, process.free_port(), case_dir / "logs")
+    diagnosis: list[str] = []
+
+    def on_timeout(pid: int) -> None:
+        diagnosis.append(hang.diagnose(pid, out_dir, spec.world_size, case_dir))
+
     with wirecount.private_network(spec) as (prefix, wire_env):  # its own loopback counts its bytes
-        done = process.run(prefix + argv, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
-                           env={**launcher.environment(spec, data_dir), **wire_env})
+        for attempt in range(PORT_ATTEMPTS):
+            log_dir = case_dir / ("logs" if attempt == 0 else f"logs-retry{attempt}")
+            argv = prefix + launcher.command(spec, spec_path, out_dir, process.free_port(), log_dir)
+            done = process.run(argv, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
+                               env={**launcher.environment(spec, data_dir), **wire_env}, on_timeout=on_timeout)
+            if done.timed_out or done.returncode == 0 or not port_clash(case_dir / "launcher.log"):
+                break
     if done.timed_out:
-        raise LaunchError(f"{spec.case_id} timed out after {spec.timeout_s:.0f}s; every process was killed",
-                          f"raise --scaling-timeout, or read the rank logs under {case_dir / 'logs'}")
+        raise LaunchError(f"{spec.case_id} hung: no result after {spec.timeout_s:.0f}s, so every process was "
+                          f"killed\n{''.join(diagnosis)}\n{rank_logs(case_dir)}",
+                          "the rank(s) that stopped first are named above, with their stacks; "
+                          "raise --scaling-timeout only if the case is merely slow")
     if done.returncode != 0:
         raise LaunchError(f"{spec.case_id} failed (torchrun exit code {done.returncode})\n"
-                          + first_failure(case_dir), f"full logs under {case_dir}")
-    ranks = [RankResult.read(out_dir / f"rank{r}.json") for r in range(spec.world_size)]
-    return aggregate(spec, ranks, launch_wall_s=done.wall_s)
+                          f"{first_failure(case_dir)}\n{rank_logs(case_dir)}", f"full logs under {case_dir}")
+    try:
+        ranks = [RankResult.read(out_dir / f"rank{r}.json") for r in range(spec.world_size)]
+        return aggregate(spec, ranks, launch_wall_s=done.wall_s)
+    except LaunchError as exc:
+        raise LaunchError(f"{spec.case_id}: every rank exited 0, but {exc.message}\n{rank_logs(case_dir)}",
+                          exc.hint) from None
+
+
+def claim(case_dir: Path) -> Path:
+    """A fresh directory for this launch: ``case_dir``, or ``case_dir~2``... if another launch has it
+    (pytest-xdist workers each measure the same 1x1 reference)."""
+    case_dir.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        candidate = case_dir if n == 1 else case_dir.with_name(f"{case_dir.name}~{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise LaunchError(f"{case_dir} and 998 numbered siblings exist", "clean the results directory")
+
+
+def port_clash(log: Path) -> bool:
+    """Did the last launch in ``log`` lose its rendezvous port to another process?"""
+    try:
+        last = log.read_text(errors="replace").rsplit("\n$ ", 1)[-1].lower()
+    except OSError:
+        return False
+    return "eaddrinuse" in last or "address already in use" in last
+
+
+def rank_logs(case_dir: Path) -> str:
+    logs = sorted(case_dir.glob("logs*/**/*.log"))
+    listed = "\n".join(f"  {p}" + ("" if p.stat().st_size else " (empty)") for p in logs) or "  (none)"
+    return f"rank logs:\n{listed}\n  {case_dir / 'launcher.log'}"
 
 
 def first_failure(case_dir: Path, tail_lines: int = 30) -> str:
-    """The first failing rank's traceback: torchrun's error file if any, else the launcher log's tail."""
-    import json
-
-    for error_file in sorted(case_dir.glob("logs/**/error.json")):
+    """The first failing rank's traceback: the earliest torchrun error file, else the launcher log's tail."""
+    failures = []
+    for error_file in case_dir.glob("logs*/**/error.json"):
         try:
             message = json.loads(error_file.read_text())["message"]
-            trace = message.get("extraInfo", {}).get("py_callstack", "") if isinstance(message, dict) else message
-            rank = error_file.parent.name
-            return f"first failing rank (local {rank}) traceback:\n{trace}".rstrip()
-        except (OSError, ValueError, KeyError, TypeError):
+            if isinstance(message, dict):
+                trace = message.get("extraInfo", {}).get("py_callstack", "")
+                stamp = float(message.get("extraInfo", {}).get("timestamp", 0) or 0)
+            else:
+                trace, stamp = str(message), 0.0
+            failures.append((stamp, str(error_file), error_file.parent.name, trace))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
+    if failures:  # later failures are usually other ranks losing their peer
+        _, path, rank, trace = min(failures)
+        return f"first failing rank (local {rank}) traceback, from {path}:\n{trace}".rstrip()
     log = case_dir / "launcher.log"
     lines = log.read_text(errors="replace").splitlines()[-tail_lines:] if log.exists() else []
     return "launcher log tail:\n" + "\n".join(lines)
