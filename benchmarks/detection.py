@@ -89,20 +89,31 @@ def _estimates(path: Path) -> dict[str, dict[float, stats.Estimate]]:
     return out
 
 
+def _baselines(estimates: dict[str, dict[float, stats.Estimate]], launches: int, seed: int = 0):
+    """(repetitions used, Reference value, baseline noise) as update-baselines would record them."""
+    clean = {rep: by[0.0] for rep, by in estimates.items() if 0.0 in by}
+    if launches <= 1:
+        return [({rep}, est.value, est.half_width_rel) for rep, est in clean.items()]
+    rng, reps, out = random.Random(seed), sorted(clean), []
+    for _ in range(max(len(reps), 40)):
+        chosen = rng.sample(reps, min(launches, len(reps) - 1))
+        runs = [{"efficiency": clean[r].value, "efficiency_ci": [clean[r].low, clean[r].high]} for r in chosen]
+        merged = stats.merge_launches(runs)
+        out.append((set(chosen), merged["efficiency"], stats.launch_noise(merged)))
+    return out
+
+
 def judge_all(estimates: dict[str, dict[float, stats.Estimate]], tolerance: float,
-              noisy_limit: float) -> dict[float, dict[str, int]]:
-    """Counts of verdicts per slowdown, over every (baseline repetition, other repetition) pair."""
+              noisy_limit: float, launches: int = 1) -> dict[float, dict[str, int]]:
+    """Counts of verdicts per slowdown, over every (baseline, repetition not in that baseline) pair."""
     counts: dict[float, dict[str, int]] = {}
-    for base_rep, base in estimates.items():
-        if 0.0 not in base:
-            continue
-        reference = Reference(value=base[0.0].value, tolerance=tolerance)
+    for used, value, noise in _baselines(estimates, launches):
+        reference = Reference(value=value, tolerance=tolerance)
         for rep, by_slowdown in estimates.items():
-            if rep == base_rep:
+            if rep in used:
                 continue
             for slowdown, est in by_slowdown.items():
-                v = V.judge(est, reference, "detection", baseline_noise=base[0.0].half_width_rel,
-                                       noisy_limit=noisy_limit)
+                v = V.judge(est, reference, "detection", baseline_noise=noise, noisy_limit=noisy_limit)
                 row = counts.setdefault(slowdown, {})
                 row[v.status] = row.get(v.status, 0) + 1
     return counts
@@ -129,9 +140,18 @@ def analyse(args: argparse.Namespace) -> None:
     for rep, by_slowdown in sorted(estimates.items()):
         cells = "  ".join(f"{s:.0%}: {e.value:.3f} ±{e.half_width_rel:.1%}" for s, e in sorted(by_slowdown.items()))
         print(f"  {rep}: {cells}")
+    clean = [by[0.0].value for by in estimates.values() if 0.0 in by]
+    if len(clean) >= 2:
+        center = stats.median(clean)
+        within = stats.median([by[0.0].half_width_rel for by in estimates.values() if 0.0 in by])
+        print(f"clean efficiency across {len(clean)} launches: median {center:.3f}, range {min(clean):.3f}-"
+              f"{max(clean):.3f}, between-launch sigma ~{1.4826 * stats.mad(clean) / center:.1%} (MAD-based); "
+              f"median within-run 95% half-width {within:.1%}")
     for tolerance in args.tolerances:
         print()
-        print(table(judge_all(estimates, tolerance, args.noisy_limit), tolerance, args.noisy_limit))
+        print(f"baseline from {args.baseline_launches} launch(es)")
+        print(table(judge_all(estimates, tolerance, args.noisy_limit, args.baseline_launches), tolerance,
+                    args.noisy_limit))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("data")
     a.add_argument("--tolerances", type=float, nargs="+", default=[0.05, 0.10])
     a.add_argument("--noisy-limit", type=float, default=V.DEFAULT_NOISY_LIMIT)
+    a.add_argument("--baseline-launches", type=int, default=1,
+                   help="baseline = that many clean launches merged as `update-baselines RUN RUN ...` does")
     args = parser.parse_args(argv)
     collect(args) if args.command == "collect" else analyse(args)
     return 0

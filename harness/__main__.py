@@ -2,7 +2,7 @@
 
     python -m harness compare results/latest [--baseline baselines/<profile>.json] [--json out.json]
     python -m harness report results/latest [--out results/latest/report]
-    python -m harness update-baselines results/latest [--baseline-dir baselines] [--tolerance 0.1]
+    python -m harness update-baselines RUN [RUN ...] [--baseline-dir baselines] [--tolerance 0.1]
 
 compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with
 --strict), 2 on bad input (missing run, malformed file, unusable baseline) with a one-line error.
@@ -68,12 +68,30 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def merged_runs(runs: list[str]) -> list[dict]:
+    """One case per key: with several runs, the median launch, its noise the spread between launches."""
+    from harness import stats, update
+
+    every = [case for run in runs for case in _cases(run)]
+    update.refuse_unsound(every)  # one bad launch taints the whole set
+    if len(runs) == 1:
+        return every
+    by_key: dict[str, list[dict]] = {}
+    for case in every:
+        by_key.setdefault(case["key"], []).append(case)
+    out = []
+    for group in by_key.values():
+        timed = [c for c in group if c.get("efficiency") is not None and c.get("result")]
+        out.append(stats.merge_launches(timed) if len(timed) == len(group) else group[-1])
+    return out
+
+
 def cmd_update(args: argparse.Namespace) -> int:
     from harness import update
 
     if not 0 <= args.tolerance < 1:
         raise ScalegateError(f"--tolerance {args.tolerance} is not a fraction in [0, 1)", "e.g. --tolerance 0.1")
-    for line in update.update_from_run(_cases(args.run), Path(args.baseline_dir), args.tolerance):
+    for line in update.update_from_run(merged_runs(args.run), Path(args.baseline_dir), args.tolerance):
         print(line)
     return EXIT_OK
 
@@ -100,7 +118,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--latency-us", type=float, default=5.0, help="projection latency per message (default: 5)")
     r.set_defaults(func=cmd_report)
     u = sub.add_parser("update-baselines", help="write the run's measurements as baselines (atomic, with a diff)")
-    u.add_argument("run")
+    u.add_argument("run", nargs="+", help="one run, or several launches of the same cases: their spread becomes "
+                                         "the baseline's noise (docs/detection.md: use 3 or more on shared machines)")
     u.add_argument("--baseline-dir", default=str(ROOT / "baselines"))
     u.add_argument("--tolerance", type=float, default=0.10, help="efficiency tolerance to record (default: 0.1)")
     u.set_defaults(func=cmd_update)

@@ -84,3 +84,29 @@ def mad_rel(values: Sequence[float]) -> float:
     """MAD relative to the median: the spread one stalled step cannot inflate."""
     center = median(values)
     return mad(values) / center if center > 0 else math.inf
+
+
+def merge_launches(cases: list[dict]) -> dict:
+    """Several launches of one case as one baseline: the median launch, its interval widened to the
+    spread between launches (1.96 MAD-sigmas), which on a shared machine dwarfs the spread within one.
+    ``cases`` are result-file dicts with ``efficiency`` and ``efficiency_ci``; the median one is returned."""
+    ranked = sorted(cases, key=lambda c: c["efficiency"])
+    middle = dict(ranked[(len(ranked) - 1) // 2])
+    value = middle["efficiency"]
+    if len(cases) < 2 or not value:
+        return middle
+    effs = [c["efficiency"] for c in cases]
+    between = 1.96 * 1.4826 * mad(effs) / value
+    own = middle.get("efficiency_ci") or [value, value]
+    half = max(between, value - own[0], own[1] - value)
+    middle["efficiency_ci"] = [value * (1 - half), value * (1 + half)]
+    middle["launches"] = len(cases)
+    return middle
+
+
+def launch_noise(case: dict) -> float:
+    """The relative half-width a baseline records as its noise (see ``merge_launches``)."""
+    ci, value = case.get("efficiency_ci"), case.get("efficiency")
+    if not ci or not value:
+        return 0.0
+    return max(value - ci[0], ci[1] - value) / value

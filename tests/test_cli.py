@@ -243,3 +243,21 @@ def test_tolerance_marker_is_validated():
         V.tolerance_overrides((), {"eficiency": 0.15})
     with pytest.raises(ScalegateError, match="keywords only"):
         V.tolerance_overrides((0.1,), {})
+
+
+def test_update_from_several_launches_records_their_spread_as_noise(tmp_path):
+    runs = [write_run(tmp_path / f"launch{i}", make_case(step_s=s)) for i, s in enumerate((0.030, 0.033, 0.036))]
+    done = cli("update-baselines", *runs, "--baseline-dir", tmp_path / "b", "--tolerance", "0.1")
+    assert done.returncode == 0, done.stderr
+    entry = json.loads((tmp_path / "b" / f"{PROFILE}.json").read_text())["cases"]["ddp-cnn-1x2:tiny"]
+    middle = 0.021 / 0.033  # the median launch
+    assert math.isclose(entry["efficiency"]["value"], middle, rel_tol=1e-3)
+    spread = 1.96 * 1.4826 * (middle - 0.021 / 0.036) / middle  # MAD of the three efficiencies
+    assert entry["noise_rel"] == pytest.approx(spread, rel=0.02)
+
+
+def test_update_refuses_if_any_launch_failed_correctness(tmp_path):
+    good = write_run(tmp_path / "good", make_case())
+    bad = write_run(tmp_path / "bad", make_case(status="failed", problems=("gradient agreement failed",)))
+    done = cli("update-baselines", good, bad, "--baseline-dir", tmp_path / "b")
+    assert done.returncode == 2 and "failed correctness" in done.stderr
