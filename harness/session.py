@@ -93,11 +93,11 @@ class ScalingSession:
 
     def _launch(self, spec: CaseSpec) -> CaseResult:
         case_dir = self.run_dir / spec.case_id
-        if self.slurm is not None:  # node 0 of the allocation (the others go through _run_other_node)
+        if self.slurm is not None and spec.topo.multi_node:  # node 0's agent (others: _run_other_node)
             return slurm_agent.run_agent(spec, case_dir, self.slurm, data_dir=self.options.data_dir)  # type: ignore[return-value]
         if spec.topo.multi_node:
             return emulated.run_case(spec, case_dir, link_rate=self.options.link_rate, data_dir=self.options.data_dir)
-        return run_case(spec, case_dir, data_dir=self.options.data_dir)
+        return run_case(spec, case_dir, data_dir=self.options.data_dir)  # single node, also under srun
 
     def _run_other_node(self, case: Case) -> Outcome:
         """Nodes 1.. of a SLURM allocation run their agent; node 0 judges, writes and records."""
