@@ -254,3 +254,22 @@ def test_xdist_workers_never_collide(tmp_path, tagged):
     ports = [p for d in run_dir.iterdir() if d.is_dir() for p in _master_ports(d)]
     assert _leftovers(tagged, 0, ports) == []
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_faulthandler_fallback_when_py_spy_cannot_attach(tmp_path, monkeypatch):
+    """Without py-spy (or without ptrace) the rank's own faulthandler, registered on SIGUSR1, gives the stack."""
+    code = ("import faulthandler, signal, sys, time\n"
+            f"faulthandler.register(signal.SIGUSR1, file=open({str(heartbeat.stack_path(tmp_path, 0))!r}, 'w'), "
+            "all_threads=True)\n"
+            "def stuck_here():\n    print('ready', flush=True)\n    time.sleep(120)\n"
+            "stuck_here()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        monkeypatch.setattr(hang, "py_spy", lambda: None)
+        text = hang.stack(proc.pid, tmp_path, 0)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert text.startswith("(faulthandler)") and "stuck_here" in text
+    assert "stuck_here" in hang._innermost(text)
