@@ -285,3 +285,17 @@ def test_bert_qa_freezes_only_parameters_whose_gradient_is_identically_zero():
     workload.loss(model(x), y).backward()
     grads = {n: float(p.grad.abs().max()) for n, p in model.named_parameters()}
     assert max(grads[n] for n in frozen) < 1e-7 < min(v for n, v in grads.items() if n not in frozen)
+
+
+def test_matrix_skips_bert_qa_with_the_missing_package_named(monkeypatch):
+    import importlib.util
+
+    from harness import hostinfo, matrix
+    from harness.spec import CaseSpec
+
+    host = hostinfo.detect()
+    spec = CaseSpec(strategy="ddp", model="bert_qa", preset="tiny", topology="1x2", micro_batch=4)
+    assert matrix.skip_reason(spec, host) is None
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "transformers" else real(n, *a))
+    assert "needs the optional package 'transformers'" in matrix.skip_reason(spec, host)
