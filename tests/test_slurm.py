@@ -97,7 +97,8 @@ def test_srun_pytest_runs_a_ddp_case_as_the_node_agent(tmp_path):
     if reason:
         pytest.skip(reason)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
-    cmd = ["srun", "-N1", "--time=10", str(ROOT / ".venv/bin/pytest"), "scaling_tests", "-p", "no:cacheprovider",
+    cmd = ["srun", "-N1", "--time=10", str(ROOT / ".venv/bin/pytest"), "scaling_tests/test_scaling.py",
+           "-p", "no:cacheprovider",
            "-k", "ddp and cnn and 1x2", "--scaling-models", "cnn", "--scaling-strategies", "ddp",
            "--scaling-topologies", "1x2", "--scaling-steps", "3", "--scaling-warmup", "1",
            "--scaling-results-dir", str(tmp_path / "results")]
