@@ -137,7 +137,7 @@ def table(counts: dict[float, dict[str, int]], tolerance: float, noisy_limit: fl
 def analyse(args: argparse.Namespace) -> None:
     estimates = _estimates(Path(args.data))
     print(f"{len(estimates)} repetitions from {args.data}")
-    for rep, by_slowdown in sorted(estimates.items()):
+    for rep, by_slowdown in sorted(estimates.items(), key=lambda kv: (len(kv[0]), kv[0])):
         cells = "  ".join(f"{s:.0%}: {e.value:.3f} ±{e.half_width_rel:.1%}" for s, e in sorted(by_slowdown.items()))
         print(f"  {rep}: {cells}")
     clean = [by[0.0].value for by in estimates.values() if 0.0 in by]
