@@ -103,6 +103,7 @@ class CaseSpec:
     memory_interval_ms: float = 50.0  # memory sampler period on every rank (--scaling-memory-interval-ms)
     microbatches: int = 0  # pipeline strategies: micro-batches per step; 0 = one per stage (world size)
     faults: Faults = field(default_factory=Faults)
+    dims: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's model size knobs
 
     def __post_init__(self) -> None:
         topo = Topology.parse(self.topology)  # raises with a HINT on a malformed string

@@ -56,9 +56,12 @@ class Reference:
         self.optimizer = make_optimizer_factory(spec)(self.model.parameters())
         self.loss_fn = loss_fn
 
-    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor,
+             autocast=contextlib.nullcontext()) -> dict[str, torch.Tensor]:
         self.optimizer.zero_grad(set_to_none=True)
-        self.loss_fn(self.model(inputs), targets).backward()
+        with autocast:  # the same mixed precision as the strategy's forward, or bf16 would differ by design
+            loss = self.loss_fn(self.model(inputs), targets)
+        loss.backward()
         grads = {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
         self.optimizer.step()
         return grads
@@ -119,7 +122,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
     started = time.perf_counter()
     beat(-1, "build")
-    workload = fixtures.get(spec.model)(spec.preset, spec.seed, data_dir)
+    workload = fixtures.get(spec.model)(spec.preset, spec.seed, data_dir, dims=spec.dims)
     torch.manual_seed(spec.seed)  # identical initial weights on every rank and in the reference
     model = workload.build_model()
     reference = Reference(model, spec, ctx.device, workload.loss) if spec.grad_check else None
@@ -160,7 +163,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
             loss = strategy.forward_backward(local_x, local_y, workload.loss)
         _inject_grad_fault(spec, ctx, strategy)
         if reference is not None:
-            ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device))
+            ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device), _autocast(spec, ctx.device))
             if step == 0:
                 check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
         if step == unmeasured + spec.steps - 1:  # gradients exist only until the optimizer step
