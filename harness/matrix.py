@@ -62,12 +62,21 @@ def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
     return slurm_agent.skip_reason(topo, host.device, slurm_agent.detect())
 
 
+def _outside_matrix(spec: CaseSpec, matrix: str) -> str | None:
+    """The default matrix runs only the single reference on 1x1: other 1x1 cases say where they are."""
+    if matrix == "default" and spec.topology == "1x1" and spec.strategy != "single":
+        return (f"{spec.case_id} is in the full matrix only (1x1 is the single reference in the default one): "
+                "pass --scaling-matrix full, or --scaling-topologies 1x1")
+    return None
+
+
 def build(options: Options, host: HostInfo) -> list[Case]:
     cases = []
     for strategy in options.strategies:
         for model in options.models:
             for topology in options.topologies:
                 spec = spec_for(strategy, model, topology, options, host)
-                cases.append(Case(id=spec.case_id, spec=spec, skip=skip_reason(spec, host),
+                skip = _outside_matrix(spec, options.matrix) or skip_reason(spec, host)
+                cases.append(Case(id=spec.case_id, spec=spec, skip=skip,
                                   oversubscribed=oversubscribed(spec.topo, host, options.cpu_threads)))
     return cases

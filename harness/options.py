@@ -10,7 +10,9 @@ from harness.errors import SpecError
 from harness.spec import FAULT_SYNTAX, SCALINGS, parse_fault
 from harness.topology import Topology
 
-DEFAULT_TOPOLOGIES = "1x1,1x2,1x4"
+# The default matrix keeps CI inside its budget: every strategy x workload on 1x2 plus the single
+# 1x1 references. --scaling-matrix full adds 1x1 for every strategy, 1x4 and emulated 2x1, 2x2.
+MATRICES = {"default": "1x1,1x2", "full": "1x1,1x2,1x4,2x1,2x2"}
 
 
 def add_options(parser) -> None:
@@ -18,7 +20,11 @@ def add_options(parser) -> None:
     add = group.addoption
     add("--scaling-strategies", default="all", help="comma-separated strategies to run (default: %(default)s)")
     add("--scaling-models", default="all", help="comma-separated workloads to run (default: %(default)s)")
-    add("--scaling-topologies", default=DEFAULT_TOPOLOGIES, help="comma-separated NxG topologies (default: %(default)s)")
+    add("--scaling-matrix", default="default", choices=sorted(MATRICES),
+        help="default: every strategy x workload on 1x2 plus the single 1x1 references; full: also every strategy "
+             f"on {MATRICES['full']} (default: %(default)s)")
+    add("--scaling-topologies", default=None,
+        help="comma-separated NxG topologies, overriding the matrix's (default: the matrix's)")
     add("--scaling-preset", default="auto", help="model size preset: tiny, small, full, or auto = tiny without a GPU, "
                                                   "small with one (default: %(default)s)")
     add("--scaling-steps", type=int, default=20, help="measured steps per case (default: %(default)s)")
@@ -62,6 +68,7 @@ class Options:
     strategies: tuple[str, ...]
     models: tuple[str, ...]
     topologies: tuple[str, ...]
+    matrix: str = "explicit"  # "default", "full", or "explicit" when --scaling-topologies was given
     preset: str
     steps: int
     warmup: int
@@ -165,7 +172,8 @@ def _lcm_multiple(batch: int, topologies: list[str]) -> int:
 
 def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list[str]) -> Options:
     topologies = []
-    for text in getoption("--scaling-topologies").split(","):
+    explicit = getoption("--scaling-topologies")
+    for text in (explicit or MATRICES[getoption("--scaling-matrix")]).split(","):
         try:
             topologies.append(str(Topology.parse(text)))
         except SpecError as exc:
@@ -203,6 +211,7 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         strategies=_names("--scaling-strategies", getoption("--scaling-strategies"), strategy_names),
         models=_names("--scaling-models", getoption("--scaling-models"), model_names),
         topologies=tuple(dict.fromkeys(topologies)),
+        matrix="explicit" if explicit else getoption("--scaling-matrix"),
         preset=getoption("--scaling-preset"),
         steps=getoption("--scaling-steps"),
         warmup=getoption("--scaling-warmup"),
