@@ -61,3 +61,32 @@ def convergence(result: CaseResult, fraction: float = tolerances.DEFAULT_CONVERG
         return (f"loss did not converge [{result.spec.case_id}]: {end:.4g} after {len(curve)} steps is above "
                 f"{fraction:.0%} of its start {start:.4g}")
     return None
+
+
+def loss_curve(result: CaseResult) -> str | None:
+    """The global loss of the untimed steps tracks the single process on the same global batches."""
+    weighted = [r for r in result.ranks if r.loss_weight > 0]
+    reference = next((r.grad_check or {} for r in result.ranks if (r.grad_check or {}).get("reference_losses")), {})
+    ref = reference.get("reference_losses") or []
+    if not weighted or not ref or not all(len(r.warmup_losses) >= len(ref) for r in weighted):
+        return None
+    bound = tolerances.for_dtype(result.spec.dtype).loss_rel
+    for step, want in enumerate(ref):
+        got = sum(r.loss_weight * r.warmup_losses[step] for r in weighted)
+        err = abs(got - want) / max(abs(want), 1e-12)
+        if not err <= bound:
+            return (f"loss curve diverges from a single process [{result.spec.case_id}] at untimed step {step}: "
+                    f"{got:.6g} vs {want:.6g} (relative {err:.3g} > tolerance {bound:.1g}, {result.spec.dtype}) "
+                    f"on the same global batch")
+    return None
+
+
+def final_loss(result: CaseResult, baseline_value: float | None, tolerance: float, where: str) -> str | None:
+    """A final loss worse than the baseline's beyond tolerance: the run trains a different model."""
+    if baseline_value is None or not result.losses:
+        return None
+    got = result.losses[-1]
+    limit = baseline_value * (1 + tolerance)
+    if not got <= limit:
+        return (f"final loss {got:.4g} is above baseline {baseline_value:.4g} (tolerance {tolerance:.0%}) [{where}]")
+    return None

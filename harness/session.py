@@ -142,8 +142,12 @@ class ScalingSession:
         eff = metrics.efficiency(speedup, spec.world_size)
         noise = metrics.combined_noise(result.noise_rel, reference.noise_rel)
         fraction = fixtures.preset(spec.model, spec.preset).convergence_fraction  # the workload's own bar
-        problems = tuple(p for p in (checks.agreement(result), checks.convergence(result, fraction),
-                                     sharding.check(result)) if p)
+        loss_ref = self.baseline.reference(key, "final_loss") if self.baseline else None
+        problems = tuple(p for p in (
+            checks.agreement(result), checks.loss_curve(result), checks.convergence(result, fraction),
+            checks.final_loss(result, loss_ref.value if loss_ref else None,
+                              loss_ref.tolerance if loss_ref else 0.0, f"{key} on {self.profile}"),
+            sharding.check(result)) if p)
         base_ref = self.baseline.reference(key, "efficiency") if self.baseline else None
         tolerance = self.options.tolerance if self.options.tolerance is not None else (tolerances or {}).get(
             "efficiency")  # the command line wins over the test's marker, which wins over the baseline

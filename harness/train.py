@@ -55,6 +55,7 @@ class Reference:
         self.model = copy.deepcopy(model).to(device)
         self.optimizer = make_optimizer_factory(spec)(self.model.parameters())
         self.loss_fn = loss_fn
+        self.losses: list[float] = []  # the single-process curve at the same global batches
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor,
              autocast=contextlib.nullcontext()) -> dict[str, torch.Tensor]:
@@ -62,6 +63,7 @@ class Reference:
         with autocast:  # the same mixed precision as the strategy's forward, or bf16 would differ by design
             loss = self.loss_fn(self.model(inputs), targets)
         loss.backward()
+        self.losses.append(float(loss))
         grads = {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
         self.optimizer.step()
         return grads
@@ -148,6 +150,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
             if reference is not None:
                 check["params"] = gradcheck.compare(strategy.full_parameters(), reference.parameters())
                 check["param_steps"] = unmeasured
+                check["reference_losses"] = reference.losses
                 reference = None
             wire.start()  # barrier-aligned counter reading: the window holds exactly the measured steps
             if ctx.device.type == "cuda":

@@ -36,3 +36,16 @@ def test_skipped_update_on_one_rank_is_caught_by_parameter_agreement(tmp_path):
     assert "gradient agreement failed" not in message
     assert "parameter agreement failed [ddp ddp-cnn-1x2] rank 0" in message
     assert "after the untimed optimizer steps" in message
+    # The same desync also moves the loss curve away from the single process's on the same batches.
+    curve = checks.loss_curve(result)
+    assert curve is not None and "loss curve diverges from a single process [ddp-cnn-1x2] at untimed step 2" in curve
+
+
+def test_clean_loss_curve_tracks_the_single_process_and_final_loss_gate(tmp_path):
+    result = run_case(ddp_spec(), tmp_path / "case")
+    assert checks.loss_curve(result) is None
+    final = result.losses[-1]
+    assert checks.final_loss(result, final, 0.25, "k on p") is None
+    message = checks.final_loss(result, final / 2, 0.25, "ddp-cnn-1x2:tiny on cpu-x")
+    assert message == (f"final loss {final:.4g} is above baseline {final / 2:.4g} (tolerance 25%) "
+                       "[ddp-cnn-1x2:tiny on cpu-x]")

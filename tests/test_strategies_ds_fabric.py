@@ -119,7 +119,7 @@ def test_parity_gate_fires_on_a_skipped_update_and_a_slowdown(ddp_pair, tmp_path
     slow = parity.throughput_problem("parity-fabric-ddp-vs-ddp-cnn-1x2", faulty, ddp, parity.THROUGHPUT_TOLERANCE)
     assert slow is not None, (faulty.throughput, ddp.throughput, faulty.noise_rel, ddp.noise_rel)
     assert slow.startswith("throughput parity failed [parity-fabric-ddp-vs-ddp-cnn-1x2]: fabric-ddp ")
-    assert "samples/s (tolerance 10%, noise ±" in slow and "framework overhead is a regression" in slow
+    assert "samples/s (tolerance 25%, noise ±" in slow and "framework overhead is a regression" in slow
 
 
 def test_parity_cases_are_listed_per_workload_on_1x2_and_selectable(suite):
