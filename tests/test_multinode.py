@@ -10,7 +10,7 @@ import pytest
 import fixtures
 from harness.errors import LaunchError, SpecError
 from harness.launch import emulated, netns
-from harness.spec import CaseSpec
+from harness.spec import CaseSpec, Faults
 
 NO_NETNS = netns.available()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,6 +61,18 @@ def test_a_timed_out_case_kills_every_agent_and_removes_its_namespaces(tmp_path)
     with pytest.raises(LaunchError) as info:  # injected fault: far too short a timeout
         emulated.run_case(spec_2x1(timeout_s=3.0), tmp_path / "case", link_rate="1gbit")
     assert "timed out after 3s" in str(info.value) and "HINT" in str(info.value)
+    assert mine() == []
+    assert no_workers_left()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_NETNS is not None, reason=f"emulated nodes need network namespaces: {NO_NETNS}")
+def test_a_hung_rank_on_emulated_nodes_is_named_before_everything_is_killed(tmp_path):
+    with pytest.raises(LaunchError) as info:  # injected fault: rank 1 (node 1) stops at step 2
+        emulated.run_case(spec_2x1(timeout_s=30.0, faults=Faults(hang_rank=1, hang_step=2)), tmp_path / "case",
+                          link_rate="1gbit")
+    message = str(info.value)
+    assert "timed out after 30s" in message and "rank 1 is stuck" in message, message
     assert mine() == []
     assert no_workers_left()
 

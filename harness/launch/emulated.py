@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import LaunchError, SpecError
-from harness.launch import netns, process
+from harness.launch import hang, netns, process
 from harness.launch.local import LocalLauncher, first_failure
 from harness.results import CaseResult, RankResult, aggregate
 from harness.spec import CaseSpec
@@ -144,6 +144,8 @@ def _run_agents(spec: CaseSpec, case_dir: Path, spec_path: Path, plans: list, po
             procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=env, start_new_session=True))
         codes = _wait_all(procs, start + spec.timeout_s)
+        if codes is None:  # a hang: heartbeats and every node's rank stacks, before anything is killed
+            diagnosis = [hang.diagnose(p.pid, out_dir, spec.world_size, case_dir) for p in procs if p.poll() is None]
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -152,7 +154,8 @@ def _run_agents(spec: CaseSpec, case_dir: Path, spec_path: Path, plans: list, po
             log.close()
     wall = time.perf_counter() - start
     if codes is None:
-        raise LaunchError(f"{spec.case_id} timed out after {spec.timeout_s:.0f}s; every node's agent was killed",
+        raise LaunchError(f"{spec.case_id} timed out after {spec.timeout_s:.0f}s; every node's agent was killed\n"
+                          + "\n".join(diagnosis),
                           f"raise --scaling-timeout or lower --scaling-link-rate's load; logs under {case_dir}")
     failed = [(node, code) for node, code in enumerate(codes) if code != 0]
     if failed:
