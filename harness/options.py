@@ -40,6 +40,9 @@ def add_options(parser) -> None:
     add("--scaling-update-baselines", action="store_true", help="write this run's measurements as baselines")
     add("--scaling-require-baseline", action="store_true", help="fail cases that have no baseline")
     add("--scaling-strict", action="store_true", help="also fail cases whose timing is too noisy to judge")
+    add("--scaling-confirm", type=int, default=1,
+        help="relaunch a case (and its reference) this many times to confirm a timing regression before "
+             "failing; 0 judges the first launch alone (default: %(default)s)")
     add("--scaling-timeout", type=float, default=300.0, help="seconds before a case is killed (default: %(default)s)")
     add("--scaling-cpu-threads", type=int, default=1, help="torch threads per rank on CPU: one rank is one 'device' "
                                                            "of this many cores (default: %(default)s)")
@@ -87,6 +90,7 @@ class Options:
     link_rate: str = "1gbit"
     inject_slowdown: float = 0.0
     strict: bool = False
+    confirm: int = 1  # relaunches that must also regress before a timing regression fails
     memory_interval_ms: float = 50.0
     inject_faults: tuple[tuple[str, int], ...] = ()  # Faults field values from --scaling-inject-fault
     scaling: str = "weak"
@@ -170,6 +174,12 @@ def _lcm_multiple(batch: int, topologies: list[str]) -> int:
     return max(step, batch // step * step)
 
 
+def _confirm(value: int) -> int:
+    if not 0 <= value <= 5:
+        raise SpecError(f"--scaling-confirm={value} is not in 0..5", "pass 0 (no relaunch) to 5; the default is 1")
+    return value
+
+
 def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list[str]) -> Options:
     topologies = []
     explicit = getoption("--scaling-topologies")
@@ -230,6 +240,7 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         link_rate=_link_rate(getoption("--scaling-link-rate")),
         inject_slowdown=getoption("--scaling-inject-slowdown"),
         strict=getoption("--scaling-strict"),
+        confirm=_confirm(getoption("--scaling-confirm")),
         memory_interval_ms=getoption("--scaling-memory-interval-ms"),
         inject_faults=_faults(getoption),
         scaling=scaling,
