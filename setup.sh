@@ -11,6 +11,12 @@ DEEPSPEED_VERSION=0.19.8
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 VPY=.venv/bin/python
 PIP=("$VPY" -m pip install --disable-pip-version-check -q)
+# pip here warns once per package about index locations in the machine's pip config that do not
+# exist; keep its real output and drop that noise.
+pip_install() {
+  "${PIP[@]}" "$@" 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }
+  return "${PIPESTATUS[0]}"
+}
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 torch_version() { "$VPY" -c 'import torch; print(torch.__version__)' 2>/dev/null || true; }
@@ -24,16 +30,16 @@ elif has_gpu; then
   exit 2
 else
   echo "setup: no GPU visible: installing the CPU wheel torch==$TORCH_CPU_VERSION"
-  "${PIP[@]}" "torch==$TORCH_CPU_VERSION"
+  pip_install "torch==$TORCH_CPU_VERSION"
 fi
 tv=$(torch_version)
 # Pin whatever torch is there now, so no later dependency can replace it with another build.
 pin=$(mktemp); trap 'rm -f "$pin"' EXIT
 echo "torch==${tv%%+*}${tv#${tv%%+*}}" > "$pin"
 
-"${PIP[@]}" -c "$pin" -e ".[test,workloads,report]"
+pip_install -c "$pin" -e ".[test,workloads,report]"
 if ! "$VPY" -c 'import deepspeed' >/dev/null 2>&1; then
-  DS_BUILD_OPS=0 "${PIP[@]}" -c "$pin" --no-build-isolation "deepspeed==$DEEPSPEED_VERSION"
+  DS_BUILD_OPS=0 pip_install -c "$pin" --no-build-isolation "deepspeed==$DEEPSPEED_VERSION"
 fi
 # On CPU, DeepSpeed's first job JIT-builds a shared-memory comm op (~65 s on 2 cores, cached under
 # ~/.cache/torch_extensions): build it here once rather than inside the first DeepSpeed case.
