@@ -10,7 +10,7 @@ interrupted collection keeps what it measured and a later ``collect`` adds to it
 
 ``analyse`` replays the gate offline: each clean repetition in turn is the baseline (its efficiency
 and noise, as ``update-baselines`` would record them) and every *other* repetition is judged
-against it with ``harness.verdict.judge_efficiency``. Clean candidates judged ``regressed`` are false
+against it with ``harness.verdict.judge``. Clean candidates judged ``regressed`` are false
 alarms; slowed candidates judged ``regressed`` are detections. ``noisy`` verdicts are counted apart
 (they fail only under ``--scaling-strict``).
 """

@@ -49,23 +49,6 @@ def band_rel(estimate: Estimate, baseline_noise: float = 0.0) -> float:
     return math.sqrt(estimate.half_width_rel ** 2 + baseline_noise ** 2)
 
 
-def judge_efficiency(value: float, noise_rel: float, reference: Reference | None, where: str) -> Verdict:
-    """The point verdict with a symmetric noise band and no ``noisy`` state (kept for older callers)."""
-    if reference is None:
-        return Verdict(status=NO_BASELINE, message=f"no baseline for {where}")
-    low = reference.value * (1 - reference.tolerance)
-    high = reference.value * (1 + reference.tolerance)
-    band = f"(tolerance {reference.tolerance:.0%}, noise ±{noise_rel:.1%}) [{where}]"
-    if value < low and value * (1 + noise_rel) < low:
-        return Verdict(status=REGRESSED,
-                       message=f"efficiency {value:.3f} is below baseline {reference.value:.3f} {band}")
-    if value > high and value * (1 - noise_rel) > high:
-        return Verdict(status=IMPROVED,
-                       message=f"efficiency {value:.3f} is above baseline {reference.value:.3f} {band}: "
-                               f"consider --scaling-update-baselines")
-    return Verdict(status=OK, message=f"efficiency {value:.3f} within baseline {reference.value:.3f} {band}")
-
-
 def judge(estimate: Estimate, reference: Reference | None, where: str, *, baseline_noise: float = 0.0,
           noisy_limit: float = DEFAULT_NOISY_LIMIT, metric: str = "efficiency") -> Verdict:
     """A timing metric (higher is better) with its bootstrap interval against its baseline."""
