@@ -102,6 +102,10 @@ class CaseSpec:
     timeout_s: float = 300.0
     memory_interval_ms: float = 50.0  # memory sampler period on every rank (--scaling-memory-interval-ms)
     microbatches: int = 0  # pipeline strategies: micro-batches per step; 0 = one per stage (world size)
+    # --scaling-profile: this many profiled steps after the measured ones (0 = none), one Chrome trace per rank
+    # into profile_dir (harness/profiling.py); set by the session, never timed
+    profile_steps: int = 0
+    profile_dir: str = ""
     faults: Faults = field(default_factory=Faults)
     dims: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's model size knobs
 

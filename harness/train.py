@@ -18,7 +18,7 @@ import psutil
 import torch
 
 import fixtures
-from harness import gradcheck, strategies
+from harness import gradcheck, profiling, strategies
 from harness import state as model_state
 from harness.memory import MemorySampler, cuda_peaks
 from harness.wire import WireCounter
@@ -119,6 +119,29 @@ def _comm_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
+def _profile_window(spec: CaseSpec, ctx: RankContext, strategy, workload, first_step: int,
+                    beat: Callable[[int, str], None]) -> dict[str, Any]:
+    """``--scaling-profile``: more steps under the torch profiler, run after every measured window has
+    closed (times, memory, bytes), so it costs the measured steps nothing; nothing at all when off."""
+    if not spec.profile_steps:
+        return {}
+    from torch.profiler import record_function
+
+    def step(i: int) -> None:  # the measured step's work, labelled; faults are not injected here
+        beat(first_step + i, "profile")
+        with record_function("batch"):
+            inputs, targets = workload.global_batch(first_step + i, spec.global_batch_size)
+            local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
+        with record_function("forward_backward"), _autocast(spec, ctx.device):
+            strategy.forward_backward(local_x, local_y, workload.loss)
+        with record_function("optimizer_step"):
+            strategy.optimizer_step()
+        _sync(ctx.device)
+
+    path = profiling.run_window(spec.profile_steps, spec.profile_dir, ctx.rank, ctx.device, step)
+    return {"profile_trace": str(path)}
+
+
 def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
           beat: Callable[[int, str], None] = lambda step, phase: None) -> RankResult:
     """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
@@ -196,6 +219,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     cpu1 = process.cpu_times()
     wire.stop()
     held = model_state.peak_state(held, strategy.state_bytes())
+    extra = _profile_window(spec, ctx, strategy, workload, unmeasured + spec.steps, beat)
     beat(unmeasured + spec.steps, "teardown")
     strategy.teardown()
     return RankResult(
@@ -206,5 +230,5 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         wall_s=time.perf_counter() - started, grad_check=check or None,
         memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
         state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
-        wire=wire.result(spec.steps),
+        wire=wire.result(spec.steps), extra=extra,
     )
