@@ -43,6 +43,11 @@ def add_options(parser) -> None:
     add("--scaling-confirm", type=int, default=1,
         help="relaunch a case (and its reference) this many times to confirm a timing regression before "
              "failing; 0 judges the first launch alone (default: %(default)s)")
+    add("--scaling-launches", type=int, default=1,
+        help="launch each case and its reference this many times and judge the median launch, with the spread "
+             "between launches as its noise; 3-5 make timing verdicts trustworthy on shared hosts (default: %(default)s)")
+    add("--scaling-cpu-binding", default="on", choices=("on", "off"),
+        help="CPU devices: bind each local rank to cores of its own (harness/affinity.py) (default: %(default)s)")
     add("--scaling-timeout", type=float, default=300.0, help="seconds before a case is killed (default: %(default)s)")
     add("--scaling-cpu-threads", type=int, default=1, help="torch threads per rank on CPU: one rank is one 'device' "
                                                            "of this many cores (default: %(default)s)")
@@ -92,6 +97,8 @@ class Options:
     strict: bool = False
     confirm: int = 1  # relaunches that must also regress before a timing regression fails
     memory_interval_ms: float = 50.0
+    launches: int = 1  # launches per case (and reference) judged together (harness/session.py)
+    cpu_binding: bool = True
     inject_faults: tuple[tuple[str, int], ...] = ()  # Faults field values from --scaling-inject-fault
     scaling: str = "weak"
     global_batch: int | None = None
@@ -174,6 +181,12 @@ def _lcm_multiple(batch: int, topologies: list[str]) -> int:
     return max(step, batch // step * step)
 
 
+def _launches(value: int) -> int:
+    if not 1 <= value <= 20:
+        raise SpecError(f"--scaling-launches={value} is not in 1..20", "pass 1 (one launch) to 20; 3-5 is typical")
+    return value
+
+
 def _confirm(value: int) -> int:
     if not 0 <= value <= 5:
         raise SpecError(f"--scaling-confirm={value} is not in 0..5", "pass 0 (no relaunch) to 5; the default is 1")
@@ -241,6 +254,8 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         inject_slowdown=getoption("--scaling-inject-slowdown"),
         strict=getoption("--scaling-strict"),
         confirm=_confirm(getoption("--scaling-confirm")),
+        launches=_launches(_optional(getoption, "--scaling-launches", 1)),
+        cpu_binding=_optional(getoption, "--scaling-cpu-binding", "on") == "on",
         memory_interval_ms=getoption("--scaling-memory-interval-ms"),
         inject_faults=_faults(getoption),
         scaling=scaling,

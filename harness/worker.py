@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from harness import atomic, heartbeat
+from harness import affinity, atomic, heartbeat
 from harness.spec import CaseSpec
 from harness.train import rank_context, train
 
@@ -32,9 +32,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = CaseSpec.read(Path(argv[0]))
     out_dir = Path(argv[1])
-    if spec.device != "cuda":
-        torch.set_num_threads(spec.cpu_threads)
     ctx = rank_context(spec)
+    binding: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
+    if ctx.device.type == "cpu":
+        binding = affinity.bind(spec.cpu_threads) if spec.cpu_binding else {"cpus": None, "why": "off"}
+        torch.set_num_threads(spec.cpu_threads)  # after binding: the thread pool starts on those cores
     beats = heartbeat.Writer(out_dir, ctx.rank)
     beats.beat(-1, "start")
     # The py-spy fallback: on SIGUSR1 every thread's stack goes to a file the launcher reads before a kill.
@@ -47,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             dist.init_process_group(backend="nccl" if ctx.device.type == "cuda" else "gloo",
                                     device_id=ctx.device if ctx.device.type == "cuda" else None)
         result = train(spec, ctx, os.environ.get("SCALEGATE_DATA_DIR") or None, beats.beat)
+        result.extra["cpu_binding"] = binding
         _write_result(spec, ctx.rank, out_dir / f"rank{ctx.rank}.json", result.__dict__)
     finally:
         if dist.is_initialized():

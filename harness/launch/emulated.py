@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness import affinity
 from harness.errors import LaunchError, SpecError
 from harness.launch import hang, netns, process
 from harness.launch.local import LocalLauncher, first_failure
@@ -93,7 +94,8 @@ def run_case(spec: CaseSpec, case_dir: Path, link_rate: str = "1gbit", launcher:
     if reason is not None:
         port = process.free_port()
         env = {"SCALEGATE_WIRE_UNAVAILABLE": f"links not shaped: {reason}"}
-        plans = [(replace(base, master_addr="127.0.0.1"), [], env) for _ in range(spec.topo.nodes)]
+        plans = [(replace(base, master_addr="127.0.0.1"), [], {**env, affinity.ENV: cpus})
+                 for cpus in _cpu_slices(spec)]
         result = _run_agents(spec, case_dir, spec_path, plans, port, data_dir)
         return _with_link(result, {"launcher": "emulated", "shaped": False, "rate": None,
                                    "note": f"links not shaped: {reason}; nodes ran as loopback agents"})
@@ -101,11 +103,17 @@ def run_case(spec: CaseSpec, case_dir: Path, link_rate: str = "1gbit", launcher:
         fabric = build_fabric(scope, spec.topo.nodes, link_rate, spec.case_id.replace("-", "")[:24])
         # The wire counter (harness/wire.py) reads eth0: only what crosses the node's link.
         env = {"GLOO_SOCKET_IFNAME": IFNAME, "SCALEGATE_WIRE_IFACE": IFNAME}
-        plans = [(replace(base, master_addr=node_address(0)), netns.exec_prefix(ns), env) for ns in fabric.nodes]
+        plans = [(replace(base, master_addr=node_address(0)), netns.exec_prefix(ns), {**env, affinity.ENV: cpus})
+                 for ns, cpus in zip(fabric.nodes, _cpu_slices(spec))]
         result = _run_agents(spec, case_dir, spec_path, plans, MASTER_PORT, data_dir)
     return _with_link(result, {"launcher": "emulated", "shaped": True, "rate": link_rate,
                                "addresses": [node_address(i) for i in range(spec.topo.nodes)],
                                "nodes": link_bytes(result.ranks)})
+
+
+def _cpu_slices(spec: CaseSpec) -> list[str]:
+    """Emulated nodes share this machine's cores: each node's ranks bind within a slice of its own."""
+    return affinity.node_slices(affinity.node_cpus(), spec.topo.nodes, spec.topo.per_node, spec.cpu_threads)
 
 
 def link_bytes(ranks: list[RankResult]) -> list[dict[str, Any]]:

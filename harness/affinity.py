@@ -1,0 +1,62 @@
+"""CPU binding: on CPU devices each local rank gets cores of its own.
+
+Two ranks of a 2-core host left to the scheduler share a core in some launches and not in others,
+which makes one launch's efficiency differ from the next far more than its own steps vary
+(docs/detection.md). Binding rank r to cores ``[r*t, (r+1)*t)`` of the node's CPU set (t = threads
+per rank) removes that launch-to-launch state, as ``numactl``/``taskset`` per rank would.
+
+The node's CPU set is ``SCALEGATE_CPUS`` when a launcher sets it (emulated nodes share one machine,
+so each gets its own slice; ``none`` turns binding off), else the process's own affinity (a SLURM
+step's cpuset, a container's limit). Binding is skipped, and says why, when the ranks do not fit.
+On CUDA devices nothing is bound here: that is torchrun's ``--numa-binding`` on GPU hosts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+ENV = "SCALEGATE_CPUS"
+
+
+def node_cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+def plan(cpus: Sequence[int], local_rank: int, local_world: int, threads: int) -> tuple[list[int] | None, str]:
+    """The cores for one rank, or ``None`` with the reason binding is skipped."""
+    need = local_world * threads
+    if need > len(cpus):
+        return None, f"{local_world} rank(s) x {threads} thread(s) need {need} cores, the node has {len(cpus)}"
+    return list(cpus[local_rank * threads:(local_rank + 1) * threads]), ""
+
+
+def node_slices(cpus: Sequence[int], nodes: int, per_node: int, threads: int) -> list[str]:
+    """``SCALEGATE_CPUS`` per emulated node on one machine: disjoint slices, or ``none`` if they do not fit."""
+    width = per_node * threads
+    if nodes * width > len(cpus):
+        return ["none"] * nodes
+    return [",".join(str(c) for c in cpus[n * width:(n + 1) * width]) for n in range(nodes)]
+
+
+def parse(text: str) -> list[int] | None:
+    if text.strip().lower() in ("", "none", "off"):
+        return None
+    return [int(part) for part in text.split(",")]
+
+
+def bind(threads: int, env: dict[str, str] | None = None) -> dict[str, object]:
+    """Bind this process by ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``; returns what was done, for the result."""
+    env = os.environ if env is None else env
+    if ENV in env:
+        cpus = parse(env[ENV])
+        if cpus is None:
+            return {"cpus": None, "why": f"{ENV}={env[ENV]!r}: the launcher turned binding off"}
+    else:
+        cpus = node_cpus()
+    local_rank, local_world = int(env.get("LOCAL_RANK", "0")), int(env.get("LOCAL_WORLD_SIZE", "1"))
+    mine, why = plan(cpus, local_rank, local_world, threads)
+    if mine is None:
+        return {"cpus": None, "why": why}
+    os.sched_setaffinity(0, mine)
+    return {"cpus": mine, "why": ""}

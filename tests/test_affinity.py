@@ -1,0 +1,59 @@
+"""CPU binding of ranks (harness/affinity.py): the plan, and real ranks on cores of their own."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fixtures
+from harness import affinity
+from harness.launch import run_case
+from harness.spec import CaseSpec
+
+
+def test_each_local_rank_gets_its_own_slice():
+    assert affinity.plan([0, 1, 2, 3], 0, 2, 2) == ([0, 1], "")
+    assert affinity.plan([0, 1, 2, 3], 1, 2, 2) == ([2, 3], "")
+    assert affinity.plan([4, 6], 1, 2, 1) == ([6], "")  # a cpuset's own core numbers, not 0..n
+
+
+def test_ranks_that_do_not_fit_are_left_unbound_with_the_reason():
+    cpus, why = affinity.plan([0, 1], 0, 4, 1)
+    assert cpus is None and why == "4 rank(s) x 1 thread(s) need 4 cores, the node has 2"
+
+
+def test_emulated_nodes_on_one_machine_get_disjoint_slices():
+    assert affinity.node_slices([0, 1, 2, 3], 2, 2, 1) == ["0,1", "2,3"]
+    assert affinity.node_slices([0, 1], 2, 1, 1) == ["0", "1"]
+    assert affinity.node_slices([0, 1], 2, 2, 1) == ["none", "none"]  # 2x2 on two cores: nobody is bound
+
+
+def test_a_launcher_can_turn_binding_off():
+    assert affinity.parse("none") is None and affinity.parse("2,3") == [2, 3]
+    done = affinity.bind(1, env={affinity.ENV: "none", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
+    assert done == {"cpus": None, "why": "SCALEGATE_CPUS='none': the launcher turned binding off"}
+
+
+def test_bind_sets_this_process_affinity():
+    first = sorted(os.sched_getaffinity(0))[0]
+    code = ("import os; from harness import affinity; "
+            f"print(affinity.bind(1, env={{'SCALEGATE_CPUS': '{first}', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}), "
+            "sorted(os.sched_getaffinity(0)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"{{'cpus': [{first}], 'why': ''}} [{first}]"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+@pytest.mark.parametrize("binding", [True, False])
+def test_real_ranks_record_their_cores(tmp_path, binding):
+    preset = fixtures.preset("cnn", "tiny")
+    spec = CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=preset.micro_batch,
+                    steps=2, warmup=1, grad_check=False, cpu_binding=binding)
+    result = run_case(spec, tmp_path / "case")
+    cpus = sorted(os.sched_getaffinity(0))
+    got = [r.extra["cpu_binding"] for r in result.ranks]
+    if binding:
+        assert got == [{"cpus": [cpus[0]], "why": ""}, {"cpus": [cpus[1]], "why": ""}]
+    else:
+        assert got == [{"cpus": None, "why": "off"}] * 2
