@@ -154,6 +154,65 @@ def analyse(args: argparse.Namespace) -> None:
                     args.noisy_limit))
 
 
+def _launches(path: Path) -> dict[str, dict[str, dict]]:
+    """Per repetition, its launches by condition ("reference", "slowdown=0.1", ...)."""
+    by_rep: dict[str, dict[str, dict]] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        by_rep.setdefault(record["rep"], {})[record["condition"]] = record
+    return {rep: records for rep, records in by_rep.items() if "reference" in records}
+
+
+def _pooled(records: list[dict], slowdown: float) -> stats.Estimate:
+    """What a session with ``--scaling-launches len(records)`` computes: every launch of the case
+    against the reference launches pooled, then ``stats.pooled_estimate`` (harness/session.py)."""
+    ref_steps = [t for r in records for t in r["reference"]["step_times_s"]]
+    ref = records[0]["reference"]
+    cases = [r[f"slowdown={slowdown:g}"] for r in records]
+    return stats.pooled_estimate([stats.efficiency_estimate(c["step_times_s"], c["global_batch"], ref_steps,
+                                                            ref["global_batch"], c["world_size"]) for c in cases])
+
+
+def simulate(args: argparse.Namespace) -> None:
+    """Replay the whole gate as a session runs it: a baseline recorded by one run with ``M`` launches,
+    a candidate run with ``N`` launches, and ``--scaling-confirm`` rounds of N fresh launches judged
+    together with the first ones. Repetitions are drawn without overlap for each trial."""
+    reps = _launches(Path(args.data))
+    slowdowns = sorted({float(c.split("=")[1]) for r in reps.values() for c in r if c.startswith("slowdown=")})
+    complete = [rep for rep, r in reps.items() if all(f"slowdown={s:g}" in r for s in slowdowns)]
+    n, m, confirm = args.launches, args.baseline_launches, args.confirm
+    need = m + n * (1 + confirm)
+    if len(complete) < need:
+        raise SystemExit(f"{len(complete)} complete repetitions; {need} are needed for M={m}, N={n}, confirm={confirm}")
+    rng = random.Random(args.seed)
+    print(f"{len(complete)} repetitions; baseline from {m} launch(es), candidate {n} launch(es), "
+          f"confirm {confirm}, tolerance {args.tolerance:.0%}, {args.trials} trials per slowdown")
+    print("| injected slowdown | efficiency drop | regressed | noisy | ok / improved | launches per verdict (mean) |")
+    print("|---|---|--:|--:|--:|--:|")
+    for slowdown in slowdowns:
+        counts, spent = {V.REGRESSED: 0, V.NOISY: 0, "other": 0}, 0
+        for _ in range(args.trials):
+            chosen = rng.sample(complete, need)
+            base = _pooled([reps[r] for r in chosen[:m]], 0.0)
+            reference = Reference(value=base.value, tolerance=args.tolerance)
+            used = m + n
+            verdict = V.judge(_pooled([reps[r] for r in chosen[m:used]], slowdown), reference, "simulate",
+                              baseline_noise=base.half_width_rel, noisy_limit=args.noisy_limit)
+            for _ in range(confirm):
+                if verdict.status != V.REGRESSED:
+                    break
+                used += n
+                verdict = V.judge(_pooled([reps[r] for r in chosen[m:used]], slowdown), reference, "simulate",
+                                  baseline_noise=base.half_width_rel, noisy_limit=args.noisy_limit)
+            spent += used - m
+            status = verdict.status if verdict.status in counts else "other"
+            counts[status] += 1
+        t = args.trials
+        label = "false alarms" if slowdown == 0 else "detected"
+        print(f"| {slowdown:.1%} | {1 - 1 / (1 + slowdown):.1%} | {label} {counts[V.REGRESSED] / t:.1%} | "
+              f"{counts[V.NOISY] / t:.1%} | {counts['other'] / t:.1%} | {spent / t:.1f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -172,8 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--noisy-limit", type=float, default=V.DEFAULT_NOISY_LIMIT)
     a.add_argument("--baseline-launches", type=int, default=1,
                    help="baseline = that many clean launches merged as `update-baselines RUN RUN ...` does")
+    g = sub.add_parser("simulate", help="replay the whole gate: M-launch baseline, N-launch candidate, confirmation")
+    g.add_argument("data")
+    g.add_argument("--tolerance", type=float, default=0.10)
+    g.add_argument("--noisy-limit", type=float, default=V.DEFAULT_NOISY_LIMIT)
+    g.add_argument("--launches", type=int, default=1, help="--scaling-launches of the judged run")
+    g.add_argument("--baseline-launches", type=int, default=1, help="--scaling-launches of the run that recorded it")
+    g.add_argument("--confirm", type=int, default=1, help="--scaling-confirm")
+    g.add_argument("--trials", type=int, default=2000)
+    g.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    collect(args) if args.command == "collect" else analyse(args)
+    {"collect": collect, "analyse": analyse, "simulate": simulate}[args.command](args)
     return 0
 
 

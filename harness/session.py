@@ -44,6 +44,7 @@ class Outcome:
     efficiency_ci: tuple[float, float] | None = None  # bootstrap 95% interval (harness/stats.py)
     reference_step_times_s: tuple[float, ...] = ()  # so `python -m harness compare` can redo the interval
     tolerances: dict[str, float] = field(default_factory=dict)  # @pytest.mark.scaling_tolerance overrides
+    launch_efficiencies: tuple[float, ...] = ()  # one per launch when several were judged together
 
     @property
     def failed(self) -> bool:
@@ -66,7 +67,7 @@ class ScalingSession:
     host: HostInfo
     run_dir: Path
     baseline: baselines.BaselineFile | None
-    references: dict[tuple, CaseResult | LaunchError] = field(default_factory=dict)
+    references: dict[tuple, list[CaseResult] | LaunchError] = field(default_factory=dict)
     slurm: slurm_agent.SlurmEnv | None = field(default_factory=slurm_agent.detect)  # agent mode under srun
 
     @property
@@ -76,20 +77,27 @@ class ScalingSession:
     def reference_spec(self, spec: CaseSpec) -> CaseSpec:
         return spec.replace(strategy="single", topology="1x1", faults=Faults())
 
-    def reference(self, spec: CaseSpec) -> CaseResult:
-        """The single-process 1x1 result of the same model and preset, measured in this session."""
+    def reference(self, spec: CaseSpec, more: int = 0) -> list[CaseResult]:
+        """The single-process 1x1 launches of the same model and preset, measured in this session
+        (``--scaling-launches`` of them, plus ``more`` fresh ones when a regression is confirmed)."""
         ref_spec = self.reference_spec(spec)
         key = (ref_spec.model, ref_spec.preset, ref_spec.scaling, ref_spec.global_batch)
         if key not in self.references:
             try:
-                self.references[key] = self._launch(ref_spec)
+                self.references[key] = self._launches(ref_spec, self.options.launches)
             except LaunchError as exc:
                 self.references[key] = exc
         found = self.references[key]
         if isinstance(found, LaunchError):
             raise LaunchError(f"the reference {ref_spec.case_id} failed, so no speedup can be computed:\n"
                               f"{found.message}", found.hint)
-        return found
+        if more:
+            found.extend(self._launches(ref_spec, more))
+        return list(found)
+
+    def _launches(self, spec: CaseSpec, n: int) -> list[CaseResult]:
+        return [self._launch(spec) for _ in range(n)]
+
 
     def _launch(self, spec: CaseSpec) -> CaseResult:
         case_dir = self.run_dir / spec.case_id
@@ -121,27 +129,30 @@ class ScalingSession:
             return self._run_other_node(case)
         try:
             if spec.strategy == "single" and spec.topology == "1x1" and not spec.faults.any:
-                result = self.reference(spec)
+                results = self.reference(spec)
             else:
-                result = self._launch(spec)
+                results = self._launches(spec, self.options.launches)
             reference = self.reference(spec)
         except ScalegateError as exc:
             outcome = Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
             self._write(outcome, spec)
             return outcome
-        outcome = self._judge(case, key, result, reference, tolerances or {})
-        outcome = self._confirm(case, key, outcome, tolerances or {})
-        if result.launch.get("note"):  # e.g. emulated nodes whose links could not be shaped: say so
-            outcome = dataclasses.replace(outcome, message=f"{outcome.message} [{result.launch['note']}]")
+        outcome = self._judge(case, key, results, reference, tolerances or {})
+        outcome = self._confirm(case, key, outcome, results, tolerances or {})
+        note = outcome.result.launch.get("note") if outcome.result is not None else None
+        if note:  # e.g. emulated nodes whose links could not be shaped: say so
+            outcome = dataclasses.replace(outcome, message=f"{outcome.message} [{note}]")
         self._write(outcome, spec)
         return outcome
 
-    def _confirm(self, case: Case, key: str, outcome: Outcome, tolerances: dict[str, float]) -> Outcome:
-        """A timing regression fails only if fresh launches of the case and its reference agree.
+    def _confirm(self, case: Case, key: str, outcome: Outcome, results: list[CaseResult],
+                 tolerances: dict[str, float]) -> Outcome:
+        """A timing regression fails only if it holds with fresh launches of the case and its reference.
 
         Launch-to-launch spread on shared machines is several times one run's own noise band
-        (docs/detection.md), so one slow launch is not a verdict. Memory and bytes are deterministic
-        enough to need no confirmation, and are judged on the first launch.
+        (docs/detection.md), so one slow launch is not a verdict: ``--scaling-launches`` more of each
+        are measured and every launch so far is judged together. Memory and bytes are deterministic
+        enough to need no confirmation, and are judged on the first launches.
         """
         first = outcome
         for attempt in range(self.options.confirm):
@@ -149,40 +160,45 @@ class ScalingSession:
                     outcome.result, self.baseline, key, f"{key} on {self.profile}"):
                 break
             try:
-                again = self._launch(case.spec)
-                reference = self._launch(self.reference_spec(case.spec))
+                results = results + self._launches(case.spec, self.options.launches)
+                reference = self.reference(case.spec, more=self.options.launches)
             except ScalegateError as exc:
                 return dataclasses.replace(outcome, message=f"{outcome.message}\n(confirmation launch failed: {exc})")
-            outcome = self._judge(case, key, again, reference, tolerances)
+            outcome = self._judge(case, key, results, reference, tolerances)
         if outcome is first:
             return outcome
         verb = "confirmed" if outcome.status == V.REGRESSED else "not confirmed"
-        return dataclasses.replace(outcome, message=f"{outcome.message}\n(first launch: {first.message.splitlines()[0]}; "
-                                                    f"regression {verb} by relaunching the case and its reference)")
+        return dataclasses.replace(outcome, message=f"{outcome.message}\n(first: {first.message.splitlines()[0]}; "
+                                                    f"regression {verb} by relaunching the case and its reference; "
+                                                    f"{len(results)} launches judged together)")
 
-    def _judge(self, case: Case, key: str, result: CaseResult, reference: CaseResult,
+    def _judge(self, case: Case, key: str, results: list[CaseResult], references: list[CaseResult],
                tolerances: dict[str, float] | None = None) -> Outcome:
         spec = case.spec
-        speedup = metrics.speedup(result.throughput, reference.throughput)
-        eff = metrics.efficiency(speedup, spec.world_size)
-        noise = metrics.combined_noise(result.noise_rel, reference.noise_rel)
+        reference = _pooled(references)  # the reference is steady (+-0.4% between launches): pool its steps
+        estimates = [stats.efficiency_estimate(r.step_times_s, spec.global_batch_size, reference.step_times_s,
+                                               reference.spec.global_batch_size, spec.world_size) for r in results]
+        estimate = stats.pooled_estimate(estimates)
+        result = results[sorted(range(len(results)), key=lambda i: estimates[i].value)[(len(results) - 1) // 2]]
+        eff = estimate.value
+        speedup = eff * spec.world_size
+        noise = (metrics.combined_noise(result.noise_rel, reference.noise_rel) if len(results) == 1
+                 else estimate.half_width_rel)
         fraction = fixtures.preset(spec.model, spec.preset).convergence_fraction  # the workload's own bar
         loss_ref = self.baseline.reference(key, "final_loss") if self.baseline else None
         entry = self.baseline.cases.get(key, {}) if self.baseline else {}
         if (entry.get("steps"), entry.get("warmup")) != (spec.steps, spec.warmup):
             loss_ref = None  # a loss after a different number of steps says nothing about this run
-        problems = tuple(p for p in (
-            checks.agreement(result), checks.loss_curve(result), checks.convergence(result, fraction),
-            checks.final_loss(result, loss_ref.value if loss_ref else None,
+        problems = tuple(dict.fromkeys(p for r in results for p in (  # every launch must train correctly
+            checks.agreement(r), checks.loss_curve(r), checks.convergence(r, fraction),
+            checks.final_loss(r, loss_ref.value if loss_ref else None,
                               loss_ref.tolerance if loss_ref else 0.0, f"{key} on {self.profile}"),
-            sharding.check(result)) if p)
+            sharding.check(r)) if p))
         base_ref = self.baseline.reference(key, "efficiency") if self.baseline else None
         tolerance = self.options.tolerance if self.options.tolerance is not None else (tolerances or {}).get(
             "efficiency")  # the command line wins over the test's marker, which wins over the baseline
         if base_ref is not None and tolerance is not None:
             base_ref = dataclasses.replace(base_ref, tolerance=tolerance)
-        estimate = stats.efficiency_estimate(result.step_times_s, spec.global_batch_size, reference.step_times_s,
-                                             reference.spec.global_batch_size, spec.world_size)
         if problems:  # a wrong fast run is not a pass: no performance verdict
             verdict = V.Verdict(status=V.FAILED, message="\n".join(problems))
         elif case.oversubscribed:
@@ -205,7 +221,8 @@ class ScalingSession:
                        reference_throughput=reference.throughput, problems=problems,
                        baseline_efficiency=base_ref.value if base_ref else None, oversubscribed=case.oversubscribed,
                        resources=resources.summary(result), efficiency_ci=(estimate.low, estimate.high),
-                       reference_step_times_s=tuple(reference.step_times_s), tolerances=dict(tolerances or {}))
+                       reference_step_times_s=tuple(reference.step_times_s), tolerances=dict(tolerances or {}),
+                       launch_efficiencies=tuple(e.value for e in estimates) if len(estimates) > 1 else ())
 
     def _write(self, outcome: Outcome, spec: CaseSpec) -> None:
         data: dict[str, Any] = {k: v for k, v in dataclasses.asdict(outcome).items() if k != "result"}
@@ -213,3 +230,14 @@ class ScalingSession:
                     fingerprint=self.host.fingerprint(), written=time.time(),
                     result=outcome.result.to_dict() if outcome.result else None)
         atomic.write_json(self.run_dir / f"{spec.case_id}.json", data)
+
+
+def _pooled(results: list[CaseResult]) -> CaseResult:
+    """Several launches of a steady case as one: their measured steps in a row."""
+    if len(results) == 1:
+        return results[0]
+    steps = [t for r in results for t in r.step_times_s]
+    median = metrics.median(steps)
+    return dataclasses.replace(results[0], step_times_s=steps, median_step_s=median, mad_step_s=metrics.mad(steps),
+                               throughput=metrics.throughput(results[0].spec.global_batch_size, median),
+                               noise_rel=metrics.median_noise_rel(steps))

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from harness.metrics import mad, median  # noqa: F401  (re-exported: one place for robust spread)
+from harness.metrics import MAD_TO_SIGMA, MEDIAN_SE, Z95, mad, median  # noqa: F401  (one place for robust spread)
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -78,6 +78,27 @@ def efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, ref_step
     ref_med = _medians(ref_steps_s, rng, resamples)
     low, high = _interval((case_batch / case_med) / (ref_batch / ref_med) / world_size, CONFIDENCE)
     return Estimate(value=value, low=min(low, value), high=max(high, value))
+
+
+def pooled_estimate(launches: Sequence[Estimate]) -> Estimate:
+    """Several launches of one case judged together (``--scaling-launches``).
+
+    The value is the launches' median. Its interval is that of a median of N launches: 1.96 standard
+    errors, with the spread between launches as sigma (1.4826 MAD; the sample deviation below four
+    launches, where a MAD is too coarse) and a median's 1.2533/sqrt(N) efficiency. It is never narrower
+    than one launch's own interval shrunk by sqrt(N): launches that happen to agree still carry their
+    steps' noise.
+    """
+    if len(launches) == 1:
+        return launches[0]
+    values = [e.value for e in launches]
+    center = median(values)
+    n = len(values)
+    sigma = MAD_TO_SIGMA * mad(values) if n >= 4 else float(np.std(values, ddof=1))
+    between = Z95 * MEDIAN_SE * sigma / math.sqrt(n) / center if center > 0 else math.inf
+    within = median([e.half_width_rel for e in launches]) / math.sqrt(n)
+    half = math.sqrt(between ** 2 + within ** 2)
+    return Estimate(value=center, low=center * (1 - half), high=center * (1 + half))
 
 
 def mad_rel(values: Sequence[float]) -> float:

@@ -28,6 +28,7 @@ BAD_OPTIONS = [
     (["--scaling-tolerance", "1.5"], "--scaling-tolerance=1.5 is not a fraction in [0, 1)"),
     (["--scaling-tolerance", "-0.1"], "--scaling-tolerance=-0.1 is not a fraction in [0, 1)"),
     (["--scaling-steps", "0"], "--scaling-steps=0 is below 1"),
+    (["--scaling-launches", "0"], "--scaling-launches=0 is not in 1..20"),
     (["--scaling-scaling", "strong", "--scaling-global-batch", "6", "--scaling-topologies", "1x1,1x4",
       "--scaling-strategies", "ddp"], "--scaling-global-batch 6 does not divide by world size 4 of topology 1x4"),
     (["--scaling-scaling", "strong"], "--scaling-scaling strong needs --scaling-global-batch N >= 1"),

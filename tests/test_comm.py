@@ -69,7 +69,7 @@ def test_an_extra_all_reduce_per_step_fails_the_bytes_gate(clean, tmp_path):
     session = ScalingSession(options=types.SimpleNamespace(tolerance=None, require_baseline=False, strict=False),
                              host=types.SimpleNamespace(profile="cpu-test", cpu_cores=64), run_dir=tmp_path,
                              baseline=base)
-    outcome = session._judge(Case(id="ddp-cnn-1x2", spec=faulty.spec), key, faulty, clean)
+    outcome = session._judge(Case(id="ddp-cnn-1x2", spec=faulty.spec), key, [faulty], [clean])
     assert outcome.status == "regressed" and outcome.message.splitlines()[0] == problems[0]
     assert outcome.resources["wire"]["bytes_per_step"] == sent
 

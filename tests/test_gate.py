@@ -46,6 +46,18 @@ def test_baseline_then_injected_delay_fails_and_clean_run_passes(tmp_path, suite
     assert "regressed" not in clean.stdout  # ok, or improved if the machine was busier while recording
 
 
+def test_several_launches_are_judged_together(tmp_path, suite):
+    run = suite("-k", "ddp-cnn-1x2", "--scaling-models", "cnn", "--scaling-strategies", "ddp",
+                "--scaling-topologies", "1x2", "--scaling-steps", "5", "--scaling-warmup", "1", "--scaling-launches", "2")
+    assert run.returncode == 0, run.stdout + run.stderr
+    case = tmp_path / "results" / "latest" / "ddp-cnn-1x2.json"
+    data = json.loads(case.read_text())
+    assert len(data["launch_efficiencies"]) == 2 and data["efficiency"] == pytest.approx(
+        sum(data["launch_efficiencies"]) / 2)  # the median of two launches
+    assert len(data["reference_step_times_s"]) == 10  # two reference launches of 5 steps, pooled
+    assert len(list(case.parent.glob("ddp-cnn-1x2*/spec.json"))) == 2
+
+
 def test_require_baseline_fails_a_machine_without_one(tmp_path, suite):
     run = suite("-k", "single-cnn-1x1", "--scaling-models", "cnn", "--scaling-strategies", "single", "--scaling-steps", "3", "--scaling-warmup", "1",
                 "--scaling-baseline-dir", str(tmp_path / "empty"), "--scaling-require-baseline")

@@ -2,11 +2,12 @@
 
 import math
 
+import pytest
 from hypothesis import given, strategies as st
 
 from harness import metrics
 from harness.baselines import Reference
-from harness.stats import Estimate
+from harness.stats import Estimate, pooled_estimate
 from harness.verdict import IMPROVED, NO_BASELINE, NOISY, REGRESSED, judge
 
 pos = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
@@ -68,3 +69,14 @@ def test_noise_band_protects_a_borderline_drop():
 def test_no_baseline_says_so():
     verdict = judge_efficiency(0.7, 0.0, None, "ddp-cnn-1x2:tiny on cpu-x")
     assert verdict.status == NO_BASELINE and verdict.message == "no baseline for ddp-cnn-1x2:tiny on cpu-x"
+
+
+def test_launches_judged_together_take_the_median_and_the_spread_between_them():
+    one = Estimate(value=0.6, low=0.58, high=0.62)
+    assert pooled_estimate([one]) is one
+    pooled = pooled_estimate([Estimate(value=v, low=v * 0.99, high=v * 1.01) for v in (0.50, 0.60, 0.70)])
+    assert pooled.value == pytest.approx(0.60)
+    # sample sigma 0.1 over 3 launches: 1.96 * 1.2533 * 0.1 / sqrt(3) / 0.6 = 23.6% (plus 1%/sqrt(3) within)
+    assert pooled.half_width_rel == pytest.approx(0.2365, abs=0.002)
+    agreeing = pooled_estimate([Estimate(value=0.6, low=0.54, high=0.66)] * 4)
+    assert agreeing.half_width_rel == pytest.approx(0.10 / 2)  # never tighter than the steps' own noise / sqrt(N)
