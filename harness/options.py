@@ -13,6 +13,7 @@ from harness.topology import Topology
 # The default matrix keeps CI inside its budget: every strategy x workload on 1x2 plus the single
 # 1x1 references. --scaling-matrix full adds 1x1 for every strategy, 1x4 and emulated 2x1, 2x2.
 MATRICES = {"default": "1x1,1x2", "full": "1x1,1x2,1x4,2x1,2x2"}
+PROFILE_STEPS = 3  # --scaling-profile's default window: enough steps to see one repeat, a small trace
 
 
 def add_options(parser) -> None:
@@ -69,6 +70,16 @@ def add_options(parser) -> None:
                                                   "(needs --scaling-global-batch) (default: %(default)s)")
     add("--scaling-global-batch", type=int, default=None,
         help="global batch for --scaling-scaling strong; must divide by every world size run (default: none)")
+    add("--scaling-profile", action="store_true",
+        help="after each case's measured steps, run a few more under torch.profiler and write a Chrome trace per "
+             "rank to <case dir>/profile/rank<R>.json.gz; the measured steps are not profiled (default: off)")
+    add("--scaling-profile-steps", type=int, default=None,
+        help=f"profiled steps per case with --scaling-profile, after one untraced profiler warm-up step "
+             f"(default: {PROFILE_STEPS})")
+    add("--scaling-tensorboard", default=None, metavar="DIR",
+        help="write each case's loss, step times, throughput, efficiency, peak memory per rank and bytes per step "
+             "as TensorBoard scalars under DIR/<run id>/<case id>; needs tensorboard (pip install -e .[report]) "
+             "(default: off)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +113,8 @@ class Options:
     inject_faults: tuple[tuple[str, int], ...] = ()  # Faults field values from --scaling-inject-fault
     scaling: str = "weak"
     global_batch: int | None = None
+    profile_steps: int = 0  # --scaling-profile: profiled steps after the measured ones; 0 = off
+    tensorboard_dir: Path | None = None  # --scaling-tensorboard
 
 
 def _data_dir(text: str | None) -> str | None:
@@ -187,6 +200,32 @@ def _launches(value: int) -> int:
     return value
 
 
+def _profile_steps(getoption) -> int:
+    steps = _optional(getoption, "--scaling-profile-steps", None)
+    if not _optional(getoption, "--scaling-profile", False):
+        if steps is not None:
+            raise SpecError(f"--scaling-profile-steps {steps} does nothing without --scaling-profile",
+                            "add --scaling-profile, or drop --scaling-profile-steps")
+        return 0
+    steps = PROFILE_STEPS if steps is None else steps
+    if not 1 <= steps <= 100:
+        raise SpecError(f"--scaling-profile-steps={steps} is not in 1..100",
+                        f"pass a few steps (default {PROFILE_STEPS}): traces grow with every step")
+    return steps
+
+
+def _tensorboard_dir(text: str | None) -> Path | None:
+    if not text:
+        return None
+    if Path(text).exists() and not Path(text).is_dir():
+        raise SpecError(f"--scaling-tensorboard {text} is a file, not a directory",
+                        "pass a directory (it is created if missing)")
+    from harness.tensorboard import require  # raises a SpecError with a HINT when tensorboard is missing
+
+    require()
+    return Path(text)
+
+
 def _confirm(value: int) -> int:
     if not 0 <= value <= 5:
         raise SpecError(f"--scaling-confirm={value} is not in 0..5", "pass 0 (no relaunch) to 5; the default is 1")
@@ -260,4 +299,6 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         inject_faults=_faults(getoption),
         scaling=scaling,
         global_batch=global_batch,
+        profile_steps=_profile_steps(getoption),
+        tensorboard_dir=_tensorboard_dir(_optional(getoption, "--scaling-tensorboard", None)),
     )

@@ -159,6 +159,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         if case["status"] in ("regressed", "failed", "improved"):
             tr.write_line(f"{case['case_id']}: {case['message'].splitlines()[0]}")
     tr.write_line(f"results: {session.run_dir}")
+    for case in cases:  # --scaling-profile: Chrome traces, one per rank (chrome://tracing, ui.perfetto.dev)
+        traces = [Path(t) for t in case.get("traces") or []]
+        if traces:
+            tr.write_line(f"{case['case_id']} profiler traces: {traces[0].parent}/"
+                          f"{{{','.join(t.name for t in traces)}}}")
+    if session.options.tensorboard_dir is not None:
+        tr.write_line(f"tensorboard scalars: tensorboard --logdir {session.options.tensorboard_dir}")
     if session.options.update_baselines:
         try:
             for line in update.update_from_run(cases, session.options.baseline_dir, session.options.default_tolerance):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import fixtures
-from harness import atomic, baselines, checks, metrics, resources, sharding, stats
+from harness import atomic, baselines, checks, metrics, resources, sharding, stats, tensorboard
 from harness.errors import LaunchError, ScalegateError
 from harness.hostinfo import HostInfo, commit
 from harness.launch import emulated, run_case
@@ -99,7 +99,16 @@ class ScalingSession:
         return [self._launch(spec) for _ in range(n)]
 
 
+    def _profiled(self, spec: CaseSpec) -> CaseSpec:
+        """``--scaling-profile``: the workers profile a few steps after the measured ones, into the case's
+        directory (a relaunch of the case replaces its traces); unchanged when the option is off."""
+        if not self.options.profile_steps:
+            return spec
+        return spec.replace(profile_steps=self.options.profile_steps,
+                            profile_dir=str((self.run_dir / spec.case_id / "profile").resolve()))
+
     def _launch(self, spec: CaseSpec) -> CaseResult:
+        spec = self._profiled(spec)
         case_dir = self.run_dir / spec.case_id
         if self.slurm is not None and spec.topo.multi_node:  # node 0's agent (others: _run_other_node)
             return slurm_agent.run_agent(spec, case_dir, self.slurm, data_dir=self.options.data_dir)  # type: ignore[return-value]
@@ -115,7 +124,7 @@ class ScalingSession:
             return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
                            message=f"node {node} has no part in a {spec.topo.nodes}-node case; node 0 reports it")
         try:
-            slurm_agent.run_agent(spec, self.run_dir / spec.case_id, self.slurm,  # type: ignore[arg-type]
+            slurm_agent.run_agent(self._profiled(spec), self.run_dir / spec.case_id, self.slurm,  # type: ignore[arg-type]
                                   data_dir=self.options.data_dir)
         except ScalegateError as exc:
             return Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
@@ -229,7 +238,13 @@ class ScalingSession:
         data.update(spec=spec.to_dict(), profile=self.profile, host=self.host.hostname, commit=commit(),
                     fingerprint=self.host.fingerprint(), written=time.time(),
                     result=outcome.result.to_dict() if outcome.result else None)
+        traces = [r.extra["profile_trace"] for r in (outcome.result.ranks if outcome.result else ())
+                  if r.extra.get("profile_trace")]
+        if traces:  # --scaling-profile: one Chrome trace per rank (harness/profiling.py)
+            data["traces"] = traces
         atomic.write_json(self.run_dir / f"{spec.case_id}.json", data)
+        if self.options.tensorboard_dir is not None:
+            tensorboard.write_case(self.options.tensorboard_dir / self.run_dir.name, outcome)
 
 
 def _pooled(results: list[CaseResult]) -> CaseResult:
