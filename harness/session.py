@@ -98,7 +98,6 @@ class ScalingSession:
     def _launches(self, spec: CaseSpec, n: int) -> list[CaseResult]:
         return [self._launch(spec) for _ in range(n)]
 
-
     def _profiled(self, spec: CaseSpec) -> CaseSpec:
         """``--scaling-profile``: the workers profile a few steps after the measured ones, into the case's
         directory (a relaunch of the case replaces its traces); unchanged when the option is off."""
