@@ -38,10 +38,10 @@ from harness.spec import CaseSpec, Faults  # noqa: E402
 SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
 
 
-def _spec(strategy: str, topology: str, slowdown: float, steps: int, warmup: int) -> CaseSpec:
+def _spec(strategy: str, topology: str, slowdown: float, steps: int, warmup: int, paired: bool = False) -> CaseSpec:
     preset = fixtures.preset("cnn", "tiny")
-    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=topology,
-                    micro_batch=preset.micro_batch, steps=steps, warmup=warmup, faults=Faults(slowdown=slowdown))
+    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=topology, micro_batch=preset.micro_batch,
+                    steps=steps, warmup=warmup, faults=Faults(slowdown=slowdown), paired=paired)
 
 
 def collect(args: argparse.Namespace) -> None:
@@ -54,7 +54,7 @@ def collect(args: argparse.Namespace) -> None:
             (f"slowdown={s:g}", "ddp", "1x2", s) for s in args.slowdowns]
         rng.shuffle(launches)  # so slow drift of the machine's load does not line up with one condition
         for condition, strategy, topology, slowdown in launches:
-            spec = _spec(strategy, topology, slowdown, args.steps, args.warmup)
+            spec = _spec(strategy, topology, slowdown, args.steps, args.warmup, args.paired)
             try:
                 result = run_case(spec, work / f"{condition}-{rep}")
             except ScalegateError as exc:  # one failed launch must not end a long collection
@@ -62,7 +62,8 @@ def collect(args: argparse.Namespace) -> None:
                 continue
             record = {"rep": f"{args.tag}{rep}", "condition": condition, "slowdown": slowdown,
                       "world_size": spec.world_size, "global_batch": spec.global_batch_size,
-                      "step_times_s": result.step_times_s, "time": time.time()}
+                      "step_times_s": result.step_times_s, "time": time.time(),
+                      "paired_step_times_s": result.paired_step_times_s}
             with out.open("a") as handle:
                 handle.write(json.dumps(record) + "\n")
             print(f"rep {rep} {condition:>14}: median step {result.median_step_s * 1e3:.1f} ms", flush=True)
@@ -163,14 +164,21 @@ def _launches(path: Path) -> dict[str, dict[str, dict]]:
     return {rep: records for rep, records in by_rep.items() if "reference" in records}
 
 
-def _pooled(records: list[dict], slowdown: float) -> stats.Estimate:
+def _launch_estimate(case: dict, ref_steps: list[float], ref_batch: int, paired: bool) -> stats.Estimate:
+    if paired:  # --scaling-paired: against the reference steps timed inside the same launch
+        return stats.paired_efficiency_estimate(case["step_times_s"], case["global_batch"],
+                                                case["paired_step_times_s"], ref_batch, case["world_size"])
+    return stats.efficiency_estimate(case["step_times_s"], case["global_batch"], ref_steps, ref_batch,
+                                     case["world_size"])
+
+
+def _pooled(records: list[dict], slowdown: float, paired: bool = False) -> stats.Estimate:
     """What a session with ``--scaling-launches len(records)`` computes: every launch of the case
-    against the reference launches pooled, then ``stats.pooled_estimate`` (harness/session.py)."""
+    against the reference launches pooled (or its own paired steps), then ``stats.pooled_estimate``."""
     ref_steps = [t for r in records for t in r["reference"]["step_times_s"]]
-    ref = records[0]["reference"]
+    ref_batch = records[0]["reference"]["global_batch"]
     cases = [r[f"slowdown={slowdown:g}"] for r in records]
-    return stats.pooled_estimate([stats.efficiency_estimate(c["step_times_s"], c["global_batch"], ref_steps,
-                                                            ref["global_batch"], c["world_size"]) for c in cases])
+    return stats.pooled_estimate([_launch_estimate(c, ref_steps, ref_batch, paired) for c in cases])
 
 
 def simulate(args: argparse.Namespace) -> None:
@@ -184,8 +192,15 @@ def simulate(args: argparse.Namespace) -> None:
     need = m + n * (1 + confirm)
     if len(complete) < need:
         raise SystemExit(f"{len(complete)} complete repetitions; {need} are needed for M={m}, N={n}, confirm={confirm}")
-    rng = random.Random(args.seed)
-    print(f"{len(complete)} repetitions; baseline from {m} launch(es), candidate {n} launch(es), "
+    rng, paired = random.Random(args.seed), args.paired
+    clean = [_pooled([reps[r]], 0.0, paired) for r in complete]
+    values = [e.value for e in clean]
+    center = stats.median(values)
+    print(f"{len(complete)} repetitions ({'paired reference steps' if paired else 'reference launches'}): clean "
+          f"efficiency median {center:.3f}, range {min(values):.3f}-{max(values):.3f}, between-launch sigma "
+          f"~{1.4826 * stats.mad(values) / center:.1%}, median within-launch half-width "
+          f"{stats.median([e.half_width_rel for e in clean]):.1%}")
+    print(f"baseline from {m} launch(es), candidate {n} launch(es), "
           f"confirm {confirm}, tolerance {args.tolerance:.0%}, {args.trials} trials per slowdown")
     print("| injected slowdown | efficiency drop | regressed | noisy | ok / improved | launches per verdict (mean) |")
     print("|---|---|--:|--:|--:|--:|")
@@ -193,16 +208,16 @@ def simulate(args: argparse.Namespace) -> None:
         counts, spent = {V.REGRESSED: 0, V.NOISY: 0, "other": 0}, 0
         for _ in range(args.trials):
             chosen = rng.sample(complete, need)
-            base = _pooled([reps[r] for r in chosen[:m]], 0.0)
+            base = _pooled([reps[r] for r in chosen[:m]], 0.0, paired)
             reference = Reference(value=base.value, tolerance=args.tolerance)
             used = m + n
-            verdict = V.judge(_pooled([reps[r] for r in chosen[m:used]], slowdown), reference, "simulate",
+            verdict = V.judge(_pooled([reps[r] for r in chosen[m:used]], slowdown, paired), reference, "simulate",
                               baseline_noise=base.half_width_rel, noisy_limit=args.noisy_limit)
             for _ in range(confirm):
                 if verdict.status != V.REGRESSED:
                     break
                 used += n
-                verdict = V.judge(_pooled([reps[r] for r in chosen[m:used]], slowdown), reference, "simulate",
+                verdict = V.judge(_pooled([reps[r] for r in chosen[m:used]], slowdown, paired), reference, "simulate",
                                   baseline_noise=base.half_width_rel, noisy_limit=args.noisy_limit)
             spent += used - m
             status = verdict.status if verdict.status in counts else "other"
@@ -225,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--work", default="results/detection-runs")
     c.add_argument("--tag", default="", help="prefix for repetition names when appending a second collection")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--paired", action="store_true", help="--scaling-paired: time the reference step inside each launch")
     a = sub.add_parser("analyse", help="replay the gate over the collected repetitions")
     a.add_argument("data")
     a.add_argument("--tolerances", type=float, nargs="+", default=[0.05, 0.10])
@@ -239,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--baseline-launches", type=int, default=1, help="--scaling-launches of the run that recorded it")
     g.add_argument("--confirm", type=int, default=1, help="--scaling-confirm")
     g.add_argument("--trials", type=int, default=2000)
+    g.add_argument("--paired", action="store_true", help="judge against the paired reference steps (--scaling-paired)")
     g.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     {"collect": collect, "analyse": analyse, "simulate": simulate}[args.command](args)

@@ -80,6 +80,27 @@ def efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, ref_step
     return Estimate(value=value, low=min(low, value), high=max(high, value))
 
 
+def paired_efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, ref_steps_s: Sequence[float],
+                               ref_batch: int, world_size: int, *, resamples: int = RESAMPLES,
+                               seed: int = 0) -> Estimate:
+    """Efficiency from paired steps (``--scaling-paired``): reference step i ran right after case step i.
+
+    The same as ``efficiency_estimate``, except that the bootstrap resamples *pairs*, so a machine phase
+    that slowed both steps of a pair moves the two medians together and does not widen the interval.
+    """
+    if len(case_steps_s) != len(ref_steps_s):
+        raise ValueError(f"{len(case_steps_s)} case steps but {len(ref_steps_s)} paired reference steps")
+    value = (case_batch / median(case_steps_s)) / (ref_batch / median(ref_steps_s)) / world_size
+    if len(case_steps_s) < MIN_VALUES:
+        return Estimate(value=value, low=0.0, high=math.inf)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(case_steps_s), size=(resamples, len(case_steps_s)))
+    case_med = np.median(np.asarray(case_steps_s, dtype=float)[picks], axis=1)
+    ref_med = np.median(np.asarray(ref_steps_s, dtype=float)[picks], axis=1)
+    low, high = _interval((case_batch / case_med) / (ref_batch / ref_med) / world_size, CONFIDENCE)
+    return Estimate(value=value, low=min(low, value), high=max(high, value))
+
+
 def pooled_estimate(launches: Sequence[Estimate]) -> Estimate:
     """Several launches of one case judged together (``--scaling-launches``).
 
