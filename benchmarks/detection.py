@@ -38,10 +38,10 @@ from harness.spec import CaseSpec, Faults  # noqa: E402
 SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
 
 
-def _spec(strategy: str, topology: str, slowdown: float, steps: int, warmup: int, paired: bool = False) -> CaseSpec:
+def _spec(strategy: str, topology: str, slowdown: float, steps: int, warmup: int) -> CaseSpec:
     preset = fixtures.preset("cnn", "tiny")
     return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=topology, micro_batch=preset.micro_batch,
-                    steps=steps, warmup=warmup, faults=Faults(slowdown=slowdown), paired=paired)
+                    steps=steps, warmup=warmup, faults=Faults(slowdown=slowdown))
 
 
 def collect(args: argparse.Namespace) -> None:
@@ -54,7 +54,7 @@ def collect(args: argparse.Namespace) -> None:
             (f"slowdown={s:g}", "ddp", "1x2", s) for s in args.slowdowns]
         rng.shuffle(launches)  # so slow drift of the machine's load does not line up with one condition
         for condition, strategy, topology, slowdown in launches:
-            spec = _spec(strategy, topology, slowdown, args.steps, args.warmup, args.paired)
+            spec = _spec(strategy, topology, slowdown, args.steps, args.warmup)
             try:
                 result = run_case(spec, work / f"{condition}-{rep}")
             except ScalegateError as exc:  # one failed launch must not end a long collection
@@ -62,8 +62,7 @@ def collect(args: argparse.Namespace) -> None:
                 continue
             record = {"rep": f"{args.tag}{rep}", "condition": condition, "slowdown": slowdown,
                       "world_size": spec.world_size, "global_batch": spec.global_batch_size,
-                      "step_times_s": result.step_times_s, "time": time.time(),
-                      "paired_step_times_s": result.paired_step_times_s}
+                      "step_times_s": result.step_times_s, "time": time.time()}
             with out.open("a") as handle:
                 handle.write(json.dumps(record) + "\n")
             print(f"rep {rep} {condition:>14}: median step {result.median_step_s * 1e3:.1f} ms", flush=True)
@@ -165,7 +164,7 @@ def _launches(path: Path) -> dict[str, dict[str, dict]]:
 
 
 def _launch_estimate(case: dict, ref_steps: list[float], ref_batch: int, paired: bool) -> stats.Estimate:
-    if paired:  # --scaling-paired: against the reference steps timed inside the same launch
+    if paired:  # the reverted --scaling-paired experiment (commit 27da3b0): reference steps timed in the launch
         return stats.paired_efficiency_estimate(case["step_times_s"], case["global_batch"],
                                                 case["paired_step_times_s"], ref_batch, case["world_size"])
     return stats.efficiency_estimate(case["step_times_s"], case["global_batch"], ref_steps, ref_batch,
@@ -240,7 +239,6 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--work", default="results/detection-runs")
     c.add_argument("--tag", default="", help="prefix for repetition names when appending a second collection")
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--paired", action="store_true", help="--scaling-paired: time the reference step inside each launch")
     a = sub.add_parser("analyse", help="replay the gate over the collected repetitions")
     a.add_argument("data")
     a.add_argument("--tolerances", type=float, nargs="+", default=[0.05, 0.10])
@@ -255,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--baseline-launches", type=int, default=1, help="--scaling-launches of the run that recorded it")
     g.add_argument("--confirm", type=int, default=1, help="--scaling-confirm")
     g.add_argument("--trials", type=int, default=2000)
-    g.add_argument("--paired", action="store_true", help="judge against the paired reference steps (--scaling-paired)")
+    g.add_argument("--paired", action="store_true",
+                   help="judge against reference steps timed inside each launch (data of the reverted --scaling-paired "
+                        "experiment, docs/detection-data-paired.jsonl)")
     g.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     {"collect": collect, "analyse": analyse, "simulate": simulate}[args.command](args)

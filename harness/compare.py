@@ -65,8 +65,7 @@ def efficiency_estimate(case: dict[str, Any]) -> stats.Estimate | None:
     if eff is None:
         return None
     ref_steps, steps = case.get("reference_step_times_s") or [], result.get("step_times_s") or []
-    # --scaling-launches / --scaling-paired: the stored interval is the one the session judged
-    pooled = len(case.get("launch_efficiencies") or ()) > 1 or bool((result.get("paired_step_times_s") or []))
+    pooled = len(case.get("launch_efficiencies") or ()) > 1  # --scaling-launches: only the stored interval pools them
     if ref_steps and steps and case.get("reference_throughput") and not pooled:
         ref_batch = case["reference_throughput"] * stats.median(ref_steps)  # global batch of the reference
         world = len(result.get("ranks", [])) or 1

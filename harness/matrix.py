@@ -41,8 +41,7 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
     return CaseSpec(
         strategy=strategy, model=model, preset=preset_name, topology=topology, micro_batch=preset.micro_batch,
         steps=options.steps, warmup=options.warmup, dtype=options.dtype, seed=options.seed,
-        cpu_threads=options.cpu_threads, cpu_binding=options.cpu_binding, paired=options.paired,
-        timeout_s=options.timeout_s, memory_interval_ms=options.memory_interval_ms,
+        cpu_threads=options.cpu_threads, cpu_binding=options.cpu_binding, timeout_s=options.timeout_s, memory_interval_ms=options.memory_interval_ms,
         faults=Faults(delay_ms=options.inject_delay_ms, slowdown=options.inject_slowdown,
                       **dict(options.inject_faults)),
         scaling=options.scaling, global_batch=options.global_batch,

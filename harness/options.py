@@ -47,10 +47,6 @@ def add_options(parser) -> None:
     add("--scaling-launches", type=int, default=1,
         help="launch each case and its reference this many times and judge the median launch, with the spread "
              "between launches as its noise; 3-5 make timing verdicts trustworthy on shared hosts (default: %(default)s)")
-    add("--scaling-paired", action="store_true",
-        help="time the single-process reference step inside each multi-rank launch, right after every step, and "
-             "compute efficiency from those pairs: immune to the machine's slow/fast phases between launches; "
-             "rank 0 holds one more model copy (harness/paired.py); baselines are recorded per mode")
     add("--scaling-cpu-binding", default="on", choices=("on", "off"),
         help="CPU devices: bind each local rank to cores of its own (harness/affinity.py) (default: %(default)s)")
     add("--scaling-timeout", type=float, default=300.0, help="seconds before a case is killed (default: %(default)s)")
@@ -114,7 +110,6 @@ class Options:
     memory_interval_ms: float = 50.0
     launches: int = 1  # launches per case (and reference) judged together (harness/session.py)
     cpu_binding: bool = True
-    paired: bool = False  # --scaling-paired (harness/paired.py)
     inject_faults: tuple[tuple[str, int], ...] = ()  # Faults field values from --scaling-inject-fault
     scaling: str = "weak"
     global_batch: int | None = None
@@ -300,7 +295,6 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         confirm=_confirm(getoption("--scaling-confirm")),
         launches=_launches(_optional(getoption, "--scaling-launches", 1)),
         cpu_binding=_optional(getoption, "--scaling-cpu-binding", "on") == "on",
-        paired=bool(_optional(getoption, "--scaling-paired", False)),
         memory_interval_ms=getoption("--scaling-memory-interval-ms"),
         inject_faults=_faults(getoption),
         scaling=scaling,

@@ -39,7 +39,6 @@ class RankResult:
     full_state_bytes: dict[str, int] = field(default_factory=dict)  # analytic unsharded (DDP) replica
     shard_group: int = 1  # ranks that split one copy of the sharded state
     wire: dict[str, Any] = field(default_factory=dict)  # bytes sent in the measured window (harness/wire.py)
-    paired_step_times_s: list[float] = field(default_factory=list)  # rank 0, --scaling-paired (harness/paired.py)
 
     @classmethod
     def read(cls, path: Path) -> "RankResult":
@@ -66,7 +65,6 @@ class CaseResult:
     noise_rel: float  # relative half-width of the ~95% interval of the median step time
     launch_wall_s: float = 0.0  # launch to result, including process start and set-up
     launch: dict[str, Any] = field(default_factory=dict)  # how it ran: launcher, nodes' links (emulated, SLURM)
-    paired_step_times_s: list[float] = field(default_factory=list)  # the reference step after each step, rank 0
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -106,7 +104,6 @@ def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.
         throughput=metrics.throughput(spec.global_batch_size, median),
         noise_rel=metrics.median_noise_rel(step_times),
         launch_wall_s=launch_wall_s,
-        paired_step_times_s=list(ranks[0].paired_step_times_s),
     )
 
 

@@ -184,27 +184,17 @@ class ScalingSession:
                tolerances: dict[str, float] | None = None) -> Outcome:
         spec = case.spec
         reference = _pooled(references)  # the reference is steady (+-0.4% between launches): pool its steps
-        if paired_mode(spec):  # against the reference steps timed inside each launch (harness/paired.py)
-            estimates = [stats.paired_efficiency_estimate(r.step_times_s, spec.global_batch_size, r.paired_step_times_s,
-                                                          self.reference_spec(spec).global_batch_size, spec.world_size)
-                         for r in results]
-        else:
-            estimates = [stats.efficiency_estimate(r.step_times_s, spec.global_batch_size, reference.step_times_s,
-                                                   reference.spec.global_batch_size, spec.world_size) for r in results]
-        baseline, mode_note = self.baseline, ""
-        entry = baseline.cases.get(key, {}) if baseline else {}
-        if entry and bool(entry.get("paired", False)) != paired_mode(spec):
-            baseline = None  # timing and rank 0's memory differ by mode: compare like with like
-            mode_note = (f" (the baseline of {key} on {self.profile} was recorded "
-                         f"{'with' if entry.get('paired') else 'without'} --scaling-paired; record one in this mode)")
+        estimates = [stats.efficiency_estimate(r.step_times_s, spec.global_batch_size, reference.step_times_s,
+                                               reference.spec.global_batch_size, spec.world_size) for r in results]
         estimate = stats.pooled_estimate(estimates)
         result = results[sorted(range(len(results)), key=lambda i: estimates[i].value)[(len(results) - 1) // 2]]
         eff = estimate.value
         speedup = eff * spec.world_size
-        noise = (metrics.combined_noise(result.noise_rel, reference.noise_rel)
-                 if len(results) == 1 and not paired_mode(spec) else estimate.half_width_rel)
+        noise = (metrics.combined_noise(result.noise_rel, reference.noise_rel) if len(results) == 1
+                 else estimate.half_width_rel)
         fraction = fixtures.preset(spec.model, spec.preset).convergence_fraction  # the workload's own bar
-        loss_ref = baseline.reference(key, "final_loss") if baseline else None
+        loss_ref = self.baseline.reference(key, "final_loss") if self.baseline else None
+        entry = self.baseline.cases.get(key, {}) if self.baseline else {}
         if (entry.get("steps"), entry.get("warmup")) != (spec.steps, spec.warmup):
             loss_ref = None  # a loss after a different number of steps says nothing about this run
         problems = tuple(dict.fromkeys(p for r in results for p in (  # every launch must train correctly
@@ -212,7 +202,7 @@ class ScalingSession:
             checks.final_loss(r, loss_ref.value if loss_ref else None,
                               loss_ref.tolerance if loss_ref else 0.0, f"{key} on {self.profile}"),
             sharding.check(r)) if p))
-        base_ref = baseline.reference(key, "efficiency") if baseline else None
+        base_ref = self.baseline.reference(key, "efficiency") if self.baseline else None
         tolerance = self.options.tolerance if self.options.tolerance is not None else (tolerances or {}).get(
             "efficiency")  # the command line wins over the test's marker, which wins over the baseline
         if base_ref is not None and tolerance is not None:
@@ -225,15 +215,13 @@ class ScalingSession:
                                         f"{spec.cpu_threads} thread(s) per rank: timing is not judged")
         else:
             verdict = V.judge(estimate, base_ref, f"{key} on {self.profile}",
-                              baseline_noise=baseline.cases[key].get("noise_rel", 0.0) if base_ref else 0.0)
-            if mode_note:
-                verdict = dataclasses.replace(verdict, message=verdict.message + mode_note)
+                              baseline_noise=self.baseline.cases[key].get("noise_rel", 0.0) if base_ref else 0.0)
             if verdict.status == V.NOISY and self.options.strict:
                 verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-strict)")
             if verdict.status == V.NO_BASELINE and self.options.require_baseline:
                 verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-require-baseline)")
         if not problems:  # memory and bytes are judged even when timing is not meaningful
-            over = resources.regressions(result, baseline, key, f"{key} on {self.profile}")
+            over = resources.regressions(result, self.baseline, key, f"{key} on {self.profile}")
             if over and verdict.status != V.FAILED:
                 verdict = V.Verdict(status=V.REGRESSED, message="\n".join(over + [verdict.message]))
         return Outcome(case_id=spec.case_id, key=key, status=verdict.status, message=verdict.message,
@@ -256,11 +244,6 @@ class ScalingSession:
         atomic.write_json(self.run_dir / f"{spec.case_id}.json", data)
         if self.options.tensorboard_dir is not None:
             tensorboard.write_case(self.options.tensorboard_dir / self.run_dir.name, outcome)
-
-
-def paired_mode(spec: CaseSpec) -> bool:
-    """Does this case's efficiency come from paired reference steps? (one rank has nothing to pair)"""
-    return spec.paired and spec.world_size > 1
 
 
 def _pooled(results: list[CaseResult]) -> CaseResult:

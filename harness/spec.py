@@ -106,7 +106,6 @@ class CaseSpec:
     # --scaling-profile: this many profiled steps after the measured ones (0 = none), one Chrome trace per rank
     # into profile_dir (harness/profiling.py); set by the session, never timed
     profile_steps: int = 0
-    paired: bool = False  # --scaling-paired: rank 0 times the single-process step after each step (harness/paired.py)
     profile_dir: str = ""
     faults: Faults = field(default_factory=Faults)
     dims: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's model size knobs

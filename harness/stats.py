@@ -83,7 +83,8 @@ def efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, ref_step
 def paired_efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, ref_steps_s: Sequence[float],
                                ref_batch: int, world_size: int, *, resamples: int = RESAMPLES,
                                seed: int = 0) -> Estimate:
-    """Efficiency from paired steps (``--scaling-paired``): reference step i ran right after case step i.
+    """Efficiency from paired steps: reference step i ran right after case step i, in the same launch
+    (the ``--scaling-paired`` experiment, commit 27da3b0, reverted; benchmarks/detection.py replays its data).
 
     The same as ``efficiency_estimate``, except that the bootstrap resamples *pairs*, so a machine phase
     that slowed both steps of a pair moves the two medians together and does not widen the interval.

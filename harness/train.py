@@ -21,7 +21,6 @@ import fixtures
 from harness import gradcheck, profiling, strategies
 from harness import state as model_state
 from harness.memory import MemorySampler, cuda_peaks
-from harness.paired import PairedReference
 from harness.wire import WireCounter
 from harness.results import RankResult
 from harness.spec import CaseSpec
@@ -155,8 +154,6 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     strategy = strategies.get(spec.strategy)(ctx, spec)
     beat(-1, "setup")
     full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
-    paired = PairedReference(model, spec, ctx.rank, ctx.device, make_optimizer_factory(spec), workload.loss,
-                             lambda: _autocast(spec, ctx.device)) if spec.paired and ctx.world_size > 1 else None
     strategy.setup(model, make_optimizer_factory(spec))
     unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
     delay_s = spec.faults.delay_ms / 1000 if ctx.world_size > 1 else 0.0
@@ -211,8 +208,6 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
             time.sleep(slowdown * (time.perf_counter() - t0))
         _sync(ctx.device)
         elapsed = time.perf_counter() - t0
-        if paired is not None:  # outside the step's time: the single-process step in the same machine phase
-            paired.step(inputs, targets, timed=step >= unmeasured)
         value = float(loss) if loss is not None else float("nan")
         if step >= unmeasured:
             times.append(elapsed)
@@ -235,5 +230,5 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         wall_s=time.perf_counter() - started, grad_check=check or None,
         memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
         state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
-        wire=wire.result(spec.steps), extra=extra, paired_step_times_s=paired.times if paired is not None else [],
+        wire=wire.result(spec.steps), extra=extra,
     )

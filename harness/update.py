@@ -38,8 +38,6 @@ def entries_from_run(cases: list[dict[str, Any]], tolerance: float) -> tuple[dic
             "noise_rel": round(_noise(case), 4),
             "median_step_s": result["median_step_s"],
             "world_size": len(peaks),
-            # --scaling-paired changes how efficiency is measured and rank 0's memory: a baseline serves one mode
-            "paired": bool(case["spec"].get("paired", False)) and len(peaks) > 1,
             # the final loss depends on how many steps trained: it is compared only at the same counts
             "steps": case["spec"]["steps"], "warmup": case["spec"]["warmup"],
             "provenance": baselines.provenance(case.get("commit") or commit(), case.get("host", "?"),
