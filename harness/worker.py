@@ -33,10 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = CaseSpec.read(Path(argv[0]))
     out_dir = Path(argv[1])
     ctx = rank_context(spec)
-    binding: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
     if ctx.device.type == "cpu":
-        binding = affinity.bind(spec.cpu_threads) if spec.cpu_binding else {"cpus": None, "why": "off"}
-        torch.set_num_threads(spec.cpu_threads)  # after binding: the thread pool starts on those cores
+        torch.set_num_threads(spec.cpu_threads)
     beats = heartbeat.Writer(out_dir, ctx.rank)
     beats.beat(-1, "start")
     # The py-spy fallback: on SIGUSR1 every thread's stack goes to a file the launcher reads before a kill.
@@ -48,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
             beats.beat(-1, "init_process_group")
             dist.init_process_group(backend="nccl" if ctx.device.type == "cuda" else "gloo",
                                     device_id=ctx.device if ctx.device.type == "cuda" else None)
+        binding: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
+        if ctx.device.type == "cpu":  # after the process group: gloo's own threads stay free to run anywhere
+            binding = affinity.bind(spec.cpu_threads) if spec.cpu_binding else {"cpus": None, "why": "off"}
         result = train(spec, ctx, os.environ.get("SCALEGATE_DATA_DIR") or None, beats.beat)
         result.extra["cpu_binding"] = binding
         _write_result(spec, ctx.rank, out_dir / f"rank{ctx.rank}.json", result.__dict__)
