@@ -35,6 +35,11 @@ def test_a_launcher_can_turn_binding_off():
     assert done == {"cpus": None, "why": "SCALEGATE_CPUS='none': the launcher turned binding off"}
 
 
+def test_a_nodes_only_rank_is_left_to_the_scheduler():
+    assert affinity.bind(1, env={"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}) == {
+        "cpus": None, "why": "the node's only rank: left to the scheduler"}
+
+
 def test_bind_sets_this_process_affinity():
     first = sorted(os.sched_getaffinity(0))[0]
     code = ("import os; from harness import affinity; "
