@@ -97,7 +97,7 @@ class CaseSpec:
     global_batch: int | None = None  # strong scaling only: fixed across world sizes
     device: str = "auto"
     cpu_threads: int = 1
-    cpu_binding: bool = True  # CPU devices: each local rank on cores of its own (harness/affinity.py)
+    cpu_binding: bool = False  # CPU devices: each local rank on cores of its own (harness/affinity.py)
     lr: float = 1e-3
     grad_check: bool = True
     timeout_s: float = 300.0
