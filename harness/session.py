@@ -220,6 +220,9 @@ class ScalingSession:
                 verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-strict)")
             if verdict.status == V.NO_BASELINE and self.options.require_baseline:
                 verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-require-baseline)")
+        if len(estimates) > 1 and not problems:  # --scaling-launches: show what was judged together
+            verdict = dataclasses.replace(verdict, message=f"{verdict.message} (median of {len(estimates)} launches: "
+                                          f"{', '.join(f'{e.value:.3f}' for e in estimates)})")
         if not problems:  # memory and bytes are judged even when timing is not meaningful
             over = resources.regressions(result, self.baseline, key, f"{key} on {self.profile}")
             if over and verdict.status != V.FAILED:

@@ -55,6 +55,7 @@ def test_several_launches_are_judged_together(tmp_path, suite):
     assert len(data["launch_efficiencies"]) == 2 and data["efficiency"] == pytest.approx(
         sum(data["launch_efficiencies"]) / 2)  # the median of two launches
     assert len(data["reference_step_times_s"]) == 10  # two reference launches of 5 steps, pooled
+    assert "(median of 2 launches: " in data["message"]
     assert len(list(case.parent.glob("ddp-cnn-1x2*/spec.json"))) == 2
 
 
