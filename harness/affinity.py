@@ -1,11 +1,11 @@
-"""CPU binding: on CPU devices each local rank gets cores of its own.
+"""CPU binding (``--scaling-cpu-binding on``): on CPU devices each local rank gets cores of its own.
 
-Two ranks of a 2-core host left to the scheduler share a core in some launches and not in others,
-which makes one launch's efficiency differ from the next far more than its own steps vary
-(docs/detection.md). Binding rank r to cores ``[r*t, (r+1)*t)`` of the node's CPU set (t = threads
-per rank) removes that launch-to-launch state, as ``numactl``/``taskset`` per rank would. A node's only
-rank (the 1x1 reference) is left alone: with no rank beside it, binding only stops it from leaving a
-core that a neighbouring VM slows down (bound, the reference's spread between launches was 10% against 4%).
+Two unbound ranks on a 2-core host are placed by the scheduler anew in every launch. Binding rank r
+to cores ``[r*t, (r+1)*t)`` of the node's CPU set (t = threads per rank), as ``numactl``/``taskset``
+per rank would, made DDP faster and a little steadier here (measured below), but did not remove the
+spread between launches (docs/detection.md). A node's only rank (the 1x1 reference) is left alone:
+with no rank beside it, binding only stops it from leaving a core that a neighbouring VM slows down
+(bound, the reference's spread between launches was 10% against 4%).
 
 The node's CPU set is ``SCALEGATE_CPUS`` when a launcher sets it (emulated nodes share one machine,
 so each gets its own slice; ``none`` turns binding off), else the process's own affinity (a SLURM

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from harness.metrics import MAD_TO_SIGMA, MEDIAN_SE, Z95, mad, median  # noqa: F401  (one place for robust spread)
+from harness.metrics import MAD_TO_SIGMA, MEDIAN_SE, Z95, efficiency, mad, median, speedup  # noqa: F401  (one place)
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -67,10 +67,16 @@ def throughput_estimate(step_times_s: Sequence[float], global_batch: int, *, res
                     high=global_batch / steps.low if steps.low > 0 else math.inf)
 
 
+def _efficiency(case_steps_s: Sequence[float], case_batch: int, ref_steps_s: Sequence[float], ref_batch: int,
+                world_size: int) -> float:
+    """DESIGN.md's efficiency (harness/metrics.py) from the two median step times."""
+    return efficiency(speedup(case_batch / median(case_steps_s), ref_batch / median(ref_steps_s)), world_size)
+
+
 def efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, ref_steps_s: Sequence[float],
                         ref_batch: int, world_size: int, *, resamples: int = RESAMPLES, seed: int = 0) -> Estimate:
     """Efficiency = (case throughput / reference throughput) / W; both step series are resampled."""
-    value = (case_batch / median(case_steps_s)) / (ref_batch / median(ref_steps_s)) / world_size
+    value = _efficiency(case_steps_s, case_batch, ref_steps_s, ref_batch, world_size)
     if len(case_steps_s) < MIN_VALUES or len(ref_steps_s) < MIN_VALUES:
         return Estimate(value=value, low=0.0, high=math.inf)
     rng = np.random.default_rng(seed)
@@ -91,7 +97,7 @@ def paired_efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, r
     """
     if len(case_steps_s) != len(ref_steps_s):
         raise ValueError(f"{len(case_steps_s)} case steps but {len(ref_steps_s)} paired reference steps")
-    value = (case_batch / median(case_steps_s)) / (ref_batch / median(ref_steps_s)) / world_size
+    value = _efficiency(case_steps_s, case_batch, ref_steps_s, ref_batch, world_size)
     if len(case_steps_s) < MIN_VALUES:
         return Estimate(value=value, low=0.0, high=math.inf)
     rng = np.random.default_rng(seed)

@@ -39,7 +39,7 @@ def test_baseline_then_injected_delay_fails_and_clean_run_passes(tmp_path, suite
     assert "ddp-cnn-1x2: efficiency" in slow.stdout and "is below baseline" in slow.stdout
     assert "(tolerance 25%, noise" in slow.stdout and "[ddp-cnn-1x2:tiny on " in slow.stdout
     assert "Performance has regressed" in slow.stdout + slow.stderr
-    assert "regression confirmed by relaunching the case and its reference" in slow.stdout
+    assert "regression confirmed by relaunching the case and its reference; 2 launches judged together" in slow.stdout
 
     clean = suite(*common)
     assert clean.returncode == 0, clean.stdout + clean.stderr
