@@ -39,6 +39,9 @@ class RankResult:
     full_state_bytes: dict[str, int] = field(default_factory=dict)  # analytic unsharded (DDP) replica
     shard_group: int = 1  # ranks that split one copy of the sharded state
     wire: dict[str, Any] = field(default_factory=dict)  # bytes sent in the measured window (harness/wire.py)
+    # the same-launch reference (harness/localstep.py): distributed step i, then this rank's local step i
+    pair_step_times_s: list[float] = field(default_factory=list)
+    local_step_times_s: list[float] = field(default_factory=list)
 
     @classmethod
     def read(cls, path: Path) -> "RankResult":
@@ -65,6 +68,9 @@ class CaseResult:
     noise_rel: float  # relative half-width of the ~95% interval of the median step time
     launch_wall_s: float = 0.0  # launch to result, including process start and set-up
     launch: dict[str, Any] = field(default_factory=dict)  # how it ran: launcher, nodes' links (emulated, SLURM)
+    # the same-launch pairs, each the slowest rank's: distributed step i and local step i (harness/localstep.py)
+    pair_step_times_s: list[float] = field(default_factory=list)
+    local_step_times_s: list[float] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -94,6 +100,10 @@ def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.
     step_times = [max(r.step_times_s[i] for r in ranks) for i in range(spec.steps)]
     losses = [_weighted_loss(ranks, i) for i in range(spec.steps)]
     median = metrics.median(step_times)
+    pairs = {len(r.pair_step_times_s) for r in ranks} | {len(r.local_step_times_s) for r in ranks}
+    n_pairs = pairs.pop() if len(pairs) == 1 else 0  # a window skipped on any rank is skipped for the case
+    slowest = {key: [max(getattr(r, key)[i] for r in ranks) for i in range(n_pairs)]
+               for key in ("pair_step_times_s", "local_step_times_s")}
     return CaseResult(
         spec=spec,
         ranks=ranks,
@@ -104,6 +114,7 @@ def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.
         throughput=metrics.throughput(spec.global_batch_size, median),
         noise_rel=metrics.median_noise_rel(step_times),
         launch_wall_s=launch_wall_s,
+        **slowest,
     )
 
 

@@ -107,6 +107,9 @@ class CaseSpec:
     # into profile_dir (harness/profiling.py); set by the session, never timed
     profile_steps: int = 0
     profile_dir: str = ""
+    # the same-launch reference (harness/localstep.py): this many (distributed, local) step pairs after the
+    # measured window, 0 = none; judged as the local efficiency (docs/gate.md)
+    local_steps: int = 0
     faults: Faults = field(default_factory=Faults)
     dims: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's model size knobs
 
@@ -131,6 +134,9 @@ class CaseSpec:
                             "pass --scaling-memory-interval-ms 50 (or any period > 0)")
         if self.timeout_s <= 0:
             raise SpecError(f"timeout {self.timeout_s}s must be positive", "pass --scaling-timeout 60 or more")
+        if self.local_steps < 0:
+            raise SpecError(f"local_steps={self.local_steps} for {self.case_id} is negative",
+                            "pass --scaling-local-steps 0 (off) or more")
         if self.microbatches < 0:
             raise SpecError(f"microbatches={self.microbatches} for {self.case_id} is negative",
                             "use 0 (one micro-batch per pipeline stage) or a positive count")

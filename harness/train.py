@@ -18,7 +18,7 @@ import psutil
 import torch
 
 import fixtures
-from harness import gradcheck, profiling, strategies
+from harness import gradcheck, localstep, profiling, strategies
 from harness import state as model_state
 from harness.memory import MemorySampler, cuda_peaks
 from harness.wire import WireCounter
@@ -142,6 +142,54 @@ def _profile_window(spec: CaseSpec, ctx: RankContext, strategy, workload, first_
     return {"profile_trace": str(path)}
 
 
+def _step(spec: CaseSpec, ctx: RankContext, strategy, workload, step: int, full_state: dict[str, int],
+          between: Callable[[torch.Tensor, torch.Tensor], tuple[float, bool]] | None = None) -> tuple[float, float]:
+    """One distributed optimizer step between device syncs: (seconds, loss).
+
+    ``between(inputs, targets)`` runs after forward/backward, before the optimizer step (the gradient
+    check, state bytes); it returns (seconds to leave out of the step's time, skip this rank's update).
+    """
+    inputs, targets = workload.global_batch(step, spec.global_batch_size)
+    local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
+    _sync(ctx.device)
+    t0 = time.perf_counter()
+    with _autocast(spec, ctx.device):
+        loss = strategy.forward_backward(local_x, local_y, workload.loss)
+    skip = False
+    if between is not None:
+        paused, skip = between(inputs, targets)
+        t0 += paused  # bookkeeping is not the step's time
+    if skip:
+        strategy.optimizer.zero_grad(set_to_none=True)  # injected fault: this rank misses an update
+    else:
+        strategy.optimizer_step()
+    if ctx.world_size > 1:
+        _inject_comm_fault(spec, full_state)
+        if spec.faults.delay_ms:
+            time.sleep(spec.faults.delay_ms / 1000)
+        if spec.faults.slowdown:  # relative to this step's own time, so the fault is the same size on any machine
+            _sync(ctx.device)
+            time.sleep(spec.faults.slowdown * (time.perf_counter() - t0))
+    _sync(ctx.device)
+    return time.perf_counter() - t0, float(loss) if loss is not None else float("nan")
+
+
+def _local_window(spec: CaseSpec, ctx: RankContext, strategy, workload, full_state: dict[str, int], first_step: int,
+                  beat: Callable[[int, str], None]) -> dict[str, Any]:
+    """The same-launch reference (harness/localstep.py): after every measured window has closed."""
+    if not spec.local_steps:
+        return {}
+    why = localstep.unavailable(ctx, full_state)
+    if why:
+        return {"local_unavailable": why}
+    local = localstep.LocalStep(workload, spec, ctx, make_optimizer_factory(spec), lambda: _autocast(spec, ctx.device))
+    with localstep.released(local):
+        local(first_step, lambda: _sync(ctx.device))  # the copy's first step pays its lazy set-up: untimed
+        times = localstep.run_window(spec.local_steps, local, lambda s: _step(spec, ctx, strategy, workload, s, full_state)[0],
+                                     first_step + 1, lambda: _sync(ctx.device), beat)
+    return times
+
+
 def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
           beat: Callable[[int, str], None] = lambda step, phase: None) -> RankResult:
     """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
@@ -156,8 +204,6 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
     strategy.setup(model, make_optimizer_factory(spec))
     unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
-    delay_s = spec.faults.delay_ms / 1000 if ctx.world_size > 1 else 0.0
-    slowdown = spec.faults.slowdown if ctx.world_size > 1 else 0.0
     times: list[float] = []
     losses: list[float] = []
     warmup_losses: list[float] = []
@@ -181,34 +227,22 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
             cpu0 = process.cpu_times()
             sampler.__enter__()
             ballast = _inject_memory_fault(spec)
-        inputs, targets = workload.global_batch(step, spec.global_batch_size)
-        local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
-        _sync(ctx.device)
-        t0 = time.perf_counter()
-        with _autocast(spec, ctx.device):
-            loss = strategy.forward_backward(local_x, local_y, workload.loss)
-        _inject_grad_fault(spec, ctx, strategy)
-        if reference is not None:
-            ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device), _autocast(spec, ctx.device))
-            if step == 0:
-                check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
-        if step == unmeasured + spec.steps - 1:  # gradients exist only until the optimizer step
-            t_state = time.perf_counter()
-            held = strategy.state_bytes()
-            t0 += time.perf_counter() - t_state  # bookkeeping is not the step's time
-        if step == spec.faults.skip_step and ctx.rank == spec.faults.skip_step_rank:
-            strategy.optimizer.zero_grad(set_to_none=True)  # injected fault: this rank misses an update
-        else:
-            strategy.optimizer_step()
-        _inject_comm_fault(spec, full_state)
-        if delay_s:
-            time.sleep(delay_s)
-        if slowdown:  # relative to this step's own time, so the fault is the same size on any machine
-            _sync(ctx.device)
-            time.sleep(slowdown * (time.perf_counter() - t0))
-        _sync(ctx.device)
-        elapsed = time.perf_counter() - t0
-        value = float(loss) if loss is not None else float("nan")
+
+        def between(inputs: torch.Tensor, targets: torch.Tensor, step: int = step) -> tuple[float, bool]:
+            nonlocal held
+            _inject_grad_fault(spec, ctx, strategy)
+            if reference is not None:
+                ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device), _autocast(spec, ctx.device))
+                if step == 0:
+                    check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
+            paused = 0.0
+            if step == unmeasured + spec.steps - 1:  # gradients exist only until the optimizer step
+                t_state = time.perf_counter()
+                held = strategy.state_bytes()
+                paused = time.perf_counter() - t_state
+            return paused, step == spec.faults.skip_step and ctx.rank == spec.faults.skip_step_rank
+
+        elapsed, value = _step(spec, ctx, strategy, workload, step, full_state, between=between)
         if step >= unmeasured:
             times.append(elapsed)
             losses.append(value)
@@ -219,8 +253,11 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     cpu1 = process.cpu_times()
     wire.stop()
     held = model_state.peak_state(held, strategy.state_bytes())
-    extra = _profile_window(spec, ctx, strategy, workload, unmeasured + spec.steps, beat)
-    beat(unmeasured + spec.steps, "teardown")
+    first = unmeasured + spec.steps
+    extra = _local_window(spec, ctx, strategy, workload, full_state, first, beat)
+    pairs = {k: extra.pop(k) for k in ("pair_step_times_s", "local_step_times_s") if k in extra}
+    extra.update(_profile_window(spec, ctx, strategy, workload, first + 1 + spec.local_steps, beat))
+    beat(first, "teardown")
     strategy.teardown()
     return RankResult(
         rank=ctx.rank, world_size=ctx.world_size, node_rank=ctx.node_rank, host=socket.gethostname(),
@@ -230,5 +267,5 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         wall_s=time.perf_counter() - started, grad_check=check or None,
         memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
         state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
-        wire=wire.result(spec.steps), extra=extra,
+        wire=wire.result(spec.steps), extra=extra, **pairs,
     )
