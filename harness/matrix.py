@@ -45,6 +45,9 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
         faults=Faults(delay_ms=options.inject_delay_ms, slowdown=options.inject_slowdown,
                       **dict(options.inject_faults)),
         scaling=options.scaling, global_batch=options.global_batch,
+        # the same-launch reference, where a launch has more than one rank and its timing means something
+        local_steps=options.local_steps if Topology.parse(topology).world_size > 1 and not oversubscribed(
+            Topology.parse(topology), host, options.cpu_threads) else 0,
     )
 
 

@@ -14,6 +14,11 @@ from harness.topology import Topology
 # 1x1 references. --scaling-matrix full adds 1x1 for every strategy, 1x4 and emulated 2x1, 2x2.
 MATRICES = {"default": "1x1,1x2", "full": "1x1,1x2,1x4,2x1,2x2"}
 PROFILE_STEPS = 3  # --scaling-profile's default window: enough steps to see one repeat, a small trace
+# The same-launch reference and the sequential gate (docs/gate.md, docs/detection.md): 40 pairs give a
+# launch-to-launch spread of ~2% on the 2-core VMs (20 pairs: ~4.5%); a 10% drop, 1% false alarms, 5% misses.
+LOCAL_STEPS = 40
+MAX_LAUNCHES = 4
+DETECT, ALPHA, BETA = 0.10, 0.01, 0.05
 
 
 def add_options(parser) -> None:
@@ -77,6 +82,23 @@ def add_options(parser) -> None:
     add("--scaling-profile-steps", type=int, default=None,
         help=f"profiled steps per case with --scaling-profile, after one untraced profiler warm-up step "
              f"(default: {PROFILE_STEPS})")
+    add("--scaling-launcher", default="warm", choices=("warm", "torchrun"),
+        help="single-node launches: warm = one torchrun agent per session forks each launch's fresh ranks from a "
+             "preloaded forkserver (~2 s a launch); torchrun = a cold torchrun per launch (~6 s) (default: %(default)s)")
+    add("--scaling-local-steps", type=int, default=LOCAL_STEPS,
+        help="after each multi-rank case's measured steps, this many (distributed step, local step) pairs: the "
+             "same-launch reference the gate judges (docs/gate.md); 0 = off, the gate falls back to the separate "
+             "1x1 launch (default: %(default)s)")
+    add("--scaling-max-launches", type=int, default=MAX_LAUNCHES,
+        help="sequential verdicts: launch a case again while its verdict is undecided, up to this many launches "
+             "(default: %(default)s)")
+    add("--scaling-detect", type=float, default=DETECT,
+        help="the efficiency drop (fraction) the sequential gate is built to catch, with --scaling-alpha false "
+             "alarms and --scaling-beta misses (default: %(default)s)")
+    add("--scaling-alpha", type=float, default=ALPHA,
+        help="false alarms the sequential gate allows when nothing changed (default: %(default)s)")
+    add("--scaling-beta", type=float, default=BETA,
+        help="misses the sequential gate allows at a drop of --scaling-detect (default: %(default)s)")
     add("--scaling-tensorboard", default=None, metavar="DIR",
         help="write each case's loss, step times, throughput, efficiency, peak memory per rank and bytes per step "
              "as TensorBoard scalars under DIR/<run id>/<case id>; needs tensorboard (pip install -e .[report]) "
@@ -116,6 +138,12 @@ class Options:
     global_batch: int | None = None
     profile_steps: int = 0  # --scaling-profile: profiled steps after the measured ones; 0 = off
     tensorboard_dir: Path | None = None  # --scaling-tensorboard
+    launcher: str = "warm"  # --scaling-launcher: warm agent (harness/launch/warm.py) or a cold torchrun per launch
+    local_steps: int = LOCAL_STEPS  # same-launch (distributed, local) pairs per multi-rank launch
+    max_launches: int = MAX_LAUNCHES  # sequential verdicts: the launch budget per case
+    detect: float = DETECT
+    alpha: float = ALPHA
+    beta: float = BETA
 
 
 def _data_dir(text: str | None) -> str | None:
@@ -227,6 +255,28 @@ def _tensorboard_dir(text: str | None) -> Path | None:
     return Path(text)
 
 
+def _sequential(getoption) -> dict:
+    """--scaling-local-steps, --scaling-max-launches, --scaling-detect/-alpha/-beta, checked together."""
+    values = {"local_steps": _optional(getoption, "--scaling-local-steps", LOCAL_STEPS),
+              "max_launches": _optional(getoption, "--scaling-max-launches", MAX_LAUNCHES),
+              "detect": _optional(getoption, "--scaling-detect", DETECT),
+              "alpha": _optional(getoption, "--scaling-alpha", ALPHA),
+              "beta": _optional(getoption, "--scaling-beta", BETA)}
+    if not 0 <= values["local_steps"] <= 1000:
+        raise SpecError(f"--scaling-local-steps={values['local_steps']} is not in 0..1000",
+                        f"pass 0 (off: the separate 1x1 launch is the reference) or e.g. {LOCAL_STEPS}")
+    if not 1 <= values["max_launches"] <= 20:
+        raise SpecError(f"--scaling-max-launches={values['max_launches']} is not in 1..20",
+                        f"pass 1 (judge what the first launches say) to 20; the default is {MAX_LAUNCHES}")
+    if not 0 < values["detect"] < 1:
+        raise SpecError(f"--scaling-detect={values['detect']} is not a fraction in (0, 1)", "e.g. 0.1 for a 10% drop")
+    for name in ("alpha", "beta"):
+        if not 0 < values[name] < 0.5:
+            raise SpecError(f"--scaling-{name}={values[name]} is not a probability in (0, 0.5)",
+                            f"e.g. --scaling-alpha {ALPHA} --scaling-beta {BETA}")
+    return values
+
+
 def _confirm(value: int) -> int:
     if not 0 <= value <= 5:
         raise SpecError(f"--scaling-confirm={value} is not in 0..5", "pass 0 (no relaunch) to 5; the default is 1")
@@ -302,4 +352,6 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         global_batch=global_batch,
         profile_steps=_profile_steps(getoption),
         tensorboard_dir=_tensorboard_dir(_optional(getoption, "--scaling-tensorboard", None)),
+        launcher=_optional(getoption, "--scaling-launcher", "warm"),
+        **_sequential(getoption),
     )

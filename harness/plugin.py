@@ -15,6 +15,7 @@ import fixtures
 from harness import (baselines, hostinfo, matrix, options, parity, runfiles, runstate, strategies, summary, update,
                      verdict)
 from harness.errors import ScalegateError
+from harness.launch import warm
 from harness.session import Outcome, ScalingSession, run_id
 
 SESSION = pytest.StashKey[ScalingSession]()
@@ -37,7 +38,14 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     run_dir = opts.results_dir / run_id()
     runstate.install_sigterm(run_dir)  # SLURM's time limit: clean up as for Ctrl-C, and mark the run partial
-    config.stash[SESSION] = ScalingSession(options=opts, host=host, run_dir=run_dir, baseline=baseline)
+    agents = warm.pool(log_dir=run_dir) if opts.launcher == "warm" else None
+    config.stash[SESSION] = ScalingSession(options=opts, host=host, run_dir=run_dir, baseline=baseline, agents=agents)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION, None)
+    if session is not None and session.agents is not None:
+        session.agents.close()  # the warm agent, its forkserver and its network namespace
 
 
 def _cases(config: pytest.Config) -> list[matrix.Case]:

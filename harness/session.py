@@ -17,7 +17,7 @@ import fixtures
 from harness import atomic, baselines, checks, metrics, resources, sharding, stats, tensorboard
 from harness.errors import LaunchError, ScalegateError
 from harness.hostinfo import HostInfo, commit
-from harness.launch import emulated, run_case
+from harness.launch import emulated, run_case, warm
 from harness.launch import slurm as slurm_agent
 from harness.matrix import Case
 from harness.options import Options
@@ -69,6 +69,7 @@ class ScalingSession:
     baseline: baselines.BaselineFile | None
     references: dict[tuple, list[CaseResult] | LaunchError] = field(default_factory=dict)
     slurm: slurm_agent.SlurmEnv | None = field(default_factory=slurm_agent.detect)  # agent mode under srun
+    agents: warm.AgentPool | None = None  # --scaling-launcher warm: the session's warm torchrun agent
 
     @property
     def profile(self) -> str:
@@ -113,7 +114,7 @@ class ScalingSession:
             return slurm_agent.run_agent(spec, case_dir, self.slurm, data_dir=self.options.data_dir)  # type: ignore[return-value]
         if spec.topo.multi_node:
             return emulated.run_case(spec, case_dir, link_rate=self.options.link_rate, data_dir=self.options.data_dir)
-        return run_case(spec, case_dir, data_dir=self.options.data_dir)  # single node, also under srun
+        return run_case(spec, case_dir, data_dir=self.options.data_dir, agents=self.agents)  # single node, also under srun
 
     def _run_other_node(self, case: Case) -> Outcome:
         """Nodes 1.. of a SLURM allocation run their agent; node 0 judges, writes and records."""

@@ -5,6 +5,8 @@ one machine, under each node's torchrun agent in a SLURM allocation, or on its o
 
     python -m harness.worker spec.json out/                       # one process
     torchrun --nproc-per-node 2 -m harness.worker spec.json out/  # two ranks on this node
+
+``forked_main`` is the same entry as a function, for the warm agent (``harness/agentserver.py``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ def main(argv: list[str] | None = None) -> int:
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0
+
+
+def forked_main(spec_path: str, out_dir: str, env: dict[str, str]) -> int:
+    """The same rank, as a function: the warm agent's forkserver forks it (harness/agentserver.py).
+
+    ``env`` is what the launcher sets for this launch (data directory, wire counter, threads); torchrun's
+    own variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) are already set by its agent.
+    """
+    os.environ.update(env)
+    return main([spec_path, out_dir])
 
 
 def _write_result(spec: CaseSpec, rank: int, path: Path, data: dict) -> None:

@@ -76,7 +76,8 @@ def diagnose(root_pid: int, out_dir: Path, world_size: int, case_dir: Path) -> s
     lines = [heartbeat.summary(beats)]
     by_pid = {b.pid: r for r, b in beats.items() if b is not None}
     dumps, outside = [], []
-    for pid in worker_pids(root_pid):
+    found = worker_pids(root_pid)  # under the warm agent the forkserver matches too: prefer the ranks' own pids
+    for pid in [p for p in found if p in by_pid] or found:
         rank = by_pid.get(pid)
         label = f"rank {rank}" if rank is not None else "rank ? (no heartbeat)"
         text = stack(pid, out_dir, rank)

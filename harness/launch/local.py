@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import LaunchError
-from harness.launch import hang, process, wirecount
+from harness.launch import hang, process, warm, wirecount
 from harness.results import CaseResult, RankResult, aggregate
 from harness.spec import CaseSpec
 
@@ -21,13 +22,18 @@ class LocalLauncher:
 
     def command(self, spec: CaseSpec, spec_path: Path, out_dir: Path, port: int, log_dir: Path,
                 node_rank: int = 0) -> list[str]:
+        return [self.python, "-m", "torch.distributed.run",
+                *self.torchrun_args(spec, spec_path, out_dir, port, log_dir, node_rank)]
+
+    def torchrun_args(self, spec: CaseSpec, spec_path: Path, out_dir: Path, port: int, log_dir: Path,
+                      node_rank: int = 0) -> list[str]:
+        """torchrun's arguments: a cold ``python -m torch.distributed.run`` or the warm agent takes them."""
         topo = spec.topo
         return [
-            self.python, "-m", "torch.distributed.run",
             "--nnodes", str(topo.nodes), "--node-rank", str(node_rank),
             "--nproc-per-node", str(topo.per_node),
             "--master-addr", self.master_addr, "--master-port", str(port),
-            "--max-restarts", "0", "--monitor-interval", "0.5",
+            "--max-restarts", "0", "--monitor-interval", "0.1",
             "--log-dir", str(log_dir), "--redirects", "3",
             "-m", "harness.worker", str(spec_path), str(out_dir),
         ]
@@ -48,11 +54,13 @@ PORT_ATTEMPTS = 3  # a free port can be taken between our probe and torchrun's b
 
 
 def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = None,
-             data_dir: str | None = None) -> CaseResult:
+             data_dir: str | None = None, agents: "warm.AgentPool | None" = None) -> CaseResult:
     """Launch the case, wait for it within its timeout, and aggregate every rank's result.
 
-    A hang is diagnosed (heartbeats, every rank's stack) before the tree is killed; a crash reports the
-    first failing rank's traceback; either way the error lists every rank's log.
+    With ``agents`` the session's warm torchrun agent forks the ranks (harness/launch/warm.py);
+    without, a fresh ``torchrun`` starts. A hang is diagnosed (heartbeats, every rank's stack) before the
+    tree is killed; a crash reports the first failing rank's traceback; either way the error lists every
+    rank's log.
     """
     launcher = launcher or LocalLauncher()
     case_dir = claim(case_dir)
@@ -63,14 +71,23 @@ def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = No
     def on_timeout(pid: int) -> None:
         diagnosis.append(hang.diagnose(pid, out_dir, spec.world_size, case_dir))
 
-    with wirecount.private_network(spec) as (prefix, wire_env):  # its own loopback counts its bytes
+    if agents is not None and not spec.topo.multi_node:
         for attempt in range(PORT_ATTEMPTS):
             log_dir = case_dir / ("logs" if attempt == 0 else f"logs-retry{attempt}")
-            argv = prefix + launcher.command(spec, spec_path, out_dir, process.free_port(), log_dir)
-            done = process.run(argv, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
-                               env={**launcher.environment(spec, data_dir), **wire_env}, on_timeout=on_timeout)
+            args = launcher.torchrun_args(spec, spec_path, out_dir, process.free_port(), log_dir)
+            done = agents.run(spec, args, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
+                              env=launcher.environment(spec, data_dir), on_timeout=on_timeout)
             if done.timed_out or done.returncode == 0 or not port_clash(case_dir / "launcher.log"):
                 break
+    else:
+        with wirecount.private_network(spec) as (prefix, wire_env):  # its own loopback counts its bytes
+            for attempt in range(PORT_ATTEMPTS):
+                log_dir = case_dir / ("logs" if attempt == 0 else f"logs-retry{attempt}")
+                argv = prefix + launcher.command(spec, spec_path, out_dir, process.free_port(), log_dir)
+                done = process.run(argv, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
+                                   env={**launcher.environment(spec, data_dir), **wire_env}, on_timeout=on_timeout)
+                if done.timed_out or done.returncode == 0 or not port_clash(case_dir / "launcher.log"):
+                    break
     if done.timed_out:
         raise LaunchError(f"{spec.case_id} hung: no result after {spec.timeout_s:.0f}s, so every process was "
                           f"killed\n{''.join(diagnosis)}\n{rank_logs(case_dir)}",
@@ -81,7 +98,9 @@ def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = No
                           f"{first_failure(case_dir)}\n{rank_logs(case_dir)}", f"full logs under {case_dir}")
     try:
         ranks = [RankResult.read(out_dir / f"rank{r}.json") for r in range(spec.world_size)]
-        return aggregate(spec, ranks, launch_wall_s=done.wall_s)
+        result = aggregate(spec, ranks, launch_wall_s=done.wall_s)
+        return dataclasses.replace(result, launch={**result.launch,
+                                                   "launcher": "warm" if agents is not None else "torchrun"})
     except LaunchError as exc:
         raise LaunchError(f"{spec.case_id}: every rank exited 0, but {exc.message}\n{rank_logs(case_dir)}",
                           exc.hint) from None
