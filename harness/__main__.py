@@ -43,7 +43,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     cases = _cases(args.run)
     baseline = _baseline(cases, args.baseline, args.baseline_dir)
-    rows = compare.compare(cases, baseline, args.tolerance)
+    rows = compare.compare(cases, baseline, args.tolerance, strict=args.strict, require_baseline=args.require_baseline)
     title = f"{Path(args.run).resolve().name} vs {baseline.path if baseline else 'no baseline for ' + cases[0].get('profile', '?')}"
     text = compare.markdown(rows, title, args.strict)
     print(text, end="")
@@ -82,7 +82,11 @@ def merged_runs(runs: list[str]) -> list[dict]:
     out = []
     for group in by_key.values():
         timed = [c for c in group if c.get("efficiency") is not None and c.get("result")]
-        out.append(stats.merge_launches(timed) if len(timed) == len(group) else group[-1])
+        merged = dict(stats.merge_launches(timed) if len(timed) == len(group) else group[-1])
+        local = [v for c in group for v in (c.get("launch_local_efficiencies") or ())]
+        if local:  # every run's launches: their spread is the sequential gate's sigma
+            merged["launch_local_efficiencies"] = local
+        out.append(merged)
     return out
 
 
@@ -108,6 +112,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--markdown", help="also write the markdown table to this file (for a PR comment)")
     c.add_argument("--tolerance", type=float, help="override every efficiency tolerance (fraction)")
     c.add_argument("--strict", "--scaling-strict", action="store_true", help="a noisy case fails too")
+    c.add_argument("--require-baseline", "--scaling-require-baseline", action="store_true",
+                   help="a case without a baseline fails too")
     c.set_defaults(func=cmd_compare)
     r = sub.add_parser("report", help="PNG plots and a markdown page for a run")
     r.add_argument("run")

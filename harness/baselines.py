@@ -20,7 +20,7 @@ from typing import Any, Iterator
 from harness import SCHEMA_VERSION, atomic
 from harness.errors import BaselineError
 
-METRICS = ("efficiency", "throughput", "final_loss", "peak_memory_bytes", "bytes_per_step")
+METRICS = ("efficiency", "local_efficiency", "throughput", "final_loss", "peak_memory_bytes", "bytes_per_step")
 
 
 def case_key(case_id: str, preset: str) -> str:
@@ -94,6 +94,11 @@ def _validate_entry(path: Path, key: str, entry: Any, fix: str) -> None:
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             raise BaselineError(f"baseline file {path}: case {key!r} metric {metric!r} value {ref['value']!r} "
                                 f"is not a number", fix)
+        for extra in ("sigma", "launches"):  # the local efficiency's spread between launches, and their count
+            found = ref.get(extra)
+            if found is not None and (isinstance(found, bool) or not isinstance(found, (int, float)) or found < 0):
+                raise BaselineError(f"baseline file {path}: case {key!r} metric {metric!r} {extra} {found!r} is not a "
+                                    f"number >= 0", fix)
 
 
 @contextlib.contextmanager
@@ -123,7 +128,7 @@ def update(directory: Path, profile: str, fingerprint: dict[str, Any],
 
 def _diff_line(key: str, old: dict[str, Any] | None, new: dict[str, Any]) -> str:
     parts = []
-    for metric in ("efficiency", "throughput"):
+    for metric in ("efficiency", "local_efficiency", "throughput"):
         after = new.get(metric, {}).get("value")
         before = (old or {}).get(metric, {}).get("value")
         if after is None:

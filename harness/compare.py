@@ -1,9 +1,9 @@
 """``python -m harness compare RUN``: a finished run against its baselines, as a markdown table and JSON.
 
-Every case is judged again from its result file, so a run can be compared with baselines newer than
-itself: efficiency with its bootstrap interval (noise-aware, ``harness.verdict.judge``), peak memory
-per rank and bytes per step tightly (``judge_upper``: they are near-deterministic). A case that failed
-correctness stays ``failed``; an oversubscribed one stays ``not-meaningful``.
+Every case is judged again from the judge record in its result file by the same ``harness.judge.judge``
+the pytest session called, so a run can be compared with baselines newer than itself and the verdicts
+cannot disagree with the test that ran: the same launches, the same sequential test, the same memory,
+bytes and final-loss budgets, the same tolerance markers of the test.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import baselines, stats
-from harness import verdict as V
-from harness.baselines import BaselineFile, Reference
+from harness import baselines
+from harness.baselines import BaselineFile
 from harness.errors import BaselineError
+from harness.judge import SEVERITY, CaseRecord, Outcome, Overrides, judge
+from harness import verdict as V
 
-# worst first: the row's verdict is the worst of its metrics
-SEVERITY = (V.FAILED, V.REGRESSED, V.NOISY, V.IMPROVED, V.OK, V.NO_BASELINE, V.NOT_MEANINGFUL)
+__all__ = ["SEVERITY", "Row", "compare", "judge_case", "load_baseline_file", "markdown", "to_json"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,13 +36,20 @@ class Row:
     peak_mib: float | None
     bytes_per_step: float | None
     status: str
+    local_efficiency: float | None = None
+    baseline_local_efficiency: float | None = None
+    gate: str = ""
+    launches: int = 0
     messages: list[str] = field(default_factory=list)
 
     @property
     def delta(self) -> float | None:
-        if self.efficiency is None or not self.baseline_efficiency:
+        """Change of the efficiency the verdict was decided on (local where the gate is local)."""
+        value, base = ((self.local_efficiency, self.baseline_local_efficiency) if self.gate == "local"
+                       else (self.efficiency, self.baseline_efficiency))
+        if value is None or not base:
             return None
-        return self.efficiency / self.baseline_efficiency - 1
+        return value / base - 1
 
     def failed(self, strict: bool = False) -> bool:
         return self.status in (V.REGRESSED, V.FAILED) or (strict and self.status == V.NOISY)
@@ -59,84 +66,49 @@ def load_baseline_file(path: Path) -> BaselineFile:
     return found
 
 
-def efficiency_estimate(case: dict[str, Any]) -> stats.Estimate | None:
-    """Redo the bootstrap from the stored step times; fall back to the stored interval."""
-    eff, result, spec = case.get("efficiency"), case.get("result") or {}, case.get("spec") or {}
-    if eff is None:
-        return None
-    ref_steps, steps = case.get("reference_step_times_s") or [], result.get("step_times_s") or []
-    pooled = len(case.get("launch_efficiencies") or ()) > 1  # --scaling-launches: only the stored interval pools them
-    if ref_steps and steps and case.get("reference_throughput") and not pooled:
-        ref_batch = case["reference_throughput"] * stats.median(ref_steps)  # global batch of the reference
-        world = len(result.get("ranks", [])) or 1
-        batch = result["throughput"] * stats.median(steps)
-        return stats.efficiency_estimate(steps, round(batch), ref_steps, round(ref_batch), world)
-    ci = case.get("efficiency_ci")
-    if ci:
-        return stats.Estimate(value=eff, low=min(ci[0], eff), high=max(ci[1], eff))
-    noise = case.get("noise_rel") or 0.0
-    return stats.Estimate(value=eff, low=eff * (1 - noise), high=eff * (1 + noise))
-
-
-def _reference(baseline: BaselineFile | None, key: str, metric: str, override: float | None) -> Reference | None:
-    ref = baseline.reference(key, metric) if baseline else None
-    if ref is not None and override is not None:
-        ref = Reference(value=ref.value, tolerance=override)
-    return ref
-
-
-def _bytes(case: dict[str, Any]) -> float | None:
-    return ((case.get("resources") or {}).get("wire") or {}).get("bytes_per_step")
-
-
-def _peaks(case: dict[str, Any]) -> list[float]:
-    return [r.get("peak_memory_bytes", 0) for r in (case.get("result") or {}).get("ranks", [])]
+def outcome_of(case: dict[str, Any], baseline: BaselineFile | None, overrides: Overrides = Overrides()) -> Outcome:
+    """The verdict of one result file, from its judge record."""
+    record = CaseRecord.from_dict(case.get("record") or {}, f"result file of {case.get('case_id', '?')}")
+    return judge(record, baseline, overrides)
 
 
 def judge_case(case: dict[str, Any], baseline: BaselineFile | None, tolerance: float | None = None,
-               noisy_limit: float = V.DEFAULT_NOISY_LIMIT) -> Row:
-    key, where = case["key"], f"{case['key']} on {case.get('profile', '?')}"
-    marks = case.get("tolerances") or {}
-    def tol(metric: str) -> float | None:  # the command line wins over the test's marker, then the baseline
-        return tolerance if tolerance is not None and metric == "efficiency" else marks.get(metric)
-    est = efficiency_estimate(case)
-    eff_ref = _reference(baseline, key, "efficiency", tol("efficiency"))
-    verdicts: list[V.Verdict] = []
-    if case["status"] == V.FAILED or case.get("problems"):
-        verdicts.append(V.Verdict(status=V.FAILED, message=case.get("message", "failed")))
-    elif case.get("oversubscribed") or case["status"] == V.NOT_MEANINGFUL:
-        verdicts.append(V.Verdict(status=V.NOT_MEANINGFUL, message=case.get("message", "")))
-    elif est is not None:
-        noise = (baseline.cases.get(key, {}).get("noise_rel", 0.0) if baseline else 0.0) or 0.0
-        verdicts.append(V.judge(est, eff_ref, where, baseline_noise=noise, noisy_limit=noisy_limit))
-    if case["status"] != V.FAILED:  # memory and bytes mean something even when timing does not
-        peaks, mem_ref = _peaks(case), _reference(baseline, key, "peak_memory_bytes", tol("peak_memory_bytes"))
-        if peaks and mem_ref is not None:
-            base = mem_ref.value if isinstance(mem_ref.value, list) else [mem_ref.value] * len(peaks)
-            for rank, (value, ref) in enumerate(zip(peaks, base)):
-                verdicts.append(V.judge_upper(value / 2**20, Reference(value=ref / 2**20, tolerance=mem_ref.tolerance),
-                                              f"peak memory rank {rank}", where, " MiB"))
-        sent, wire_ref = _bytes(case), _reference(baseline, key, "bytes_per_step", tol("bytes_per_step"))
-        if sent is not None and wire_ref is not None:
-            verdicts.append(V.judge_upper(sent / 1e6, Reference(value=wire_ref.value / 1e6,
-                                                                tolerance=wire_ref.tolerance),
-                                          "bytes per step", where, " MB"))
-    worst = min((v.status for v in verdicts), key=SEVERITY.index, default=V.NO_BASELINE)
-    result, peaks = case.get("result") or {}, _peaks(case)
-    return Row(case_id=case["case_id"], key=key, world_size=len(result.get("ranks", [])) or None,
-               throughput=result.get("throughput"), efficiency=est.value if est else None,
-               efficiency_low=est.low if est else None,
-               efficiency_high=est.high if est and math.isfinite(est.high) else None,
-               baseline_efficiency=eff_ref.value if eff_ref else None,
-               tolerance=eff_ref.tolerance if eff_ref else None,
-               peak_mib=max(peaks) / 2**20 if peaks else None, bytes_per_step=_bytes(case), status=worst,
-               messages=[v.message for v in verdicts if v.status not in (V.OK, V.NO_BASELINE) and v.message]
-               or ([verdicts[0].message] if verdicts and worst == V.NO_BASELINE else []))
+               noisy_limit: float = V.DEFAULT_NOISY_LIMIT, strict: bool = False,
+               require_baseline: bool = False) -> Row:
+    outcome = outcome_of(case, baseline, Overrides(tolerance=tolerance, noisy_limit=noisy_limit, strict=strict,
+                                                   require_baseline=require_baseline))
+    result = case.get("result") or {}
+    peaks = [r.get("peak_memory_bytes", 0) for r in result.get("ranks", [])]
+    wire = (case.get("resources") or {}).get("wire") or {}
+    ci = outcome.efficiency_ci
+    ref_metric = next((m for m in outcome.metrics if m.metric in ("efficiency", "local_efficiency")), None)
+    tolerance_used = _tolerance(baseline, outcome, tolerance)
+    return Row(case_id=outcome.case_id, key=outcome.key, world_size=len(result.get("ranks", [])) or None,
+               throughput=result.get("throughput"), efficiency=outcome.efficiency,
+               efficiency_low=ci[0] if ci else None, efficiency_high=ci[1] if ci and math.isfinite(ci[1]) else None,
+               baseline_efficiency=outcome.baseline_efficiency, tolerance=tolerance_used,
+               peak_mib=max(peaks) / 2**20 if peaks else None, bytes_per_step=wire.get("bytes_per_step"),
+               status=outcome.status, local_efficiency=outcome.local_efficiency,
+               baseline_local_efficiency=outcome.baseline_local_efficiency, gate=outcome.gate,
+               launches=outcome.launches,
+               messages=[line for line in outcome.message.splitlines()[:1] if outcome.status != V.OK]
+               or ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []))
+
+
+def _tolerance(baseline: BaselineFile | None, outcome: Outcome, override: float | None) -> float | None:
+    metric = "local_efficiency" if outcome.gate == "local" else "efficiency"
+    if override is not None:
+        return override
+    if outcome.tolerances.get("efficiency") is not None:
+        return outcome.tolerances["efficiency"]
+    ref = baseline.reference(outcome.key, metric) if baseline else None
+    return ref.tolerance if ref else None
 
 
 def compare(cases: list[dict[str, Any]], baseline: BaselineFile | None, tolerance: float | None = None,
-            noisy_limit: float = V.DEFAULT_NOISY_LIMIT) -> list[Row]:
-    return [judge_case(c, baseline, tolerance, noisy_limit) for c in cases]
+            noisy_limit: float = V.DEFAULT_NOISY_LIMIT, strict: bool = False,
+            require_baseline: bool = False) -> list[Row]:
+    return [judge_case(c, baseline, tolerance, noisy_limit, strict, require_baseline) for c in cases]
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
@@ -154,14 +126,17 @@ def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
     failed = sum(r.failed(strict) for r in rows)
     head = f"### scalegate: {title}\n\n**{'FAIL' if failed else 'PASS'}** — " + ", ".join(
         f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: SEVERITY.index(kv[0])))
-    lines = [head, "", "| case | W | samples/s | efficiency (95% CI) | baseline | delta | peak MiB/rank | MB/step | verdict |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    lines = [head, "", "| case | W | samples/s | efficiency (95% CI) | local eff | gated on | baseline | delta | launches "
+                       "| peak MiB/rank | MB/step | verdict |",
+             "|---|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|---|"]
     for r in rows:
         ci = "" if r.efficiency_low is None else (
             f" ({r.efficiency_low:.3f}–{_fmt(r.efficiency_high, '.3f')})")
-        base = "–" if r.baseline_efficiency is None else f"{r.baseline_efficiency:.3f} ±{r.tolerance:.0%}"
+        gated = r.baseline_local_efficiency if r.gate == "local" else r.baseline_efficiency
+        base = "–" if gated is None else f"{gated:.3f}" + ("" if r.tolerance is None else f" ±{r.tolerance:.0%}")
         lines.append(f"| `{r.key}` | {_fmt(r.world_size, 'd')} | {_fmt(r.throughput, '.1f')} | "
-                     f"{_fmt(r.efficiency, '.3f')}{ci} | {base} | {_fmt(r.delta, '+.1%')} | {_fmt(r.peak_mib, '.0f')} | "
+                     f"{_fmt(r.efficiency, '.3f')}{ci} | {_fmt(r.local_efficiency, '.3f')} | {r.gate or '–'} | {base} | "
+                     f"{_fmt(r.delta, '+.1%')} | {r.launches} | {_fmt(r.peak_mib, '.0f')} | "
                      f"{_fmt(r.bytes_per_step, '.2f', 1e-6)} | {ICON.get(r.status, '')} {r.status} |")
     notes = [f"- `{r.case_id}`: {m.splitlines()[0]}" for r in rows if r.status != V.OK for m in r.messages]
     if notes:

@@ -16,7 +16,8 @@ from harness import (baselines, hostinfo, matrix, options, parity, runfiles, run
                      verdict)
 from harness.errors import ScalegateError
 from harness.launch import warm
-from harness.session import Outcome, ScalingSession, run_id
+from harness.judge import Outcome
+from harness.session import ScalingSession, run_id
 
 SESSION = pytest.StashKey[ScalingSession]()
 CASES = pytest.StashKey[list]()
@@ -134,6 +135,7 @@ def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
         strategy=spec.strategy, model=spec.model, preset=spec.preset, topology=spec.topology,
         world_size=spec.world_size, global_batch=spec.global_batch_size, throughput=result.throughput,
         speedup=outcome.speedup, efficiency=outcome.efficiency, noise_rel=outcome.noise_rel,
+        local_efficiency=outcome.local_efficiency, gated_on=outcome.gate, launches=outcome.launches,
         verdict=outcome.status, profile=profile,
         peak_memory_bytes=[r.peak_memory_bytes for r in result.ranks],
         memory_source=result.ranks[0].memory_source,

@@ -46,6 +46,10 @@ def speedup_plot(cases: list[dict[str, Any]], path: Path) -> Path:
     return _save(fig, path)
 
 
+def _bytes(case: dict) -> float | None:
+    return ((case.get("resources") or {}).get("wire") or {}).get("bytes_per_step")
+
+
 def efficiency_plot(rows: list[compare.Row], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(rows) + 2), 4.4))
     xs = range(len(rows))
@@ -57,15 +61,21 @@ def efficiency_plot(rows: list[compare.Row], path: Path) -> Path:
         high = (r.efficiency_high if r.efficiency_high is not None else r.efficiency) - r.efficiency
         ax.bar(x, r.efficiency, color=colors.get(r.status, "tab:blue"), alpha=0.8)
         ax.errorbar(x, r.efficiency, yerr=[[low], [high]], color="k", capsize=4)
+        gated = r.baseline_local_efficiency if r.gate == "local" else r.baseline_efficiency
         if r.baseline_efficiency is not None:
-            tol = r.tolerance or 0.0
             ax.hlines(r.baseline_efficiency, x - 0.4, x + 0.4, color="k", lw=2)
-            ax.fill_between([x - 0.4, x + 0.4], r.baseline_efficiency * (1 - tol), r.baseline_efficiency * (1 + tol),
-                            color="gray", alpha=0.3, lw=0)
+        if r.local_efficiency is not None:  # the same-launch efficiency the gate decides on (docs/gate.md)
+            ax.plot([x], [r.local_efficiency], "D", color="k", ms=6)
+            if r.baseline_local_efficiency is not None:
+                ax.hlines(r.baseline_local_efficiency, x - 0.4, x + 0.4, color="k", lw=1.5, ls=":")
+        if gated is not None:
+            tol = r.tolerance or 0.0
+            ax.fill_between([x - 0.4, x + 0.4], gated * (1 - tol), gated, color="gray", alpha=0.3, lw=0)
     ax.axhline(1.0, color="k", ls="--", lw=1)
     ax.set_xticks(list(xs), [r.case_id for r in rows], rotation=30, ha="right", fontsize=8)
-    ax.set(ylabel="efficiency = speedup / W", title="Efficiency (bar, 95% CI) vs baseline (line, tolerance band)\n"
-                                                    "red: regressed or failed, orange: noisy")
+    ax.set(ylabel="efficiency = speedup / W", title="Efficiency (bar, 95% CI; line: baseline) and local efficiency "
+                                                    "(diamond; dotted: baseline)\nshaded: the gated metric's "
+                                                    "detectable drop; red: regressed or failed, orange: noisy")
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
@@ -89,7 +99,7 @@ def memory_plot(cases: list[dict[str, Any]], path: Path) -> Path:
 
 
 def bytes_plot(cases: list[dict[str, Any]], path: Path) -> Path | None:
-    found = [(c["case_id"], compare._bytes(c)) for c in cases if compare._bytes(c) is not None]
+    found = [(c["case_id"], _bytes(c)) for c in cases if _bytes(c) is not None]
     if not found:
         return None
     fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(found) + 2), 4.4))

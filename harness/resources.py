@@ -4,8 +4,8 @@ Bytes on the wire come from the workers' counter readings (harness/wire.py): on 
 private loopback counts every byte each rank sends once, so the node total over the local ranks is
 the per-rank figure. The analytic volume per rank is ``Strategy.wire_factor * (W-1)/W * parameter
 bytes`` (ring all-reduce: factor 2; all-gather fwd + bwd + reduce-scatter: factor 3); TCP/IP headers
-add ~0.1% on loopback. Gates (DESIGN.md): peak memory per rank above baseline x (1 + tolerance)
-and bytes per step above baseline x (1 + tolerance) are regressions.
+add ~0.1% on loopback. The gates on them (DESIGN.md: peak memory per rank above baseline x (1 + tolerance),
+bytes per step above baseline x (1 + tolerance)) are the judge's: harness/judge/budgets.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from harness import strategies
-from harness.baselines import BaselineFile
 from harness.results import CaseResult
 
 DEFAULT_MEMORY_TOLERANCE = 0.25  # RSS moves with the allocator and the Python heap
@@ -72,29 +71,3 @@ def summary(result: CaseResult) -> dict[str, Any]:
                   for r in result.ranks],
         "wire": wire(result),
     }
-
-
-def regressions(result: CaseResult, baseline: BaselineFile | None, key: str, where: str) -> list[str]:
-    """Peak memory per rank and bytes per step against the baseline; messages for each excess."""
-    if baseline is None:
-        return []
-    out = []
-    entry = baseline.cases.get(key, {})
-    mem = baseline.reference(key, "peak_memory_bytes")
-    source = entry.get("memory_source")
-    if mem is not None and (source is None or source == result.ranks[0].memory_source):
-        values = mem.value if isinstance(mem.value, list) else [mem.value] * len(result.ranks)
-        for r, base in zip(result.ranks, values):
-            if r.peak_memory_bytes > base * (1 + mem.tolerance):
-                out.append(f"peak memory of rank {r.rank} {r.peak_memory_bytes / 2**20:.1f} MiB is above baseline "
-                           f"{base / 2**20:.1f} MiB (tolerance {mem.tolerance:.0%}, source {r.memory_source}) [{where}]")
-    sent = baseline.reference(key, "bytes_per_step")
-    measured = wire(result)
-    if sent is not None and measured["bytes_per_step"] is not None:
-        value = measured["bytes_per_step"]
-        if value > sent.value * (1 + sent.tolerance):
-            analytic = measured["analytic_bytes_per_step"]
-            out.append(f"bytes on the wire {value / 1e6:.3f} MB/step are above baseline {sent.value / 1e6:.3f} MB/step "
-                       f"(tolerance {sent.tolerance:.0%}; analytic {'-' if analytic is None else f'{analytic / 1e6:.3f}'}"
-                       f" MB/step, {measured['source']}) [{where}]")
-    return out

@@ -1,7 +1,9 @@
 """One pytest session's scaling state: the options, this host, the references, the run directory.
 
-``ScalingSession.run`` is the whole life of a case: launch, correctness checks, speedup against the
-single-process 1x1 reference measured in this session, verdict against the baseline, result file.
+``ScalingSession.run`` is the whole life of a case: launch, correctness checks, a ``CaseRecord`` of the
+launches, the verdict of ``harness.judge.judge`` against the baseline (launching again while the judge
+says more launches could decide), and the result file that carries the record, so ``compare`` reaches
+the same verdict from it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import fixtures
-from harness import atomic, baselines, checks, metrics, resources, sharding, stats, tensorboard
+from harness import atomic, baselines, checks, resources, sharding, tensorboard
 from harness.errors import LaunchError, ScalegateError
 from harness.hostinfo import HostInfo, commit
 from harness.launch import emulated, run_case, warm
@@ -22,33 +24,10 @@ from harness.launch import slurm as slurm_agent
 from harness.matrix import Case
 from harness.options import Options
 from harness.results import CaseResult
+from harness.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judge
+from harness.judge.record import from_results
 from harness.spec import CaseSpec, Faults
 from harness import verdict as V
-
-
-@dataclass(frozen=True, kw_only=True)
-class Outcome:
-    case_id: str
-    key: str
-    status: str
-    message: str
-    result: CaseResult | None = None
-    speedup: float | None = None
-    efficiency: float | None = None
-    noise_rel: float | None = None
-    reference_throughput: float | None = None
-    baseline_efficiency: float | None = None
-    problems: tuple[str, ...] = ()
-    oversubscribed: bool = False
-    resources: dict[str, Any] = field(default_factory=dict)  # memory, state bytes, bytes on the wire
-    efficiency_ci: tuple[float, float] | None = None  # bootstrap 95% interval (harness/stats.py)
-    reference_step_times_s: tuple[float, ...] = ()  # so `python -m harness compare` can redo the interval
-    tolerances: dict[str, float] = field(default_factory=dict)  # @pytest.mark.scaling_tolerance overrides
-    launch_efficiencies: tuple[float, ...] = ()  # one per launch when several were judged together
-
-    @property
-    def failed(self) -> bool:
-        return self.status in (V.REGRESSED, V.FAILED)
 
 
 def run_id() -> str:
@@ -131,115 +110,70 @@ class ScalingSession:
         return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
                        message=f"node {node} ran its agent; node 0 judges and records the case")
 
+    @property
+    def overrides(self) -> Overrides:
+        opts = self.options
+        return Overrides(tolerance=opts.tolerance, strict=opts.strict, require_baseline=opts.require_baseline)
+
     def run(self, case: Case, tolerances: dict[str, float] | None = None) -> Outcome:
+        """Launch, judge, and launch again while the judge says more launches could decide (sequential gate)."""
         spec = case.spec
         key = baselines.case_key(spec.case_id, spec.preset)
         if self.slurm is not None and self.slurm.node_id > 0:
             return self._run_other_node(case)
+        tolerances = dict(tolerances or {})
         try:
             if spec.strategy == "single" and spec.topology == "1x1" and not spec.faults.any:
                 results = self.reference(spec)
             else:
                 results = self._launches(spec, self.options.launches)
-            reference = self.reference(spec)
+            references = self.reference(spec)
         except ScalegateError as exc:
-            outcome = Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
-            self._write(outcome, spec)
+            record = self._record(case, key, [], [], tolerances, failure=str(exc))
+            outcome = judge(record, self.baseline, self.overrides)
+            self._write(outcome, record, spec)
             return outcome
-        outcome = self._judge(case, key, results, reference, tolerances or {})
-        outcome = self._confirm(case, key, outcome, results, tolerances or {})
-        note = outcome.result.launch.get("note") if outcome.result is not None else None
-        if note:  # e.g. emulated nodes whose links could not be shaped: say so
-            outcome = dataclasses.replace(outcome, message=f"{outcome.message} [{note}]")
-        self._write(outcome, spec)
-        return outcome
-
-    def _confirm(self, case: Case, key: str, outcome: Outcome, results: list[CaseResult],
-                 tolerances: dict[str, float]) -> Outcome:
-        """A timing regression fails only if it holds with fresh launches of the case and its reference.
-
-        Launch-to-launch spread on shared machines is several times one run's own noise band
-        (docs/detection.md), so one slow launch is not a verdict: ``--scaling-launches`` more of each
-        are measured and every launch so far is judged together. Memory and bytes are deterministic
-        enough to need no confirmation, and are judged on the first launches.
-        """
-        first = outcome
-        for attempt in range(self.options.confirm):
-            if outcome.status != V.REGRESSED or outcome.result is None or resources.regressions(
-                    outcome.result, self.baseline, key, f"{key} on {self.profile}"):
+        while True:
+            record = self._record(case, key, results, references, tolerances)
+            outcome = judge(record, self.baseline, self.overrides)
+            if not outcome.next_launches:
                 break
             try:
-                results = results + self._launches(case.spec, self.options.launches)
-                reference = self.reference(case.spec, more=self.options.launches)
-            except ScalegateError as exc:
-                return dataclasses.replace(outcome, message=f"{outcome.message}\n(confirmation launch failed: {exc})")
-            outcome = self._judge(case, key, results, reference, tolerances)
-        if outcome is first:
-            return outcome
-        verb = "confirmed" if outcome.status == V.REGRESSED else "not confirmed"
-        return dataclasses.replace(outcome, message=f"{outcome.message}\n(first: {first.message.splitlines()[0]}; "
-                                                    f"regression {verb} by relaunching the case and its reference; "
-                                                    f"{len(results)} launches judged together)")
+                results = results + self._launches(spec, outcome.next_launches)
+                if outcome.needs_reference:
+                    references = self.reference(spec, more=outcome.next_launches)
+            except ScalegateError as exc:  # the verdict so far stands, with the reason it could not go on
+                outcome = dataclasses.replace(outcome, message=f"{outcome.message}\n(a further launch failed: {exc})")
+                break
+        chosen = _median_launch(results, outcome)
+        outcome = dataclasses.replace(outcome, result=chosen, resources=resources.summary(chosen))
+        self._write(outcome, record, spec)
+        return outcome
 
-    def _judge(self, case: Case, key: str, results: list[CaseResult], references: list[CaseResult],
-               tolerances: dict[str, float] | None = None) -> Outcome:
+    def _record(self, case: Case, key: str, results: list[CaseResult], references: list[CaseResult],
+                tolerances: dict[str, float], failure: str = "") -> CaseRecord:
+        """The judge's input: every launch as numbers, correctness problems (no baseline needed), how it ran."""
         spec = case.spec
-        reference = _pooled(references)  # the reference is steady (+-0.4% between launches): pool its steps
-        estimates = [stats.efficiency_estimate(r.step_times_s, spec.global_batch_size, reference.step_times_s,
-                                               reference.spec.global_batch_size, spec.world_size) for r in results]
-        estimate = stats.pooled_estimate(estimates)
-        result = results[sorted(range(len(results)), key=lambda i: estimates[i].value)[(len(results) - 1) // 2]]
-        eff = estimate.value
-        speedup = eff * spec.world_size
-        noise = (metrics.combined_noise(result.noise_rel, reference.noise_rel) if len(results) == 1
-                 else estimate.half_width_rel)
         fraction = fixtures.preset(spec.model, spec.preset).convergence_fraction  # the workload's own bar
-        loss_ref = self.baseline.reference(key, "final_loss") if self.baseline else None
-        entry = self.baseline.cases.get(key, {}) if self.baseline else {}
-        if (entry.get("steps"), entry.get("warmup")) != (spec.steps, spec.warmup):
-            loss_ref = None  # a loss after a different number of steps says nothing about this run
         problems = tuple(dict.fromkeys(p for r in results for p in (  # every launch must train correctly
-            checks.agreement(r), checks.loss_curve(r), checks.convergence(r, fraction),
-            checks.final_loss(r, loss_ref.value if loss_ref else None,
-                              loss_ref.tolerance if loss_ref else 0.0, f"{key} on {self.profile}"),
-            sharding.check(r)) if p))
-        base_ref = self.baseline.reference(key, "efficiency") if self.baseline else None
-        tolerance = self.options.tolerance if self.options.tolerance is not None else (tolerances or {}).get(
-            "efficiency")  # the command line wins over the test's marker, which wins over the baseline
-        if base_ref is not None and tolerance is not None:
-            base_ref = dataclasses.replace(base_ref, tolerance=tolerance)
-        if problems:  # a wrong fast run is not a pass: no performance verdict
-            verdict = V.Verdict(status=V.FAILED, message="\n".join(problems))
-        elif case.oversubscribed:
-            verdict = V.Verdict(status=V.NOT_MEANINGFUL,
-                                message=f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at "
-                                        f"{spec.cpu_threads} thread(s) per rank: timing is not judged")
-        else:
-            verdict = V.judge(estimate, base_ref, f"{key} on {self.profile}",
-                              baseline_noise=self.baseline.cases[key].get("noise_rel", 0.0) if base_ref else 0.0)
-            if verdict.status == V.NOISY and self.options.strict:
-                verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-strict)")
-            if verdict.status == V.NO_BASELINE and self.options.require_baseline:
-                verdict = V.Verdict(status=V.FAILED, message=verdict.message + " (--scaling-require-baseline)")
-        if len(estimates) > 1 and not problems:  # --scaling-launches: show what was judged together
-            verdict = dataclasses.replace(verdict, message=f"{verdict.message} (median of {len(estimates)} launches: "
-                                          f"{', '.join(f'{e.value:.3f}' for e in estimates)})")
-        if not problems:  # memory and bytes are judged even when timing is not meaningful
-            over = resources.regressions(result, self.baseline, key, f"{key} on {self.profile}")
-            if over and verdict.status != V.FAILED:
-                verdict = V.Verdict(status=V.REGRESSED, message="\n".join(over + [verdict.message]))
-        return Outcome(case_id=spec.case_id, key=key, status=verdict.status, message=verdict.message,
-                       result=result, speedup=speedup, efficiency=eff, noise_rel=noise,
-                       reference_throughput=reference.throughput, problems=problems,
-                       baseline_efficiency=base_ref.value if base_ref else None, oversubscribed=case.oversubscribed,
-                       resources=resources.summary(result), efficiency_ci=(estimate.low, estimate.high),
-                       reference_step_times_s=tuple(reference.step_times_s), tolerances=dict(tolerances or {}),
-                       launch_efficiencies=tuple(e.value for e in estimates) if len(estimates) > 1 else ())
+            checks.agreement(r), checks.loss_curve(r), checks.convergence(r, fraction), sharding.check(r)) if p))
+        opts = self.options
+        fields = dict(
+            problems=problems, failure=failure, oversubscribed=case.oversubscribed,
+            oversubscribed_why=(f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at {spec.cpu_threads} "
+                                f"thread(s) per rank: timing is not judged") if case.oversubscribed else "",
+            tolerances=tolerances, note=next((r.launch["note"] for r in results if r.launch.get("note")), ""),
+            conduct=Conduct(launches=opts.launches, confirm=opts.confirm, max_launches=opts.max_launches,
+                            alpha=opts.alpha, beta=opts.beta))
+        if not results:
+            return CaseRecord(case_id=spec.case_id, key=key, profile=self.profile, world_size=spec.world_size,
+                              global_batch=spec.global_batch_size, steps=spec.steps, warmup=spec.warmup, **fields)
+        return from_results(results, references, key=key, profile=self.profile, **fields)
 
-    def _write(self, outcome: Outcome, spec: CaseSpec) -> None:
+    def _write(self, outcome: Outcome, record: CaseRecord, spec: CaseSpec) -> None:
         data: dict[str, Any] = {k: v for k, v in dataclasses.asdict(outcome).items() if k != "result"}
         data.update(spec=spec.to_dict(), profile=self.profile, host=self.host.hostname, commit=commit(),
-                    fingerprint=self.host.fingerprint(), written=time.time(),
+                    fingerprint=self.host.fingerprint(), written=time.time(), record=record.to_dict(),
                     result=outcome.result.to_dict() if outcome.result else None)
         traces = [r.extra["profile_trace"] for r in (outcome.result.ranks if outcome.result else ())
                   if r.extra.get("profile_trace")]
@@ -250,12 +184,9 @@ class ScalingSession:
             tensorboard.write_case(self.options.tensorboard_dir / self.run_dir.name, outcome)
 
 
-def _pooled(results: list[CaseResult]) -> CaseResult:
-    """Several launches of a steady case as one: their measured steps in a row."""
-    if len(results) == 1:
-        return results[0]
-    steps = [t for r in results for t in r.step_times_s]
-    median = metrics.median(steps)
-    return dataclasses.replace(results[0], step_times_s=steps, median_step_s=median, mad_step_s=metrics.mad(steps),
-                               throughput=metrics.throughput(results[0].spec.global_batch_size, median),
-                               noise_rel=metrics.median_noise_rel(steps))
+def _median_launch(results: list[CaseResult], outcome: Outcome) -> CaseResult:
+    """The launch whose efficiency (the one the verdict was decided on) is the median of the launches'."""
+    values = outcome.launch_local_efficiencies if outcome.gate == LOCAL else outcome.launch_efficiencies
+    if len(values) != len(results) or len(results) == 1:
+        return results[(len(results) - 1) // 2]
+    return results[sorted(range(len(results)), key=lambda i: values[i])[(len(results) - 1) // 2]]

@@ -1,10 +1,13 @@
-"""The terminal table: case, samples/s, speedup, efficiency, baseline, delta, verdict."""
+"""The terminal table: case, samples/s, speedup, both efficiencies, the gated one's baseline and delta, launches,
+memory, bytes, verdict. ``efficiency`` is DESIGN.md's (against the separate 1x1 launch); ``local eff`` is the
+same-launch one (docs/gate.md); ``gated on`` says which one the verdict was decided on."""
 
 from __future__ import annotations
 
 from typing import Any
 
-HEADER = ("case", "preset", "W", "samples/s", "speedup", "efficiency", "baseline", "delta", "peak MiB/rank", "MB/step", "verdict")
+HEADER = ("case", "preset", "W", "samples/s", "speedup", "efficiency", "local eff", "gated on", "baseline", "delta",
+          "launches", "peak MiB/rank", "MB/step", "verdict")
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -23,14 +26,17 @@ def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     for case in cases:
         result = case.get("result") or {}
         spec = case.get("spec", {})
-        eff, base = case.get("efficiency"), case.get("baseline_efficiency")
-        delta = None if eff is None or not base else (eff / base - 1) * 100
+        eff, local, gate = case.get("efficiency"), case.get("local_efficiency"), case.get("gate") or ""
+        # baseline and delta of the efficiency the verdict was decided on (docs/gate.md)
+        gated, base = (local, case.get("baseline_local_efficiency")) if gate == "local" else (
+            eff, case.get("baseline_efficiency"))
+        delta = None if gated is None or not base else (gated / base - 1) * 100
         peaks = [r.get("peak_memory_bytes", 0) for r in result.get("ranks", [])]
         world = len(result.get("ranks", [])) or None
         out.append((
             case["case_id"], spec.get("preset", "?"), _fmt(world, "d"), _fmt(result.get("throughput"), ".1f"),
-            _fmt(case.get("speedup"), ".2f"), _fmt(eff, ".3f"), _fmt(base, ".3f"),
-            "-" if delta is None else f"{delta:+.1f}%",
+            _fmt(case.get("speedup"), ".2f"), _fmt(eff, ".3f"), _fmt(local, ".3f"), gate or "-", _fmt(base, ".3f"),
+            "-" if delta is None else f"{delta:+.1f}%", str(case.get("launches") or "-"),
             _fmt(max(peaks) / 2**20 if peaks else None, ".0f"), _mb_per_step(case), case["status"],
         ))
     return out

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from harness.errors import SpecError
 
 if TYPE_CHECKING:
-    from harness.session import Outcome
+    from harness.judge import Outcome
 
 HINT = ("pip install -e .[report] (or pip install 'tensorboard>=2.15') into the suite's environment, "
         "or drop --scaling-tensorboard")
@@ -51,6 +51,7 @@ def scalars(outcome: "Outcome") -> dict[str, list[tuple[int, float]]]:
         "step_time_median_s": [(0, result.median_step_s)],
     }
     for tag, value in (("speedup", outcome.speedup), ("efficiency", outcome.efficiency),
+                       ("local_efficiency", outcome.local_efficiency),
                        ("bytes_per_step", ((outcome.resources or {}).get("wire") or {}).get("bytes_per_step"))):
         if value is not None:
             points[tag] = [(0, value)]

@@ -12,10 +12,26 @@ from harness.errors import ScalegateError
 from harness.hostinfo import commit
 from harness.spec import Faults
 
-WRITABLE = ("ok", "improved", "regressed", "no-baseline")
+WRITABLE = ("ok", "improved", "regressed", "no-baseline", "noisy")
+LOCAL_TOLERANCE = 0.10  # the drop the sequential gate is built to catch (docs/gate.md)
 
 
-def entries_from_run(cases: list[dict[str, Any]], tolerance: float) -> tuple[dict[str, dict], list[str]]:
+def local_entry(values: list[float], tolerance: float = LOCAL_TOLERANCE) -> dict[str, Any]:
+    """The local efficiency as a baseline: the median launch, the spread of ln(value) between launches (the
+    sequential test's sigma: sample deviation, which a stray launch widens rather than hides), their count."""
+    logs = [math.log(v) for v in values if v > 0]
+    sigma = None
+    if len(logs) >= 3:
+        mean = sum(logs) / len(logs)
+        sigma = round(math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)), 4)
+    ordered = sorted(values)
+    return {"value": round(ordered[(len(ordered) - 1) // 2] if len(ordered) % 2 else
+                           (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2, 4),
+            "tolerance": tolerance, "sigma": sigma, "launches": len(values)}
+
+
+def entries_from_run(cases: list[dict[str, Any]], tolerance: float,
+                     local_tolerance: float = LOCAL_TOLERANCE) -> tuple[dict[str, dict], list[str]]:
     """Baseline entries for every case that passed correctness; notes for the ones left out."""
     entries, notes = {}, []
     for case in cases:
@@ -30,7 +46,10 @@ def entries_from_run(cases: list[dict[str, Any]], tolerance: float) -> tuple[dic
         result = case["result"]
         peaks = [r["peak_memory_bytes"] for r in result["ranks"]]
         entries[case["key"]] = {
-            "efficiency": {"value": round(case["efficiency"], 4), "tolerance": tolerance},
+            **({"efficiency": {"value": round(case["efficiency"], 4), "tolerance": tolerance}}
+               if case.get("efficiency") is not None else {}),
+            **({"local_efficiency": local_entry(case["launch_local_efficiencies"], local_tolerance)}
+               if case.get("launch_local_efficiencies") else {}),
             "throughput": {"value": round(result["throughput"], 2), "tolerance": tolerance, "unit": "samples/s"},
             "final_loss": {"value": round(result["losses"][-1], 5), "tolerance": 0.25},
             "peak_memory_bytes": {"value": peaks, "tolerance": resources.DEFAULT_MEMORY_TOLERANCE},
@@ -85,7 +104,8 @@ def refuse_unsound(cases: list[dict[str, Any]]) -> None:
                                  f"{', '.join(on)}", "rerun without --scaling-inject-* options")
 
 
-def update_from_run(cases: list[dict[str, Any]], directory: Path, tolerance: float) -> list[str]:
+def update_from_run(cases: list[dict[str, Any]], directory: Path, tolerance: float,
+                    local_tolerance: float = LOCAL_TOLERANCE) -> list[str]:
     if not cases:
         raise ScalegateError("the run has no case results to record", "run the suite first, then update")
     refuse_unsound(cases)
@@ -94,7 +114,7 @@ def update_from_run(cases: list[dict[str, Any]], directory: Path, tolerance: flo
         by_profile.setdefault(case["profile"], []).append(case)
     lines = []
     for profile, group in by_profile.items():
-        entries, notes = entries_from_run(group, tolerance)
+        entries, notes = entries_from_run(group, tolerance, local_tolerance)
         if entries:
             path, diff = baselines.update(directory, profile, group[0].get("fingerprint", {}), entries)
             lines += [f"baselines updated: {path}"] + diff

@@ -20,6 +20,7 @@ from harness import stats
 from harness import verdict as V
 from harness.baselines import Reference
 from harness.errors import ScalegateError
+from harness.judge import CaseRecord, LaunchRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = "cpu-test-2c-torch2.13.0"
@@ -44,7 +45,15 @@ def make_case(case_id: str = "ddp-cnn-1x2", *, step_s: float = 0.030, ref_step_s
             "steps": len(steps), "warmup": 5, "faults": {"delay_ms": 0.0, "grad_scale": 1.0, **(faults or {})}}
     wire = {"bytes_per_step": bytes_per_step, "bytes_per_rank": bytes_per_step / world, "source": "netns-lo"} \
         if bytes_per_step else {"bytes_per_step": None, "source": "unavailable"}
+    record = CaseRecord(case_id=case_id, key=f"{case_id}:tiny", profile=PROFILE, world_size=world,
+                        global_batch=batch * world, steps=len(steps), warmup=5,
+                        launches=(LaunchRecord(step_times_s=tuple(steps), final_loss=2.0, memory_source="rss",
+                                               peak_memory_bytes=tuple(r["peak_memory_bytes"] for r in ranks),
+                                               bytes_per_step=bytes_per_step, wire_source=wire["source"]),),
+                        reference_step_times_s=tuple(ref_steps), reference_global_batch=batch, reference_launches=1,
+                        problems=tuple(problems), tolerances=tolerances or {})
     return {"case_id": case_id, "key": f"{case_id}:tiny", "status": status, "message": "\n".join(problems) or status,
+            "record": record.to_dict(), "launches": 1,
             "problems": list(problems), "oversubscribed": False, "speedup": throughput / ref_tp,
             "efficiency": est.value, "efficiency_ci": [est.low, est.high], "noise_rel": 0.02,
             "reference_throughput": ref_tp, "reference_step_times_s": ref_steps, "baseline_efficiency": None,
@@ -92,6 +101,7 @@ def test_compare_fails_an_injected_regression_and_names_it(tmp_path, baseline_di
     assert done.returncode == 1, done.stdout + done.stderr
     assert "**FAIL**" in done.stdout and "❌ regressed" in done.stdout
     assert "efficiency 0.583 is below baseline 0.700 (tolerance 5%" in done.stdout
+    assert "| `ddp-cnn-1x2:tiny` | 2 | 1777.8 | 0.583" in done.stdout and "| classic |" in done.stdout
 
 
 def test_compare_fails_more_bytes_per_step_tightly(tmp_path, baseline_dir):
@@ -102,7 +112,7 @@ def test_compare_fails_more_bytes_per_step_tightly(tmp_path, baseline_dir):
     run = write_run(tmp_path / "run", make_case(bytes_per_step=10.8e6))
     done = cli("compare", run, "--baseline-dir", baseline_dir)
     assert done.returncode == 1
-    assert "bytes per step 10.8 MB is above baseline 10 MB" in done.stdout
+    assert "bytes on the wire 10.800 MB/step are above baseline 10.000 MB/step" in done.stdout
 
 
 def test_a_marker_tolerance_recorded_with_the_case_widens_the_gate(tmp_path, baseline_dir):
@@ -121,6 +131,14 @@ def test_correctness_failure_fails_compare(tmp_path, baseline_dir):
     run = write_run(tmp_path / "run", make_case(status="failed", problems=("gradient agreement failed [ddp]",)))
     done = cli("compare", run, "--baseline-dir", baseline_dir)
     assert done.returncode == 1 and "gradient agreement failed" in done.stdout
+
+
+def test_a_result_file_without_a_judge_record_is_bad_input(tmp_path):
+    case = make_case()
+    del case["record"]  # written by a scalegate before the one judge
+    done = cli("compare", write_run(tmp_path / "run", case))
+    assert done.returncode == 2 and "holds no usable judge record" in done.stderr
+    assert "HINT: it was written by another scalegate version" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("setup, expected", [

@@ -7,15 +7,13 @@ assertions are deterministic even on a busy machine (no wall-clock is asserted).
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 from harness import baselines, resources, summary
 from harness.launch import netns, run_case
 from harness.launch.wirecount import ENV_DISABLE
-from harness.matrix import Case
-from harness.session import ScalingSession
+from harness.judge import judge
+from harness.judge.record import from_results
 from harness.spec import CaseSpec, Faults
 from harness.wire import WireCounter
 
@@ -56,22 +54,17 @@ def test_ddp_sends_what_ring_all_reduce_predicts(clean):
 def test_an_extra_all_reduce_per_step_fails_the_bytes_gate(clean, tmp_path):
     base = baseline_from(clean, tmp_path / "baselines")
     key, where = "ddp-cnn-1x2:tiny", "ddp-cnn-1x2:tiny on cpu-test"
-    assert resources.regressions(clean, base, key, where) == []
+    assert judge(from_results([clean], [], key=key, profile="cpu-test"), base).status != "regressed"
     faulty = run_case(spec(extra_allreduce=1), tmp_path / "faulty")
-    problems = resources.regressions(faulty, base, key, where)
+    outcome = judge(from_results([faulty], [], key=key, profile="cpu-test"), base)
+    problems = [m.message for m in outcome.metrics if m.status == "regressed"]
     assert len(problems) == 1, problems
     sent = resources.wire(faulty)["bytes_per_step"]
     assert sent > 1.9 * resources.wire(clean)["bytes_per_step"]  # one more gradient-sized all-reduce
     assert problems[0].startswith(f"bytes on the wire {sent / 1e6:.3f} MB/step are above baseline ")
     assert "(tolerance 5%; analytic 9.818 MB/step, netns:lo) [ddp-cnn-1x2:tiny on cpu-test]" in problems[0]
-
-    # the session turns it into the case's verdict, whatever the timing says
-    session = ScalingSession(options=types.SimpleNamespace(tolerance=None, require_baseline=False, strict=False),
-                             host=types.SimpleNamespace(profile="cpu-test", cpu_cores=64), run_dir=tmp_path,
-                             baseline=base)
-    outcome = session._judge(Case(id="ddp-cnn-1x2", spec=faulty.spec), key, [faulty], [clean])
+    # the judge makes it the case's verdict, whatever the timing says, and says so first
     assert outcome.status == "regressed" and outcome.message.splitlines()[0] == problems[0]
-    assert outcome.resources["wire"]["bytes_per_step"] == sent
 
 
 def test_without_a_namespace_bytes_are_unavailable_with_the_reason(tmp_path, monkeypatch):

@@ -177,10 +177,15 @@ def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, t
                                    "tolerance": resources.DEFAULT_MEMORY_TOLERANCE}, "memory_source": "rss"}
     baselines.update(tmp_path / "baselines", "cpu-test", {}, {key: entry})
     base = baselines.load(tmp_path / "baselines", "cpu-test")
-    assert resources.regressions(ddp_result, base, key, where) == []
+    from harness.judge import judge
+    from harness.judge.record import from_results
+
+    assert judge(from_results([ddp_result], [], key=key, profile="cpu-test"), base).status != "regressed"
     # Injected fault: every rank holds 400 MiB more through the measured steps.
     faulty = run_case(spec("ddp").replace(faults=Faults(hold_memory_mb=400)), tmp_path / "faulty")
-    problems = resources.regressions(faulty, base, key, where)
+    outcome = judge(from_results([faulty], [], key=key, profile="cpu-test"), base)
+    problems = [m.message for m in outcome.metrics if m.status == "regressed"]
+    assert outcome.status == "regressed"
     assert len(problems) == 2, problems
     for rank, line in zip(faulty.ranks, problems):
         assert line.startswith(f"peak memory of rank {rank.rank} {rank.peak_memory_bytes / 2**20:.1f} MiB is above "

@@ -1,0 +1,15 @@
+"""One judge for every caller: ``judge(record, baseline, overrides) -> Outcome``.
+
+pytest (the session), ``python -m harness compare`` and ``python -m harness gate`` hand the same
+``CaseRecord`` (written into each case's result file) to the same pure function. Definitions of the two
+efficiencies and of the sequential test: docs/gate.md.
+"""
+
+from harness.judge.core import judge
+from harness.judge.outcome import (CLASSIC, FAILED, IMPROVED, LOCAL, NO_BASELINE, NOISY, NOT_MEANINGFUL, OK, REGRESSED,
+                                   SEVERITY, MetricVerdict, Outcome, Overrides)
+from harness.judge.record import CaseRecord, Conduct, LaunchRecord, launch_record, pooled_steps
+
+__all__ = ["CLASSIC", "FAILED", "IMPROVED", "LOCAL", "NO_BASELINE", "NOISY", "NOT_MEANINGFUL", "OK", "REGRESSED",
+           "SEVERITY", "CaseRecord", "Conduct", "LaunchRecord", "MetricVerdict", "Outcome", "Overrides", "judge",
+           "launch_record", "pooled_steps"]

@@ -1,0 +1,85 @@
+"""Verdicts on what does not need a noise model: peak memory, bytes on the wire, final loss; and throughput
+when a test opts in. Memory and bytes are judged on the first launch: they repeat to ~0.1% (bytes) and
+a few % (RSS), so a relaunch confirms nothing (docs/memory-and-wire.md)."""
+
+from __future__ import annotations
+
+from harness import verdict as V
+from harness.baselines import BaselineFile, Reference
+from harness.judge.outcome import MetricVerdict, Overrides
+from harness.judge.record import CaseRecord, LaunchRecord
+from harness.stats import Estimate
+
+
+def reference(baseline: BaselineFile | None, record: CaseRecord, metric: str,
+              overrides: Overrides | None = None) -> Reference | None:
+    """The baseline's value, its tolerance replaced by the command line (efficiency only), else the test's marker."""
+    ref = baseline.reference(record.key, metric) if baseline else None
+    if ref is None:
+        return None
+    tolerance = overrides.tolerance if overrides and overrides.tolerance is not None and metric in (
+        "efficiency", "local_efficiency") else record.tolerances.get("efficiency" if metric == "local_efficiency" else metric)
+    return ref if tolerance is None else Reference(value=ref.value, tolerance=tolerance)
+
+
+def memory(record: CaseRecord, launch: LaunchRecord, baseline: BaselineFile | None) -> list[MetricVerdict]:
+    ref = reference(baseline, record, "peak_memory_bytes")
+    if ref is None or not launch.peak_memory_bytes:
+        return []
+    source = baseline.cases.get(record.key, {}).get("memory_source") if baseline else None
+    if source is not None and source != launch.memory_source:  # RSS against NVML says nothing
+        return [MetricVerdict(metric="peak_memory_bytes", status=V.OK,
+                              message=f"peak memory not compared: measured by {launch.memory_source}, the baseline by "
+                                      f"{source} [{record.where}]")]
+    values = ref.value if isinstance(ref.value, list) else [ref.value] * len(launch.peak_memory_bytes)
+    out = []
+    for rank, (got, base) in enumerate(zip(launch.peak_memory_bytes, values)):
+        limit = base * (1 + ref.tolerance)
+        status = V.REGRESSED if got > limit else V.OK
+        verb = "is above" if status == V.REGRESSED else "within"
+        out.append(MetricVerdict(metric="peak_memory_bytes", status=status,
+                                 message=f"peak memory of rank {rank} {got / 2**20:.1f} MiB {verb} baseline "
+                                         f"{base / 2**20:.1f} MiB (tolerance {ref.tolerance:.0%}, source "
+                                         f"{launch.memory_source}) [{record.where}]"))
+    return out
+
+
+def wire(record: CaseRecord, launch: LaunchRecord, baseline: BaselineFile | None) -> list[MetricVerdict]:
+    ref = reference(baseline, record, "bytes_per_step")
+    if ref is None or launch.bytes_per_step is None:
+        return []
+    got = launch.bytes_per_step
+    analytic = "-" if launch.analytic_bytes_per_step is None else f"{launch.analytic_bytes_per_step / 1e6:.3f}"
+    status = V.REGRESSED if got > ref.value * (1 + ref.tolerance) else V.OK
+    verb = "are above" if status == V.REGRESSED else "within"
+    return [MetricVerdict(metric="bytes_per_step", status=status,
+                          message=f"bytes on the wire {got / 1e6:.3f} MB/step {verb} baseline {ref.value / 1e6:.3f} "
+                                  f"MB/step (tolerance {ref.tolerance:.0%}; analytic {analytic} MB/step, "
+                                  f"{launch.wire_source}) [{record.where}]")]
+
+
+def final_loss(record: CaseRecord, baseline: BaselineFile | None) -> list[str]:
+    """Problems: a final loss worse than the baseline's beyond tolerance trains a different model. Compared
+    only at the baseline's own step counts (a loss after other steps says nothing about this run)."""
+    ref = reference(baseline, record, "final_loss")
+    entry = baseline.cases.get(record.key, {}) if baseline else {}
+    if ref is None or (entry.get("steps"), entry.get("warmup")) != (record.steps, record.warmup):
+        return []
+    out = []
+    for launch in record.launches:
+        got = launch.final_loss
+        if got is not None and not got <= ref.value * (1 + ref.tolerance):
+            out.append(f"final loss {got:.4g} is above baseline {ref.value:.4g} (tolerance {ref.tolerance:.0%}) "
+                       f"[{record.where}]")
+    return list(dict.fromkeys(out))
+
+
+def throughput(record: CaseRecord, estimate: Estimate | None, baseline: BaselineFile | None,
+               overrides: Overrides) -> list[MetricVerdict]:
+    """Opt-in (``@pytest.mark.scaling_tolerance(throughput=0.2)``): samples/s against the baseline's, noise-aware.
+    Off by default: the host's own speed moves raw throughput between sessions, efficiency cancels it."""
+    if "throughput" not in record.tolerances or estimate is None:
+        return []
+    ref = reference(baseline, record, "throughput")
+    found = V.judge(estimate, ref, record.where, noisy_limit=overrides.noisy_limit, metric="throughput")
+    return [MetricVerdict(metric="throughput", status=found.status, message=found.message)]

@@ -1,0 +1,118 @@
+"""``judge(record, baseline, overrides) -> Outcome``: the one verdict of a case (pure: no I/O, no clock).
+
+Order (STYLE.md: a case that fails correctness reports no performance verdict):
+
+1. no result (crash, hang, bad input): ``failed``;
+2. correctness problems found by the session, and a final loss above the baseline's: ``failed``;
+3. peak memory and bytes on the wire of the first launch against the baseline (no noise band);
+4. timing, unless the topology oversubscribes the host: the sequential local-efficiency test where the
+   baseline has a local efficiency and every launch measured pairs, else the classic efficiency
+   (``timing.py``); throughput only where the test's marker asks for it;
+5. the worst of these is the case's status; ``--scaling-strict`` fails ``noisy``, ``--scaling-require-baseline``
+   fails ``no-baseline``.
+
+pytest (``harness/session.py``), ``python -m harness compare`` and ``python -m harness gate`` all call this
+function on the same ``CaseRecord``, so they cannot disagree (tests/test_judge.py runs the same records
+through pytest and compare).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from harness import metrics, stats
+from harness import verdict as V
+from harness.baselines import BaselineFile
+from harness.judge import budgets, estimates, timing
+from harness.judge.outcome import SEVERITY, MetricVerdict, Outcome, Overrides
+from harness.judge.record import CaseRecord
+from harness.stats import Estimate
+
+
+def judge(record: CaseRecord, baseline: BaselineFile | None, overrides: Overrides = Overrides()) -> Outcome:
+    base = Outcome(case_id=record.case_id, key=record.key, status=V.FAILED, message="", launches=len(record.launches),
+                   oversubscribed=record.oversubscribed, tolerances=dict(record.tolerances))
+    if record.failure or not record.launches:
+        return dataclasses.replace(base, message=record.failure or f"{record.case_id}: no launch produced a result")
+    base = _estimates(record, base, baseline)
+    problems = tuple(dict.fromkeys([*record.problems, *budgets.final_loss(record, baseline)]))
+    if problems:  # a wrong fast run is not a pass: no performance verdict
+        return dataclasses.replace(base, problems=problems, message="\n".join(problems))
+    found: list[MetricVerdict] = []
+    found += budgets.memory(record, record.launches[0], baseline)
+    found += budgets.wire(record, record.launches[0], baseline)
+    resources_regressed = any(v.status == V.REGRESSED for v in found)
+    more, needs_reference, state, gate = 0, False, {}, ""
+    if record.oversubscribed:
+        found.append(MetricVerdict(metric="efficiency", status=V.NOT_MEANINGFUL, message=record.oversubscribed_why))
+    else:
+        decided = _timing(record, base, baseline, overrides)
+        gate, state = decided.gate, decided.sequential
+        found.append(MetricVerdict(metric="local_efficiency" if gate == "local" else "efficiency",
+                                   status=decided.status, message=decided.message))
+        if not resources_regressed:  # memory and bytes need no confirmation: decided already
+            more, needs_reference = decided.next_launches, decided.needs_reference
+        found += budgets.throughput(record, _throughput(record), baseline, overrides)
+    status, message = _combine(found, overrides)
+    if record.note:
+        message = f"{message} [{record.note}]"
+    return dataclasses.replace(base, status=status, message=message, metrics=tuple(found), gate=gate,
+                               sequential=state, next_launches=more, needs_reference=needs_reference)
+
+
+def _timing(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None, overrides: Overrides) -> timing.Timing:
+    values = list(outcome.launch_local_efficiencies)
+    if baseline is not None and timing.local_baseline(baseline, record) and len(values) == len(record.launches):
+        return timing.local(record, values, baseline, overrides)
+    classic = [e for e in (estimates.classic(record, launch) for launch in record.launches) if e is not None]
+    if not classic:
+        return timing.Timing(gate="", status=V.NO_BASELINE if baseline is None else V.NOT_MEANINGFUL,
+                             message=f"no efficiency: neither a reference launch nor same-launch pairs [{record.where}]")
+    return timing.classic(record, stats.pooled_estimate(classic), classic, baseline, overrides)
+
+
+def _estimates(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None) -> Outcome:
+    """Both efficiencies of every launch, and the pooled figures the table and the records show."""
+    classic = [estimates.classic(record, launch) for launch in record.launches]
+    local = [estimates.local(launch) for launch in record.launches]
+    values: dict = {}
+    if all(e is not None for e in classic):
+        pooled = stats.pooled_estimate(classic)  # type: ignore[arg-type]
+        ref_median = metrics.median(record.reference_step_times_s)
+        values.update(efficiency=pooled.value, speedup=pooled.value * record.world_size,
+                      efficiency_ci=(pooled.low, pooled.high) if math.isfinite(pooled.high) else None,
+                      noise_rel=pooled.half_width_rel if math.isfinite(pooled.half_width_rel) else None,
+                      reference_throughput=metrics.throughput(record.reference_global_batch, ref_median),
+                      launch_efficiencies=tuple(e.value for e in classic) if len(classic) > 1 else ())  # type: ignore[union-attr]
+    if local and all(e is not None for e in local):
+        pooled_local = stats.pooled_estimate(local)  # type: ignore[arg-type]
+        values.update(local_efficiency=pooled_local.value, launch_local_efficiencies=tuple(e.value for e in local),  # type: ignore[union-attr]
+                      local_ci=(pooled_local.low, pooled_local.high) if math.isfinite(pooled_local.high) else None)
+    ref = budgets.reference(baseline, record, "efficiency")
+    entry = timing.local_baseline(baseline, record)
+    return dataclasses.replace(outcome, baseline_efficiency=ref.value if ref else None,
+                               baseline_local_efficiency=float(entry["value"]) if entry else None, **values)
+
+
+def _throughput(record: CaseRecord) -> Estimate | None:
+    per_launch = [stats.throughput_estimate(launch.step_times_s, record.global_batch) for launch in record.launches
+                  if len(launch.step_times_s) >= stats.MIN_VALUES]
+    return stats.pooled_estimate(per_launch) if per_launch else None
+
+
+def _combine(found: list[MetricVerdict], overrides: Overrides) -> tuple[str, str]:
+    """The worst verdict is the case's; its message lists every non-ok metric, worst first."""
+    if not found:
+        return V.NO_BASELINE, "no baseline and nothing to judge"
+    ranked = sorted(found, key=lambda v: SEVERITY.index(v.status))
+    status = ranked[0].status
+    shown = [v.message for v in ranked if v.status not in (V.OK,) and v.message] or [
+        next(v.message for v in found if v.metric in ("efficiency", "local_efficiency")) if any(
+            v.metric in ("efficiency", "local_efficiency") for v in found) else ranked[0].message]
+    message = "\n".join(shown)
+    if status == V.NOISY and overrides.strict:
+        return V.FAILED, message + " (--scaling-strict)"
+    if status == V.NO_BASELINE and overrides.require_baseline:
+        return V.FAILED, message + " (--scaling-require-baseline)"
+    return status, message

@@ -1,0 +1,126 @@
+"""Sequential verdicts over launches: launch again only while the evidence is undecided.
+
+Each launch gives one local efficiency L_i (``harness/localstep.py``); the gate works on
+x_i = ln(L_i / B), B the baseline's. Two hypotheses, the shape of an SPRT (Wald 1945):
+
+- H0, no change: x ~ N(0, s^2);
+- H1, a drop of ``detect`` (10% by default): x ~ N(ln(1 - detect), s^2).
+
+After n launches the log-likelihood ratio of H1 to H0, for the mean of the x_i, is
+
+    llr_n = n * (mu1 - mu0) * (mean(x) - (mu0 + mu1) / 2) / v_n,
+    v_n   = sigma^2 * (1 + n / M) + n * drift^2
+
+where sigma is the spread between launches recorded with the baseline (M launches: the baseline's own
+error is shared by every launch judged against it, so it cannot be averaged away), and ``drift`` is a
+floor on how far a case's efficiency moves between sessions on the same kind of machine (measured:
+docs/detection.md). ``regressed`` when llr_n >= ln((1 - beta) / alpha), ``ok`` when
+llr_n <= ln(beta / (1 - alpha)), else launch again, up to ``max_launches``; still undecided there is
+``noisy`` (reported, not failing). Truncation only ever turns a decision into ``noisy``, so the false
+alarm rate over the whole procedure stays below Wald's bound alpha / (1 - beta); ``simulate``
+checks it, and tests/test_sequential.py asserts it under the normal model. Each x_i is clipped to
+[mu1 - clip * s, mu0 + clip * s] first, so one launch disturbed far beyond the recorded spread (another
+tenant's burst) counts as strong evidence, never as unbounded evidence; and ``regressed`` needs at
+least ``min_launches_regressed`` launches (a lone slow launch is confirmed by a second, as
+``--scaling-confirm`` did).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+OK, REGRESSED, UNDECIDED = "ok", "regressed", "undecided"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Design:
+    detect: float = 0.10  # the drop (fraction of the baseline) the gate must catch with probability 1 - beta
+    alpha: float = 0.01  # false alarms, over the whole sequential procedure, when nothing changed
+    beta: float = 0.05  # misses when efficiency dropped by ``detect``
+    max_launches: int = 6
+    min_launches_regressed: int = 2
+    sigma_floor: float = 0.015  # a recorded spread narrower than this is not trusted (few launches)
+    drift: float = 0.0  # between-session movement on the same kind of machine (relative)
+    clip: float = 3.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.detect < 1:
+            raise ValueError(f"detect={self.detect} is not a fraction in (0, 1)")
+        if not (0 < self.alpha < 0.5 and 0 < self.beta < 0.5):
+            raise ValueError(f"alpha={self.alpha}, beta={self.beta}: both must be in (0, 0.5)")
+        if self.max_launches < 1 or self.min_launches_regressed < 1:
+            raise ValueError("max_launches and min_launches_regressed must be >= 1")
+
+    @property
+    def upper(self) -> float:
+        return math.log((1 - self.beta) / self.alpha)
+
+    @property
+    def lower(self) -> float:
+        return math.log(self.beta / (1 - self.alpha))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    status: str  # ok | regressed | undecided
+    launches: int
+    llr: float
+    upper: float
+    lower: float
+    change: float  # exp(mean of the clipped x) - 1: the estimated relative change in efficiency
+    sigma: float
+
+    @property
+    def decided(self) -> bool:
+        return self.status != UNDECIDED
+
+
+def decide(values: Sequence[float], baseline: float, sigma: float, baseline_launches: int,
+           design: Design = Design()) -> Decision:
+    """The verdict after ``values`` (one local efficiency per launch, in launch order) against ``baseline``."""
+    if baseline <= 0 or not values or any(v <= 0 for v in values):
+        raise ValueError(f"efficiencies must be positive: baseline {baseline}, launches {list(values)}")
+    s = max(sigma, design.sigma_floor)
+    mu0, mu1 = 0.0, math.log(1 - design.detect)
+    xs = [min(max(math.log(v / baseline), mu1 - design.clip * s), mu0 + design.clip * s) for v in values]
+    n = len(xs)
+    mean = sum(xs) / n
+    var = s * s * (1 + n / max(baseline_launches, 1)) + n * design.drift ** 2
+    llr = n * (mu1 - mu0) * (mean - (mu0 + mu1) / 2) / var
+    if llr >= design.upper and n >= design.min_launches_regressed:
+        status = REGRESSED
+    elif llr <= design.lower:
+        status = OK
+    else:
+        status = UNDECIDED
+    return Decision(status=status, launches=n, llr=llr, upper=design.upper, lower=design.lower,
+                    change=math.exp(mean) - 1, sigma=s)
+
+
+def run(draw, baseline: float, sigma: float, baseline_launches: int, design: Design = Design()) -> Decision:
+    """The whole procedure: ``draw()`` one more launch's efficiency until decided or out of launches."""
+    values = [draw()]
+    while True:
+        decision = decide(values, baseline, sigma, baseline_launches, design)
+        if decision.decided or len(values) >= design.max_launches:
+            return decision
+        values.append(draw())
+
+
+def simulate(drop: float, sigma: float, baseline_launches: int, design: Design = Design(), trials: int = 20000,
+             seed: int = 0) -> dict[str, float]:
+    """Operating characteristics under the normal model: verdict shares and mean launches at a true ``drop``.
+
+    The baseline is itself drawn from ``baseline_launches`` launches, as it is recorded."""
+    rng = random.Random(seed)
+    counts = {OK: 0, REGRESSED: 0, UNDECIDED: 0}
+    launches = 0
+    for _ in range(trials):
+        base = math.exp(sum(rng.gauss(0, sigma) for _ in range(baseline_launches)) / baseline_launches)
+        decision = run(lambda: (1 - drop) * math.exp(rng.gauss(0, sigma)), base, sigma, baseline_launches, design)
+        counts[decision.status] += 1
+        launches += decision.launches
+    return {**{k: v / trials for k, v in counts.items()}, "mean_launches": launches / trials}

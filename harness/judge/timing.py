@@ -1,0 +1,98 @@
+"""The timing verdict, on whichever efficiency decides better (docs/gate.md).
+
+- **local** (the default where the baseline has it): the sequential test of ``sequential.py`` on each
+  launch's same-launch local efficiency. More launches only while undecided, up to the run's budget.
+- **classic** (fallback: no local baseline, no pairs, a replica that does not fit): DESIGN.md's
+  efficiency against the separate 1x1 launch, several launches as their median, a regression confirmed by
+  ``--scaling-confirm`` rounds of fresh launches of the case and its reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import verdict as V
+from harness.baselines import BaselineFile
+from harness.judge import sequential
+from harness.judge.budgets import reference
+from harness.judge.outcome import CLASSIC, LOCAL, Overrides
+from harness.judge.record import CaseRecord
+from harness.stats import Estimate
+
+DEFAULT_SIGMA = 0.05  # a local baseline recorded from too few launches to measure its own spread
+MIN_SIGMA_LAUNCHES = 3
+# Between-session movement of a case's local efficiency on the same kind of machine, beyond its spread
+# within a session: docs/detection.md (fifth and sixth sets) measured this on the 2-core VMs.
+DRIFT = 0.01
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timing:
+    gate: str
+    status: str
+    message: str
+    next_launches: int = 0
+    needs_reference: bool = False
+    sequential: dict[str, Any] = field(default_factory=dict)
+
+
+def local_baseline(baseline: BaselineFile | None, record: CaseRecord) -> dict[str, Any] | None:
+    entry = (baseline.cases.get(record.key, {}) if baseline else {}).get("local_efficiency")
+    return entry if isinstance(entry, dict) and entry.get("value") else None
+
+
+def local(record: CaseRecord, values: list[float], baseline: BaselineFile, overrides: Overrides) -> Timing:
+    entry = local_baseline(baseline, record)
+    assert entry is not None
+    ref = reference(baseline, record, "local_efficiency", overrides)
+    detect = ref.tolerance if ref is not None and 0 < ref.tolerance < 1 else sequential.Design().detect
+    launches = int(entry.get("launches") or 1)
+    sigma = float(entry["sigma"]) if entry.get("sigma") and launches >= MIN_SIGMA_LAUNCHES else DEFAULT_SIGMA
+    conduct = record.conduct
+    design = sequential.Design(detect=detect, alpha=conduct.alpha, beta=conduct.beta,
+                               max_launches=conduct.max_launches, drift=DRIFT)
+    found = sequential.decide(values, float(entry["value"]), sigma, launches, design)
+    state = {"llr": round(found.llr, 3), "upper": round(found.upper, 3), "lower": round(found.lower, 3),
+             "change": round(found.change, 4), "sigma": round(found.sigma, 4), "baseline_launches": launches,
+             "detect": detect, "alpha": design.alpha, "beta": design.beta, "max_launches": design.max_launches}
+    base = f"baseline {float(entry['value']):.3f}"
+    over = (f"{len(values)} launch{'es' if len(values) > 1 else ''} "
+            f"({', '.join(f'{v:.3f}' for v in values)})")
+    test = (f"sequential test: a {detect:.0%} drop caught with probability {1 - design.beta:.0%}, false alarms {design.alpha:.0%}; "
+            f"launch spread ±{found.sigma:.1%} from {launches} baseline launch{'es' if launches > 1 else ''}")
+    value = sum(values) / len(values)
+    if found.status == sequential.REGRESSED:
+        return Timing(gate=LOCAL, status=V.REGRESSED, sequential=state,
+                      message=f"local efficiency {value:.3f} is {-found.change:.1%} below {base} over {over}: a "
+                              f"{detect:.0%} drop explains it better than no change ({test}) [{record.where}]")
+    if found.status == sequential.OK:
+        return Timing(gate=LOCAL, status=V.OK, sequential=state,
+                      message=f"local efficiency {value:.3f} within {base} ({found.change:+.1%} over {over}; "
+                              f"{test}) [{record.where}]")
+    if len(values) < design.max_launches:
+        return Timing(gate=LOCAL, status=V.NOISY, next_launches=1, sequential=state,
+                      message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): undecided, "
+                              f"launching again ({test}) [{record.where}]")
+    return Timing(gate=LOCAL, status=V.NOISY, sequential=state,
+                  message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): still undecided "
+                          f"between no change and a {detect:.0%} drop after the budget of {design.max_launches} launches; "
+                          f"raise --scaling-max-launches or rerun ({test}) [{record.where}]")
+
+
+def classic(record: CaseRecord, estimate: Estimate, launches: list[Estimate], baseline: BaselineFile | None,
+            overrides: Overrides) -> Timing:
+    ref = reference(baseline, record, "efficiency", overrides)
+    noise = (baseline.cases.get(record.key, {}).get("noise_rel", 0.0) if baseline and ref else 0.0) or 0.0
+    found = V.judge(estimate, ref, record.where, baseline_noise=noise, noisy_limit=overrides.noisy_limit)
+    message = found.message
+    if len(launches) > 1:
+        message += f" (median of {len(launches)} launches: {', '.join(f'{e.value:.3f}' for e in launches)})"
+    conduct = record.conduct
+    rounds = len(record.launches) // max(conduct.launches, 1) - 1  # confirmation rounds made so far
+    more = conduct.launches if found.status == V.REGRESSED and rounds < conduct.confirm else 0
+    if rounds > 0:  # a relaunch happens only after a regressed round
+        verb = "confirmed" if found.status == V.REGRESSED else "not confirmed"
+        message += (f"\n(regression {verb} by relaunching the case and its reference; {len(record.launches)} "
+                    f"launches judged together)")
+    return Timing(gate=CLASSIC, status=found.status, message=message, next_launches=more, needs_reference=more > 0)

@@ -1,0 +1,156 @@
+"""One judge: pytest and ``python -m harness compare`` reach the same verdict from the same records.
+
+The unit tests feed synthetic records to ``harness.judge.judge``; the end-to-end test runs the real suite
+(a baseline from three launches, then a clean and a slowed session) and re-judges every result file
+through ``compare``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import baselines
+from harness.judge import CaseRecord, Conduct, LaunchRecord, Overrides, judge
+from harness.runfiles import load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY, PROFILE = "ddp-cnn-1x2:tiny", "cpu-test"
+
+
+def launch(local: float = 0.75, step_s: float = 0.040, **fields) -> LaunchRecord:
+    """One launch: 20 measured steps, 40 pairs whose local/distributed ratio is ``local``."""
+    wobble = [1 + 0.01 * ((i * 7) % 5 - 2) for i in range(40)]
+    pair = tuple(step_s * w for w in wobble)
+    values = dict(step_times_s=tuple(step_s * w for w in wobble[:20]), pair_step_times_s=pair,
+                  local_step_times_s=tuple(p * local for p in pair), final_loss=1.0,
+                  peak_memory_bytes=(300 << 20, 300 << 20), memory_source="rss", bytes_per_step=9.8e6)
+    return LaunchRecord(**{**values, **fields})
+
+
+def record(*launches: LaunchRecord, **fields) -> CaseRecord:
+    values = dict(case_id="ddp-cnn-1x2", key=KEY, profile=PROFILE, world_size=2, global_batch=64, steps=20, warmup=5,
+                  launches=launches or (launch(),), reference_step_times_s=tuple([0.028] * 20),
+                  reference_global_batch=32, reference_launches=1)
+    values.update(fields)
+    return CaseRecord(**values)
+
+
+@pytest.fixture
+def baseline(tmp_path) -> baselines.BaselineFile:
+    entry = {"efficiency": {"value": 0.70, "tolerance": 0.10}, "noise_rel": 0.02,
+             "local_efficiency": {"value": 0.75, "tolerance": 0.10, "sigma": 0.02, "launches": 10},
+             "peak_memory_bytes": {"value": [300 << 20, 300 << 20], "tolerance": 0.25}, "memory_source": "rss",
+             "bytes_per_step": {"value": 9.8e6, "tolerance": 0.05},
+             "final_loss": {"value": 1.0, "tolerance": 0.25}, "throughput": {"value": 1600.0, "tolerance": 0.10},
+             "steps": 20, "warmup": 5}
+    baselines.update(tmp_path, PROFILE, {}, {KEY: entry})
+    return baselines.load(tmp_path, PROFILE)
+
+
+def test_a_clean_launch_is_ok_on_the_local_gate(baseline):
+    outcome = judge(record(), baseline)
+    assert outcome.status == "ok" and outcome.gate == "local" and outcome.next_launches == 0
+    assert outcome.local_efficiency == pytest.approx(0.75, rel=1e-3) and outcome.efficiency == pytest.approx(0.7, rel=0.02)
+    assert outcome.message.startswith("local efficiency 0.750 within baseline 0.750")
+
+
+def test_a_drop_asks_for_another_launch_then_regresses(baseline):
+    first = judge(record(launch(0.66)), baseline)
+    assert first.status == "noisy" and first.next_launches == 1 and not first.needs_reference
+    second = judge(record(launch(0.66), launch(0.665)), baseline)
+    assert second.status == "regressed" and second.next_launches == 0
+    assert "is 11.7% below baseline 0.750 over 2 launches (0.660, 0.665)" in second.message
+    assert f"[{KEY} on {PROFILE}]" in second.message
+
+
+def test_undecided_at_the_budget_is_noisy_and_strict_fails_it(baseline):
+    values = [launch(0.71), launch(0.72), launch(0.70), launch(0.71)]
+    outcome = judge(record(*values, conduct=Conduct(max_launches=4)), baseline)
+    assert outcome.status == "noisy" and outcome.next_launches == 0 and "after the budget of 4 launches" in outcome.message
+    assert judge(record(*values, conduct=Conduct(max_launches=4)), baseline, Overrides(strict=True)).status == "failed"
+
+
+def test_without_a_local_baseline_the_classic_gate_decides_and_confirms(baseline):
+    entry = dict(baseline.cases[KEY])
+    del entry["local_efficiency"]
+    classic_only = dataclasses.replace(baseline, cases={KEY: entry})
+    slow = launch(step_s=0.056)  # 0.028 / 0.056 = 0.5 against the baseline's 0.70
+    first = judge(record(slow), classic_only)
+    assert first.gate == "classic" and first.status == "regressed" and first.next_launches == 1 and first.needs_reference
+    confirmed = judge(record(slow, slow), classic_only)
+    assert confirmed.status == "regressed" and confirmed.next_launches == 0
+    assert "regression confirmed by relaunching the case and its reference; 2 launches judged together" in confirmed.message
+
+
+def test_memory_and_bytes_regress_without_a_confirmation(baseline):
+    heavy = launch(peak_memory_bytes=(300 << 20, 500 << 20), bytes_per_step=20e6)
+    outcome = judge(record(heavy), baseline)
+    assert outcome.status == "regressed" and outcome.next_launches == 0
+    lines = outcome.message.splitlines()
+    assert lines[0].startswith("peak memory of rank 1 500.0 MiB is above baseline 300.0 MiB (tolerance 25%, source rss)")
+    assert lines[1].startswith("bytes on the wire 20.000 MB/step are above baseline 9.800 MB/step")
+
+
+def test_marker_tolerances_reach_memory_final_loss_and_throughput(baseline):
+    heavy = launch(peak_memory_bytes=(300 << 20, 400 << 20))
+    assert judge(record(heavy), baseline).status == "regressed"
+    assert judge(record(heavy, tolerances={"peak_memory_bytes": 0.5}), baseline).status == "ok"
+    worse = launch(final_loss=1.4)
+    assert judge(record(worse), baseline).status == "failed"  # a different model: no performance verdict
+    assert judge(record(worse, tolerances={"final_loss": 0.5}), baseline).status == "ok"
+    slow = launch(step_s=0.080)  # 64 / 0.08 = 800 samples/s against 1600: only judged when the test asks
+    assert all(m.metric != "throughput" for m in judge(record(slow), baseline).metrics)
+    opted = judge(record(slow, tolerances={"throughput": 0.2}), baseline)
+    assert any(m.metric == "throughput" and m.status == "regressed" for m in opted.metrics)
+
+
+def test_a_memory_source_mismatch_is_not_a_regression(baseline):
+    nvml = launch(peak_memory_bytes=(900 << 20, 900 << 20), memory_source="nvml")
+    outcome = judge(record(nvml), baseline)
+    assert outcome.status == "ok" and any("not compared: measured by nvml" in m.message for m in outcome.metrics)
+
+
+def test_failures_and_oversubscription(baseline):
+    assert judge(record(failure="ddp-cnn-1x2 hung"), baseline).status == "failed"
+    wrong = judge(record(problems=("gradient agreement failed [ddp]",)), baseline)
+    assert wrong.status == "failed" and wrong.message == "gradient agreement failed [ddp]"
+    over = judge(record(oversubscribed=True, oversubscribed_why="1x4 oversubscribes 2 cores"), baseline)
+    assert over.status == "ok" and any(m.status == "not-meaningful" for m in over.metrics)
+    assert judge(record(), None).status == "no-baseline"
+    assert judge(record(), None, Overrides(require_baseline=True)).status == "failed"
+
+
+def test_the_record_survives_its_result_file(baseline):
+    original = record(launch(0.66), launch(0.665), tolerances={"efficiency": 0.2}, note="links not shaped")
+    again = CaseRecord.from_dict(json.loads(json.dumps(original.to_dict())))
+    assert again == original and judge(again, baseline) == judge(original, baseline)
+
+
+@pytest.mark.slow
+def test_pytest_and_compare_give_identical_verdicts(tmp_path, suite):
+    """The same records through the pytest session and through `python -m harness compare`."""
+    bases = tmp_path / "baselines"
+    common = ["--scaling-models", "cnn", "--scaling-strategies", "single,ddp,fsdp", "--scaling-topologies", "1x1,1x2",
+              "--scaling-steps", "8", "--scaling-warmup", "2", "--scaling-baseline-dir", str(bases),
+              "--scaling-results-dir", str(tmp_path / "results")]
+    first = suite(*common, "--scaling-update-baselines", "--scaling-launches", "3")
+    assert first.returncode == 0, first.stdout + first.stderr
+    for extra in ([], ["--scaling-inject-slowdown", "0.5"]):
+        run = suite(*common, *extra)
+        run_dir = sorted(p for p in (tmp_path / "results").iterdir() if p.is_dir() and p.name != "latest")[-1]
+        from_pytest = {c["case_id"]: (c["status"], c["message"]) for c in load_run(run_dir)}
+        done = subprocess.run([sys.executable, "-m", "harness", "compare", str(run_dir), "--baseline-dir", str(bases),
+                               "--json", str(tmp_path / "compare.json")], cwd=ROOT, capture_output=True, text=True)
+        rows = json.loads((tmp_path / "compare.json").read_text())["cases"]
+        assert {r["case_id"]: r["status"] for r in rows} == {k: v[0] for k, v in from_pytest.items()}, done.stdout
+        for row in rows:
+            if row["status"] != "ok":
+                assert row["messages"][0] == from_pytest[row["case_id"]][1].splitlines()[0]
+        assert (done.returncode == 0) == (run.returncode == 0), (done.stdout, run.stdout)
+    assert {"regressed"} <= {r["status"] for r in rows}  # the slowed session did fail
