@@ -3,6 +3,7 @@
     python -m harness compare results/latest [--baseline baselines/<profile>.json] [--json out.json]
     python -m harness report results/latest [--out results/latest/report]
     python -m harness update-baselines RUN [RUN ...] [--baseline-dir baselines] [--tolerance 0.1]
+    python -m harness gate [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]
 
 compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with
 --strict), 2 on bad input (missing run, malformed file, unusable baseline) with a one-line error.
@@ -15,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness import baselines, runfiles
+from harness import baselines, gate, runfiles
 from harness.errors import ScalegateError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,9 +94,12 @@ def merged_runs(runs: list[str]) -> list[dict]:
 def cmd_update(args: argparse.Namespace) -> int:
     from harness import update
 
-    if not 0 <= args.tolerance < 1:
-        raise ScalegateError(f"--tolerance {args.tolerance} is not a fraction in [0, 1)", "e.g. --tolerance 0.1")
-    for line in update.update_from_run(merged_runs(args.run), Path(args.baseline_dir), args.tolerance):
+    for name in ("tolerance", "local_tolerance"):
+        if not 0 <= getattr(args, name) < 1:
+            raise ScalegateError(f"--{name.replace('_', '-')} {getattr(args, name)} is not a fraction in [0, 1)",
+                                 f"e.g. --{name.replace('_', '-')} 0.1")
+    for line in update.update_from_run(merged_runs(args.run), Path(args.baseline_dir), args.tolerance,
+                                       args.local_tolerance):
         print(line)
     return EXIT_OK
 
@@ -128,13 +132,20 @@ def parser() -> argparse.ArgumentParser:
                                          "the baseline's noise (docs/detection.md: use 3 or more on shared machines)")
     u.add_argument("--baseline-dir", default=str(ROOT / "baselines"))
     u.add_argument("--tolerance", type=float, default=0.10, help="efficiency tolerance to record (default: 0.1)")
+    u.add_argument("--local-tolerance", type=float, default=0.10,
+                   help="the drop the sequential gate must catch, recorded with the local efficiency (default: 0.1)")
     u.set_defaults(func=cmd_update)
+    gate.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args, extra = parser().parse_known_args(argv)
+    if not getattr(args, "gate", False) and extra:
+        parser().error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if getattr(args, "gate", False):  # everything the gate does not know goes to pytest
+            return gate.main(args, extra[1:] if extra[:1] == ["--"] else extra)
         return args.func(args)
     except ScalegateError as exc:  # bad input: one clear line and its HINT, no traceback
         print(f"error: {exc.message}" + (f"\nHINT: {exc.hint}" if exc.hint else ""), file=sys.stderr)

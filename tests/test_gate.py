@@ -64,3 +64,63 @@ def test_require_baseline_fails_a_machine_without_one(tmp_path, suite):
                 "--scaling-baseline-dir", str(tmp_path / "empty"), "--scaling-require-baseline")
     assert run.returncode == 1
     assert "no baseline for single-cnn-1x1:tiny on" in run.stdout
+
+
+# A slowdown from outside the project: a sitecustomize on PYTHONPATH that makes every DDP forward sleep,
+# as a pull request that slowed the training framework would. Not the harness's own fault injection.
+SLOW_DDP = '''
+import os
+if os.environ.get("SLOW_DDP_MS"):
+    import time
+    import torch.nn.parallel
+
+    _forward = torch.nn.parallel.DistributedDataParallel.forward
+
+    def forward(self, *args, **kwargs):
+        time.sleep(float(os.environ["SLOW_DDP_MS"]) / 1000)
+        return _forward(self, *args, **kwargs)
+
+    torch.nn.parallel.DistributedDataParallel.forward = forward
+'''
+GATE_CASE = ["-k", "ddp-cnn-1x2 or single-cnn-1x1", "--scaling-strategies", "single,ddp", "--scaling-steps", "10",
+             "--scaling-warmup", "2"]
+
+
+def gate(tmp_path, *args: str, env: dict | None = None):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    return subprocess.run([sys.executable, "-m", "harness", "gate", "--results-dir", str(tmp_path / "gate"),
+                           "--markdown", str(tmp_path / "gate.md"), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, **(env or {})})
+
+
+def test_the_gate_command_fails_a_slowdown_applied_from_outside(tmp_path, suite):
+    bases = tmp_path / "baselines"
+    recorded = suite("--scaling-models", "cnn", *GATE_CASE, "--scaling-baseline-dir", str(bases),
+                     "--scaling-update-baselines", "--scaling-launches", "4")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_DDP)
+    slow = gate(tmp_path, *GATE_CASE, "--scaling-baseline-dir", str(bases),
+                env={"PYTHONPATH": str(site), "SLOW_DDP_MS": "12"})
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    table = (tmp_path / "gate.md").read_text()
+    assert table.startswith("### scalegate: PR gate:") and "**FAIL**" in table
+    assert "| `ddp-cnn-1x2:tiny` | 2 |" in table and "❌ regressed" in table and "| local |" in table
+    assert "local efficiency" in table and "below baseline" in table
+    clean = gate(tmp_path, *GATE_CASE, "--scaling-baseline-dir", str(bases))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "**PASS**" in (tmp_path / "gate.md").read_text()
+
+
+def test_the_gate_command_exits_2_on_bad_input(tmp_path):
+    bad = gate(tmp_path, "--scaling-models", "nosuch")
+    assert bad.returncode == 2 and "unknown name(s) 'nosuch'" in bad.stdout + bad.stderr
+    assert "error: the scaling suite could not run the gate" in bad.stderr and "Traceback" not in bad.stderr
+    nothing = gate(tmp_path, "-k", "no-such-case-id")
+    assert nothing.returncode == 2
