@@ -1,25 +1,37 @@
-"""Detection power of the efficiency gate, measured with real launches on this machine.
+"""How often the shipped PR gate catches a slowdown, and how often it cries wolf, with real launches.
 
-    .venv/bin/python benchmarks/detection.py collect --reps 10 --out results/detection.jsonl
-    .venv/bin/python benchmarks/detection.py analyse results/detection.jsonl
+    .venv/bin/python benchmarks/detection.py collect --reps 40 --tag A --out results/detection.jsonl
+    .venv/bin/python benchmarks/detection.py collect --reps 20 --tag B --slowdowns 0 --out results/detection.jsonl
+    .venv/bin/python benchmarks/detection.py replay results/detection.jsonl --baseline-tag B --baseline-launches 10
+    .venv/bin/python benchmarks/detection.py gate-runs --runs 5 --out results/gate-runs.jsonl
 
-``collect`` runs, per repetition and in shuffled order: the single-process 1x1 reference, a clean
-DDP 1x2 case, and the same case with every step made 5%, 10% and 20% slower
-(``Faults.slowdown``). Every launch's step times are appended to a JSON-lines file, so an
-interrupted collection keeps what it measured and a later ``collect`` adds to it.
+``collect`` launches the canary cases exactly as ``python -m harness gate`` builds them (``harness.matrix``
+with the gate's options: 20 measured steps after 5 warm-up steps, 40 same-launch pairs, the warm launcher),
+clean and with every distributed step made slower (``Faults.slowdown``: each rank sleeps that fraction of
+the step's own time; the local steps are untouched), plus a single-process reference launch per
+repetition, in shuffled order. Each launch's judge record goes to a JSON-lines file with the load average.
 
-``analyse`` replays the gate offline: each clean repetition in turn is the baseline (its efficiency
-and noise, as ``update-baselines`` would record them) and every *other* repetition is judged
-against it with ``harness.verdict.judge``. Clean candidates judged ``regressed`` are false
-alarms; slowed candidates judged ``regressed`` are detections. ``noisy`` verdicts are counted apart
-(they fail only under ``--scaling-strict``).
+``replay`` is the gate, replayed with the shipped code over those launches: a baseline recorded from
+``--baseline-launches`` clean launches of one collection (``harness.update.local_entry``, as
+``--scaling-update-baselines --scaling-launches M`` writes it), then, per trial, launches drawn without
+replacement from another collection handed one at a time to ``harness.judge.judge`` until it decides or
+the budget (``harness.gate.SETTINGS``) is spent. Clean launches judged ``regressed`` are false alarms; slowed
+ones, detections. It also reports the efficiency drop each injected slowdown really caused, by DESIGN.md's
+definition (classic efficiency, launches pooled) and on the local efficiency.
+
+``gate-runs`` times the whole command (``python -m harness gate``) on the canaries, clean and with a slowdown
+applied from outside the project (a sitecustomize making every DDP forward sleep), and records exit codes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import random
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,237 +40,214 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import fixtures  # noqa: E402
-from harness import stats  # noqa: E402
-from harness import verdict as V  # noqa: E402
-from harness.baselines import Reference  # noqa: E402
+from harness import gate, options, resources, update  # noqa: E402
 from harness.errors import ScalegateError  # noqa: E402
-from harness.launch import run_case  # noqa: E402
+from harness.judge import CaseRecord, Conduct, LaunchRecord, estimates, judge  # noqa: E402
+from harness.judge.record import launch_record  # noqa: E402
+from harness.baselines import BaselineFile  # noqa: E402
+from harness.launch import run_case, warm  # noqa: E402
 from harness.spec import CaseSpec, Faults  # noqa: E402
 
-SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
+STRATEGIES = ("ddp", "fsdp", "deepspeed-zero2")
+SLOWDOWNS = (0.0, 0.093, 0.111)
+MAX_LAUNCHES = int(gate.SETTINGS[gate.SETTINGS.index("--scaling-max-launches") + 1])
 
 
-def _spec(strategy: str, topology: str, slowdown: float, steps: int, warmup: int) -> CaseSpec:
+def spec_for(strategy: str, slowdown: float) -> CaseSpec:
+    """The case as the gate builds it on this machine (tiny preset, 1x2, or 1x1 for the reference)."""
     preset = fixtures.preset("cnn", "tiny")
+    topology = "1x1" if strategy == "single" else "1x2"
     return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=topology, micro_batch=preset.micro_batch,
-                    steps=steps, warmup=warmup, faults=Faults(slowdown=slowdown))
+                    local_steps=0 if strategy == "single" else options.LOCAL_STEPS, faults=Faults(slowdown=slowdown))
 
 
 def collect(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(args.work)
     rng = random.Random(args.seed)
-    for rep in range(args.reps):
-        launches = [("reference", "single", "1x1", 0.0)] + [
-            (f"slowdown={s:g}", "ddp", "1x2", s) for s in args.slowdowns]
-        rng.shuffle(launches)  # so slow drift of the machine's load does not line up with one condition
-        for condition, strategy, topology, slowdown in launches:
-            spec = _spec(strategy, topology, slowdown, args.steps, args.warmup)
-            try:
-                result = run_case(spec, work / f"{condition}-{rep}")
-            except ScalegateError as exc:  # one failed launch must not end a long collection
-                print(f"rep {rep} {condition}: launch failed, skipped: {exc.message}", flush=True)
-                continue
-            record = {"rep": f"{args.tag}{rep}", "condition": condition, "slowdown": slowdown,
-                      "world_size": spec.world_size, "global_batch": spec.global_batch_size,
-                      "step_times_s": result.step_times_s, "time": time.time()}
-            with out.open("a") as handle:
-                handle.write(json.dumps(record) + "\n")
-            print(f"rep {rep} {condition:>14}: median step {result.median_step_s * 1e3:.1f} ms", flush=True)
+    agents = warm.pool(log_dir=Path(args.work))
+    try:
+        for rep in range(args.reps):
+            todo = [("single", 0.0)] + [(s, d) for s in args.strategies for d in args.slowdowns]
+            rng.shuffle(todo)  # slow drift of the machine must not line up with one condition
+            for strategy, slowdown in todo:
+                spec = spec_for(strategy, slowdown)
+                started = time.perf_counter()
+                try:
+                    result = run_case(spec, Path(args.work) / f"{args.tag}{rep}-{spec.case_id}-{slowdown:g}",
+                                      agents=agents)
+                except ScalegateError as exc:  # one failed launch must not end a long collection
+                    print(f"{args.tag}{rep} {spec.case_id} {slowdown:g}: launch failed, skipped: {exc.message}",
+                          flush=True)
+                    continue
+                launch = launch_record(result, resources.wire(result))
+                row = {"tag": args.tag, "rep": rep, "strategy": strategy, "slowdown": slowdown,
+                       "global_batch": spec.global_batch_size, "world_size": spec.world_size,
+                       "launch": {k: list(v) if isinstance(v, tuple) else v for k, v in launch.__dict__.items()},
+                       "wall_s": time.perf_counter() - started, "load1": os.getloadavg()[0], "time": time.time()}
+                with out.open("a") as handle:
+                    handle.write(json.dumps(row) + "\n")
+                local = estimates.local(launch)
+                print(f"{args.tag}{rep} {spec.case_id:22} slowdown {slowdown:<5g} median step "
+                      f"{statistics.median(launch.step_times_s) * 1e3:6.1f} ms, local eff "
+                      f"{local.value if local else float('nan'):.3f}, wall {row['wall_s']:.1f}s, "
+                      f"load {row['load1']:.2f}", flush=True)
+    finally:
+        agents.close()
 
 
-def _estimates(path: Path) -> dict[str, dict[float, stats.Estimate]]:
-    """Per repetition, the efficiency estimate of each slowdown against that repetition's reference."""
-    by_rep: dict[str, dict] = {}
+def _rows(path: Path) -> list[dict]:
+    rows = []
     for line in path.read_text().splitlines():
-        record = json.loads(line)
-        by_rep.setdefault(record["rep"], {})[record["condition"]] = record
-    out: dict[str, dict[float, stats.Estimate]] = {}
-    for rep, records in by_rep.items():
-        ref = records.get("reference")
-        if ref is None:
-            continue
-        out[rep] = {}
-        for record in records.values():
-            if record["condition"] == "reference":
-                continue
-            out[rep][record["slowdown"]] = stats.efficiency_estimate(
-                record["step_times_s"], record["global_batch"], ref["step_times_s"], ref["global_batch"],
-                record["world_size"])
-    return out
+        row = json.loads(line)
+        row["launch"] = LaunchRecord(**{k: tuple(v) if isinstance(v, list) else v for k, v in row["launch"].items()})
+        rows.append(row)
+    return rows
 
 
-def _baselines(estimates: dict[str, dict[float, stats.Estimate]], launches: int, seed: int = 0):
-    """(repetitions used, Reference value, baseline noise) as update-baselines would record them."""
-    clean = {rep: by[0.0] for rep, by in estimates.items() if 0.0 in by}
-    if launches <= 1:
-        return [({rep}, est.value, est.half_width_rel) for rep, est in clean.items()]
-    rng, reps, out = random.Random(seed), sorted(clean), []
-    for _ in range(max(len(reps), 40)):
-        chosen = rng.sample(reps, min(launches, len(reps) - 1))
-        runs = [{"efficiency": clean[r].value, "efficiency_ci": [clean[r].low, clean[r].high]} for r in chosen]
-        merged = stats.merge_launches(runs)
-        out.append((set(chosen), merged["efficiency"], stats.launch_noise(merged)))
-    return out
+def _record(strategy: str, launches: list[LaunchRecord], references: list[LaunchRecord], spec: CaseSpec) -> CaseRecord:
+    return CaseRecord(case_id=spec.case_id, key=f"{spec.case_id}:tiny", profile="replay", world_size=spec.world_size,
+                      global_batch=spec.global_batch_size, steps=spec.steps, warmup=spec.warmup,
+                      launches=tuple(launches), reference_step_times_s=tuple(t for r in references for t in r.step_times_s),
+                      reference_global_batch=spec_for("single", 0.0).global_batch_size,
+                      reference_launches=len(references), conduct=Conduct(max_launches=MAX_LAUNCHES))
 
 
-def judge_all(estimates: dict[str, dict[float, stats.Estimate]], tolerance: float,
-              noisy_limit: float, launches: int = 1) -> dict[float, dict[str, int]]:
-    """Counts of verdicts per slowdown, over every (baseline, repetition not in that baseline) pair."""
-    counts: dict[float, dict[str, int]] = {}
-    for used, value, noise in _baselines(estimates, launches):
-        reference = Reference(value=value, tolerance=tolerance)
-        for rep, by_slowdown in estimates.items():
-            if rep in used:
-                continue
-            for slowdown, est in by_slowdown.items():
-                v = V.judge(est, reference, "detection", baseline_noise=noise, noisy_limit=noisy_limit)
-                row = counts.setdefault(slowdown, {})
-                row[v.status] = row.get(v.status, 0) + 1
-    return counts
+def _baseline(key: str, values: list[float]) -> BaselineFile:
+    return BaselineFile(path=Path("replay.json"), profile="replay", fingerprint={},
+                        cases={key: {"local_efficiency": update.local_entry(values)}})
 
 
-def table(counts: dict[float, dict[str, int]], tolerance: float, noisy_limit: float) -> str:
-    lines = [f"tolerance {tolerance:.0%}, noisy above a ±{noisy_limit:.0%} interval",
-             "| injected slowdown | efficiency drop | pairs | regressed | noisy | ok / improved | "
-             "detection (regressed) | detection (strict: + noisy) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for slowdown in sorted(counts):
-        row = counts[slowdown]
-        n = sum(row.values())
-        reg, noisy = row.get(V.REGRESSED, 0), row.get(V.NOISY, 0)
-        label = "false alarms" if slowdown == 0 else "detection"
-        lines.append(f"| {slowdown:.0%} | {1 - 1 / (1 + slowdown):.1%} | {n} | {reg} | {noisy} | {n - reg - noisy} | "
-                     f"{label} {reg / n:.1%} | {(reg + noisy) / n:.1%} |")
-    return "\n".join(lines)
-
-
-def analyse(args: argparse.Namespace) -> None:
-    estimates = _estimates(Path(args.data))
-    print(f"{len(estimates)} repetitions from {args.data}")
-    for rep, by_slowdown in sorted(estimates.items(), key=lambda kv: (len(kv[0]), kv[0])):
-        cells = "  ".join(f"{s:.0%}: {e.value:.3f} ±{e.half_width_rel:.1%}" for s, e in sorted(by_slowdown.items()))
-        print(f"  {rep}: {cells}")
-    clean = [by[0.0].value for by in estimates.values() if 0.0 in by]
-    if len(clean) >= 2:
-        center = stats.median(clean)
-        within = stats.median([by[0.0].half_width_rel for by in estimates.values() if 0.0 in by])
-        print(f"clean efficiency across {len(clean)} launches: median {center:.3f}, range {min(clean):.3f}-"
-              f"{max(clean):.3f}, between-launch sigma ~{1.4826 * stats.mad(clean) / center:.1%} (MAD-based); "
-              f"median within-run 95% half-width {within:.1%}")
-    for tolerance in args.tolerances:
-        print()
-        print(f"baseline from {args.baseline_launches} launch(es)")
-        print(table(judge_all(estimates, tolerance, args.noisy_limit, args.baseline_launches), tolerance,
-                    args.noisy_limit))
-
-
-def _launches(path: Path) -> dict[str, dict[str, dict]]:
-    """Per repetition, its launches by condition ("reference", "slowdown=0.1", ...)."""
-    by_rep: dict[str, dict[str, dict]] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        by_rep.setdefault(record["rep"], {})[record["condition"]] = record
-    return {rep: records for rep, records in by_rep.items() if "reference" in records}
-
-
-def _launch_estimate(case: dict, ref_steps: list[float], ref_batch: int, paired: bool) -> stats.Estimate:
-    if paired:  # the reverted --scaling-paired experiment (commit 27da3b0): reference steps timed in the launch
-        return stats.paired_efficiency_estimate(case["step_times_s"], case["global_batch"],
-                                                case["paired_step_times_s"], ref_batch, case["world_size"])
-    return stats.efficiency_estimate(case["step_times_s"], case["global_batch"], ref_steps, ref_batch,
-                                     case["world_size"])
-
-
-def _pooled(records: list[dict], slowdown: float, paired: bool = False) -> stats.Estimate:
-    """What a session with ``--scaling-launches len(records)`` computes: every launch of the case
-    against the reference launches pooled (or its own paired steps), then ``stats.pooled_estimate``."""
-    ref_steps = [t for r in records for t in r["reference"]["step_times_s"]]
-    ref_batch = records[0]["reference"]["global_batch"]
-    cases = [r[f"slowdown={slowdown:g}"] for r in records]
-    return stats.pooled_estimate([_launch_estimate(c, ref_steps, ref_batch, paired) for c in cases])
-
-
-def simulate(args: argparse.Namespace) -> None:
-    """Replay the whole gate as a session runs it: a baseline recorded by one run with ``M`` launches,
-    a candidate run with ``N`` launches, and ``--scaling-confirm`` rounds of N fresh launches judged
-    together with the first ones. Repetitions are drawn without overlap for each trial."""
-    reps = _launches(Path(args.data))
-    slowdowns = sorted({float(c.split("=")[1]) for r in reps.values() for c in r if c.startswith("slowdown=")})
-    complete = [rep for rep, r in reps.items() if all(f"slowdown={s:g}" in r for s in slowdowns)]
-    n, m, confirm = args.launches, args.baseline_launches, args.confirm
-    need = m + n * (1 + confirm)
-    if len(complete) < need:
-        raise SystemExit(f"{len(complete)} complete repetitions; {need} are needed for M={m}, N={n}, confirm={confirm}")
-    rng, paired = random.Random(args.seed), args.paired
-    clean = [_pooled([reps[r]], 0.0, paired) for r in complete]
-    values = [e.value for e in clean]
-    center = stats.median(values)
-    print(f"{len(complete)} repetitions ({'paired reference steps' if paired else 'reference launches'}): clean "
-          f"efficiency median {center:.3f}, range {min(values):.3f}-{max(values):.3f}, between-launch sigma "
-          f"~{1.4826 * stats.mad(values) / center:.1%}, median within-launch half-width "
-          f"{stats.median([e.half_width_rel for e in clean]):.1%}")
-    print(f"baseline from {m} launch(es), candidate {n} launch(es), "
-          f"confirm {confirm}, tolerance {args.tolerance:.0%}, {args.trials} trials per slowdown")
-    print("| injected slowdown | efficiency drop | regressed | noisy | ok / improved | launches per verdict (mean) |")
-    print("|---|---|--:|--:|--:|--:|")
+def _drops(rows: list[dict], strategy: str, slowdowns: list[float]) -> dict[float, tuple[float, float]]:
+    """The efficiency drop each slowdown caused: DESIGN.md's (pooled steps, pooled reference) and the local one."""
+    ref = [t for r in rows if r["strategy"] == "single" for t in r["launch"].step_times_s]
+    out = {}
+    base = None
     for slowdown in slowdowns:
-        counts, spent = {V.REGRESSED: 0, V.NOISY: 0, "other": 0}, 0
-        for _ in range(args.trials):
-            chosen = rng.sample(complete, need)
-            base = _pooled([reps[r] for r in chosen[:m]], 0.0, paired)
-            reference = Reference(value=base.value, tolerance=args.tolerance)
-            used = m + n
-            verdict = V.judge(_pooled([reps[r] for r in chosen[m:used]], slowdown, paired), reference, "simulate",
-                              baseline_noise=base.half_width_rel, noisy_limit=args.noisy_limit)
-            for _ in range(confirm):
-                if verdict.status != V.REGRESSED:
-                    break
-                used += n
-                verdict = V.judge(_pooled([reps[r] for r in chosen[m:used]], slowdown, paired), reference, "simulate",
-                                  baseline_noise=base.half_width_rel, noisy_limit=args.noisy_limit)
-            spent += used - m
-            status = verdict.status if verdict.status in counts else "other"
-            counts[status] += 1
-        t = args.trials
-        label = "false alarms" if slowdown == 0 else "detected"
-        print(f"| {slowdown:.1%} | {1 - 1 / (1 + slowdown):.1%} | {label} {counts[V.REGRESSED] / t:.1%} | "
-              f"{counts[V.NOISY] / t:.1%} | {counts['other'] / t:.1%} | {spent / t:.1f} |")
+        mine = [r["launch"] for r in rows if r["strategy"] == strategy and r["slowdown"] == slowdown]
+        classic = statistics.median(ref) / statistics.median([t for m in mine for t in m.step_times_s])
+        local = math.exp(statistics.mean(math.log(estimates.local(m).value) for m in mine))
+        if slowdown == 0.0:
+            base = (classic, local)
+        out[slowdown] = (1 - classic / base[0], 1 - local / base[1]) if base else (math.nan, math.nan)
+    return out
+
+
+def replay(args: argparse.Namespace) -> None:
+    rows = _rows(Path(args.data))
+    rng = random.Random(args.seed)
+    loads = [r["load1"] for r in rows]
+    print(f"{len(rows)} launches from {args.data}; load average {min(loads):.2f}-{max(loads):.2f} "
+          f"(median {statistics.median(loads):.2f}); gate budget {MAX_LAUNCHES} launches")
+    print("| case | injected slowdown | efficiency drop (DESIGN.md) | local efficiency drop | trials | regressed | "
+          "noisy | ok | launches per verdict (mean, max) |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for strategy in args.strategies:
+        spec = spec_for(strategy, 0.0)
+        key = f"{spec.case_id}:tiny"
+        base_pool = [r for r in rows if r["strategy"] == strategy and r["slowdown"] == 0.0
+                     and r["tag"] in args.baseline_tag]
+        slowdowns = sorted({r["slowdown"] for r in rows if r["strategy"] == strategy})
+        drops = _drops([r for r in rows if r["tag"] in args.judge_tag or r["strategy"] == "single"], strategy, slowdowns)
+        references = [r["launch"] for r in rows if r["strategy"] == "single" and r["tag"] in args.judge_tag]
+        for slowdown in slowdowns:
+            pool = [r for r in rows if r["strategy"] == strategy and r["slowdown"] == slowdown
+                    and r["tag"] in args.judge_tag]
+            counts, spent = {"regressed": 0, "noisy": 0, "ok": 0}, []
+            for _ in range(args.trials):
+                chosen_base = rng.sample(base_pool, args.baseline_launches)
+                baseline = _baseline(key, [estimates.local(r["launch"]).value for r in chosen_base])
+                candidates = [r for r in pool if r not in chosen_base]
+                order = rng.sample(candidates, min(MAX_LAUNCHES, len(candidates)))
+                launches = []
+                for row in order:
+                    launches.append(row["launch"])
+                    outcome = judge(_record(strategy, launches, rng.sample(references, 1), spec), baseline)
+                    if not outcome.next_launches:
+                        break
+                counts[outcome.status if outcome.status in counts else "ok"] += 1
+                spent.append(len(launches))
+            n = args.trials
+            classic, local = drops[slowdown]
+            print(f"| `{spec.case_id}` | {slowdown:.1%} | {classic:.1%} | {local:.1%} | {n} | "
+                  f"{'false alarms' if slowdown == 0 else 'detected'} {counts['regressed'] / n:.1%} | "
+                  f"{counts['noisy'] / n:.1%} | {counts['ok'] / n:.1%} | {statistics.mean(spent):.2f}, {max(spent)} |")
+    for strategy in args.strategies:
+        values = [estimates.local(r["launch"]).value for r in rows if r["strategy"] == strategy and r["slowdown"] == 0]
+        by_tag = {t: [estimates.local(r["launch"]).value for r in rows if r["strategy"] == strategy
+                      and r["slowdown"] == 0 and r["tag"] == t] for t in sorted({r["tag"] for r in rows})}
+        logs = [math.log(v) for v in values]
+        print(f"{strategy}: clean local efficiency over {len(values)} launches: median {statistics.median(values):.3f}, "
+              f"sd(ln) {statistics.stdev(logs):.3f}; per collection: " + ", ".join(
+                  f"{t} {statistics.median(v):.3f} (n={len(v)})" for t, v in by_tag.items() if v))
+
+
+SLOW_DDP = """
+import os
+if os.environ.get("SLOW_DDP_MS"):
+    import time
+    import torch.nn.parallel
+
+    _forward = torch.nn.parallel.DistributedDataParallel.forward
+
+    def forward(self, *args, **kwargs):
+        time.sleep(float(os.environ["SLOW_DDP_MS"]) / 1000)
+        return _forward(self, *args, **kwargs)
+
+    torch.nn.parallel.DistributedDataParallel.forward = forward
+"""
+
+
+def gate_runs(args: argparse.Namespace) -> None:
+    """The whole gate command, timed; clean and with an outside slowdown of every DDP forward."""
+    site = Path(args.work) / "site"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(SLOW_DDP)
+    for run in range(args.runs):
+        for label, env in (("clean", {}), (f"ddp forward +{args.slow_ms:g} ms",
+                                           {"PYTHONPATH": str(site), "SLOW_DDP_MS": str(args.slow_ms)})):
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "harness", "gate", "--results-dir", str(Path(args.work) / "gate"),
+                                   "--json", str(Path(args.work) / "gate.json"), *args.pytest_args],
+                                  cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env})
+            wall = time.perf_counter() - started
+            data = json.loads((Path(args.work) / "gate.json").read_text()) if done.returncode in (0, 1) else {}
+            row = {"run": run, "condition": label, "exit": done.returncode, "wall_s": wall,
+                   "load1": os.getloadavg()[0], "cases": {c["case_id"]: [c["status"], c["launches"]]
+                                                          for c in data.get("cases", [])},
+                   "parity": data.get("parity", [])}
+            with Path(args.out).open("a") as handle:
+                handle.write(json.dumps(row) + "\n")
+            print(f"run {run} {label}: exit {done.returncode}, {wall:.0f}s, {row['cases']}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("collect", help="launch the repetitions and append their step times")
-    c.add_argument("--reps", type=int, default=10)
-    c.add_argument("--steps", type=int, default=20)
-    c.add_argument("--warmup", type=int, default=5)
+    c = sub.add_parser("collect", help="launch the canaries clean and slowed; append every launch's record")
+    c.add_argument("--reps", type=int, default=40)
+    c.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
     c.add_argument("--slowdowns", type=float, nargs="+", default=list(SLOWDOWNS))
+    c.add_argument("--tag", default="A", help="names this collection (a baseline comes from another one)")
     c.add_argument("--out", default="results/detection.jsonl")
     c.add_argument("--work", default="results/detection-runs")
-    c.add_argument("--tag", default="", help="prefix for repetition names when appending a second collection")
     c.add_argument("--seed", type=int, default=0)
-    a = sub.add_parser("analyse", help="replay the gate over the collected repetitions")
-    a.add_argument("data")
-    a.add_argument("--tolerances", type=float, nargs="+", default=[0.05, 0.10])
-    a.add_argument("--noisy-limit", type=float, default=V.DEFAULT_NOISY_LIMIT)
-    a.add_argument("--baseline-launches", type=int, default=1,
-                   help="baseline = that many clean launches merged as `update-baselines RUN RUN ...` does")
-    g = sub.add_parser("simulate", help="replay the whole gate: M-launch baseline, N-launch candidate, confirmation")
-    g.add_argument("data")
-    g.add_argument("--tolerance", type=float, default=0.10)
-    g.add_argument("--noisy-limit", type=float, default=V.DEFAULT_NOISY_LIMIT)
-    g.add_argument("--launches", type=int, default=1, help="--scaling-launches of the judged run")
-    g.add_argument("--baseline-launches", type=int, default=1, help="--scaling-launches of the run that recorded it")
-    g.add_argument("--confirm", type=int, default=1, help="--scaling-confirm")
-    g.add_argument("--trials", type=int, default=2000)
-    g.add_argument("--paired", action="store_true",
-                   help="judge against reference steps timed inside each launch (data of the reverted --scaling-paired "
-                        "experiment, docs/detection-data-paired.jsonl)")
-    g.add_argument("--seed", type=int, default=0)
+    r = sub.add_parser("replay", help="replay the shipped gate over the collected launches")
+    r.add_argument("data")
+    r.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
+    r.add_argument("--baseline-tag", nargs="+", default=["B"], help="collections the baselines are drawn from")
+    r.add_argument("--judge-tag", nargs="+", default=["A"], help="collections the judged launches are drawn from")
+    r.add_argument("--baseline-launches", type=int, default=10)
+    r.add_argument("--trials", type=int, default=2000)
+    r.add_argument("--seed", type=int, default=0)
+    g = sub.add_parser("gate-runs", help="time `python -m harness gate`, clean and with an outside slowdown")
+    g.add_argument("--runs", type=int, default=5)
+    g.add_argument("--slow-ms", type=float, default=4.0, help="sleep added to every DDP forward (default: 4 ms)")
+    g.add_argument("--out", default="results/gate-runs.jsonl")
+    g.add_argument("--work", default="results/gate-runs")
+    g.add_argument("pytest_args", nargs="*", help="passed to the gate after `--`")
     args = parser.parse_args(argv)
-    {"collect": collect, "analyse": analyse, "simulate": simulate}[args.command](args)
+    {"collect": collect, "replay": replay, "gate-runs": gate_runs}[args.command](args)
     return 0
 
 
