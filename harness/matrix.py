@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import fixtures
 from harness import strategies
+from harness.errors import SpecError
 from harness.hostinfo import HostInfo
 from harness.launch import slurm as slurm_agent
 from harness.options import Options
@@ -51,12 +52,25 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
     )
 
 
+def companion(spec: CaseSpec) -> type[strategies.Strategy] | None:
+    """The companion strategy a parity launch trains beside ``spec.strategy`` (harness/companion.py), or None."""
+    if not spec.companion:
+        return None
+    try:
+        return strategies.get(spec.companion)
+    except SpecError as exc:  # the registry's message alone would not say which field named it
+        raise SpecError(f"{spec.case_id}: companion {exc.message}", exc.hint) from None
+
+
 def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
     topo = spec.topo
-    strategy = strategies.get(spec.strategy)
-    reason = (strategy.unavailable(topo, host.device, host.devices_per_node)
-              or strategy.workload_unavailable(fixtures.get(spec.model), topo)
-              or fixtures.get(spec.model).unavailable())
+    workload = fixtures.get(spec.model)
+    for strategy in filter(None, (strategies.get(spec.strategy), companion(spec))):
+        reason = (strategy.unavailable(topo, host.device, host.devices_per_node)
+                  or strategy.workload_unavailable(workload, topo))
+        if reason:
+            return reason
+    reason = workload.unavailable()
     if reason:
         return reason
     if host.device == "cuda" and topo.per_node > host.devices_per_node:

@@ -110,6 +110,10 @@ class CaseSpec:
     # the same-launch reference (harness/localstep.py): this many (distributed, local) step pairs after the
     # measured window, 0 = none; judged as the local efficiency (docs/gate.md)
     local_steps: int = 0
+    # parity (harness/parity.py): a second strategy trained in the same launch, its steps interleaved with
+    # ``strategy``'s, each rank running both (harness/companion.py); "" = none. The name is checked where
+    # strategies are resolved (harness/matrix.py, the worker), so the spec never imports the registry
+    companion: str = ""
     faults: Faults = field(default_factory=Faults)
     dims: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's model size knobs
 
@@ -137,6 +141,9 @@ class CaseSpec:
         if self.local_steps < 0:
             raise SpecError(f"local_steps={self.local_steps} for {self.case_id} is negative",
                             "pass --scaling-local-steps 0 (off) or more")
+        if not isinstance(self.companion, str):
+            raise SpecError(f"companion={self.companion!r} for {self.case_id} is not a strategy name",
+                            'name a strategy, e.g. companion="ddp", or leave it "" (none)')
         if self.microbatches < 0:
             raise SpecError(f"microbatches={self.microbatches} for {self.case_id} is negative",
                             "use 0 (one micro-batch per pipeline stage) or a positive count")

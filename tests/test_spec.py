@@ -31,7 +31,7 @@ def test_case_id_reads_strategy_model_topology():
 
 
 def test_spec_is_frozen_and_round_trips(tmp_path):
-    original = spec(faults=Faults(delay_ms=5))
+    original = spec(faults=Faults(delay_ms=5), companion="fabric-ddp")
     with pytest.raises(Exception):
         original.steps = 3  # type: ignore[misc]
     assert CaseSpec.read(original.write(tmp_path / "s.json")) == original
@@ -44,6 +44,7 @@ def test_spec_is_frozen_and_round_trips(tmp_path):
     (dict(scaling="strong", global_batch=33), "global batch 33 does not divide by world size 2"),
     (dict(scaling="strong"), "needs a global batch"),
     (dict(micro_batch=0), "micro-batch 0"),
+    (dict(companion=None), "companion=None"),
 ])
 def test_bad_spec_errors_name_the_input(changes, words):
     with pytest.raises(SpecError) as err:
