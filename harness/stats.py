@@ -1,8 +1,9 @@
 """Robust timing statistics: median, MAD, and bootstrap confidence intervals.
 
 Step times on shared machines are skewed (a stalled step is far slower, never far faster), so
-every estimate is built on medians, and its uncertainty comes from resampling the measured steps
-rather than from a normal model. Resampling uses a fixed seed: the same steps give the same verdict.
+every estimate is built on medians (a paired ratio on a trimmed mean, which drops the stalls), and
+its uncertainty comes from resampling the measured steps rather than from a normal model.
+Resampling uses a fixed seed: the same steps give the same verdict.
 """
 
 from __future__ import annotations
@@ -105,6 +106,41 @@ def paired_efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, r
     case_med = np.median(np.asarray(case_steps_s, dtype=float)[picks], axis=1)
     ref_med = np.median(np.asarray(ref_steps_s, dtype=float)[picks], axis=1)
     low, high = _interval((case_batch / case_med) / (ref_batch / ref_med) / world_size, CONFIDENCE)
+    return Estimate(value=value, low=min(low, value), high=max(high, value))
+
+
+TRIM = 0.2  # the paired ratio's trimmed mean drops this share of log ratios at each end
+
+
+def paired_ratio_estimate(numerators: Sequence[float], denominators: Sequence[float], *, trim: float = TRIM,
+                          resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0) -> Estimate:
+    """The typical ratio ``numerators[i] / denominators[i]`` of paired measurements: exp of the trimmed mean
+    of the log ratios, with a bootstrap interval that resamples pairs (seeded: the same pairs, the same verdict).
+
+    Parity's throughput ratio (harness/parity.py): baseline step i / candidate step i, both steps run back to
+    back in one launch. Logs, because a ratio and its inverse must be judged alike; a trimmed mean, because a
+    stalled step makes one ratio far off, and the trimming drops it while the mean of the rest keeps more of
+    the information than a median of a few pairs would.
+    """
+    if len(numerators) != len(denominators):
+        raise ValueError(f"{len(numerators)} numerators but {len(denominators)} paired denominators")
+    if not 0 <= trim < 0.5:
+        raise ValueError(f"trim={trim} must be in [0, 0.5): the share of values dropped at each end")
+    values = np.asarray([numerators, denominators], dtype=float)
+    if not values.shape[1] or not (np.all(np.isfinite(values)) and np.all(values > 0)):
+        raise ValueError("paired ratios need positive, finite values on both sides")
+    logs = np.log(values[0]) - np.log(values[1])
+    cut = int(trim * len(logs))  # as scipy.stats.trim_mean: whole values only, rounded down
+
+    def trimmed(rows: np.ndarray) -> np.ndarray:
+        ordered = np.sort(rows, axis=-1)
+        return ordered[..., cut:ordered.shape[-1] - cut].mean(axis=-1)
+
+    value = float(np.exp(trimmed(logs)))
+    if len(logs) < MIN_VALUES:
+        return Estimate(value=value, low=0.0, high=math.inf)
+    picks = np.random.default_rng(seed).integers(0, len(logs), size=(resamples, len(logs)))
+    low, high = _interval(np.exp(trimmed(logs[picks])), confidence)
     return Estimate(value=value, low=min(low, value), high=max(high, value))
 
 

@@ -96,3 +96,30 @@ def test_paired_steps_cancel_a_phase_shared_by_both_steps_of_a_pair():
     assert paired.half_width_rel < 0.03 < efficiency_estimate(case, 64, ref, 32, 2).half_width_rel
     with pytest.raises(ValueError, match="40 case steps but 3 paired reference steps"):
         paired_efficiency_estimate(case, 64, ref[:3], 32, 2)
+
+
+def test_paired_ratio_is_the_trimmed_geometric_mean_of_the_pairs_with_a_seeded_interval():
+    from harness.stats import paired_ratio_estimate
+
+    # every pair 2:1 while the machine's phase moves both halves: the ratio is exact, the interval a point
+    phase = [1.0, 1.3, 0.9, 1.6, 1.1, 1.0, 1.2, 0.95]
+    exact = paired_ratio_estimate([2 * p for p in phase], phase)
+    assert (exact.value, exact.low, exact.high) == pytest.approx((2.0, 2.0, 2.0))
+    # ten pairs, 20% trimmed: the lowest and highest log ratio go (a stall of 5x among them), the mean of the rest stays
+    ratios = [0.9, 1.0, 1.1, 1.0, 0.95, 1.05, 1.0, 1.0, 0.2, 5.0]
+    trimmed = paired_ratio_estimate(ratios, [1.0] * 10)
+    kept = sorted(ratios)[2:8]
+    assert trimmed.value == pytest.approx(math.exp(sum(math.log(r) for r in kept) / len(kept)))
+    assert trimmed.low <= trimmed.value <= trimmed.high
+    assert paired_ratio_estimate(ratios, [1.0] * 10) == trimmed  # seeded: the same pairs, the same interval
+    # a ratio and its inverse are judged alike
+    inverse = paired_ratio_estimate([1.0] * 10, ratios)
+    assert inverse.value == pytest.approx(1 / trimmed.value)
+    assert (inverse.low, inverse.high) == pytest.approx((1 / trimmed.high, 1 / trimmed.low), rel=0.05)
+    # too few pairs bound nothing; mismatched or non-positive series are refused
+    two = paired_ratio_estimate([2.0, 2.0], [1.0, 1.0])
+    assert (two.value, two.low, two.high) == (2.0, 0.0, math.inf)
+    with pytest.raises(ValueError, match="3 numerators but 2 paired denominators"):
+        paired_ratio_estimate([1.0] * 3, [1.0] * 2)
+    with pytest.raises(ValueError, match="positive, finite"):
+        paired_ratio_estimate([1.0, 0.0, 1.0], [1.0] * 3)
