@@ -42,6 +42,10 @@ class RankResult:
     # the same-launch reference (harness/localstep.py): distributed step i, then this rank's local step i
     pair_step_times_s: list[float] = field(default_factory=list)
     local_step_times_s: list[float] = field(default_factory=list)
+    # a parity launch's companion strategy (harness/companion.py), interleaved with this rank's steps
+    companion_step_times_s: list[float] = field(default_factory=list)  # measured steps only
+    companion_losses: list[float] = field(default_factory=list)
+    companion_warmup_losses: list[float] = field(default_factory=list)
 
     @classmethod
     def read(cls, path: Path) -> "RankResult":
@@ -71,6 +75,8 @@ class CaseResult:
     # the same-launch pairs (harness/localstep.py): distributed step i (slowest rank), local step i (ranks' mean)
     pair_step_times_s: list[float] = field(default_factory=list)
     local_step_times_s: list[float] = field(default_factory=list)
+    # a parity launch's companion strategy, measured step i (slowest rank), interleaved with step i above
+    companion_step_times_s: list[float] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -93,10 +99,12 @@ def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.
     if [r.rank for r in ranks] != list(range(spec.world_size)):
         raise LaunchError(f"{spec.case_id}: expected results from ranks 0..{spec.world_size - 1}, "
                           f"got {[r.rank for r in ranks]}", "read the missing ranks' logs in the case directory")
-    lengths = {len(r.step_times_s) for r in ranks}
-    if lengths != {spec.steps}:
-        raise LaunchError(f"{spec.case_id}: ranks measured {sorted(lengths)} steps, expected {spec.steps}",
-                          "a rank stopped early; read its log")
+    companion_steps = spec.steps if spec.companion else 0
+    for series, expected in (("step_times_s", spec.steps), ("companion_step_times_s", companion_steps)):
+        lengths = {len(getattr(r, series)) for r in ranks}
+        if lengths != {expected}:
+            raise LaunchError(f"{spec.case_id}: ranks measured {sorted(lengths)} steps ({series}), expected {expected}",
+                              "a rank stopped early; read its log")
     step_times = [max(r.step_times_s[i] for r in ranks) for i in range(spec.steps)]
     losses = [_weighted_loss(ranks, i) for i in range(spec.steps)]
     median = metrics.median(step_times)
@@ -106,7 +114,10 @@ def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.
     # (docs/detection.md, fifth set), the slowest rank's local step let one slowed core of the host inflate
     # the estimate (DDP's communication work moves to the other core, the local step cannot)
     slowest = {"pair_step_times_s": [max(r.pair_step_times_s[i] for r in ranks) for i in range(n_pairs)],
-               "local_step_times_s": [sum(r.local_step_times_s[i] for r in ranks) / len(ranks) for i in range(n_pairs)]}
+               "local_step_times_s": [sum(r.local_step_times_s[i] for r in ranks) / len(ranks) for i in range(n_pairs)],
+               # a distributed step, like the strategy's own: it lasts as long as its slowest rank
+               "companion_step_times_s": [max(r.companion_step_times_s[i] for r in ranks)
+                                          for i in range(companion_steps)]}
     return CaseResult(
         spec=spec,
         ranks=ranks,

@@ -18,6 +18,7 @@ import psutil
 import torch
 
 import fixtures
+from harness import companion as companions
 from harness import gradcheck, localstep, profiling, strategies
 from harness import state as model_state
 from harness.memory import MemorySampler, cuda_peaks
@@ -143,11 +144,13 @@ def _profile_window(spec: CaseSpec, ctx: RankContext, strategy, workload, first_
 
 
 def _step(spec: CaseSpec, ctx: RankContext, strategy, workload, step: int, full_state: dict[str, int],
-          between: Callable[[torch.Tensor, torch.Tensor], tuple[float, bool]] | None = None) -> tuple[float, float]:
+          between: Callable[[torch.Tensor, torch.Tensor], tuple[float, bool]] | None = None,
+          faults: bool = True) -> tuple[float, float]:
     """One distributed optimizer step between device syncs: (seconds, loss).
 
     ``between(inputs, targets)`` runs after forward/backward, before the optimizer step (the gradient
     check, state bytes); it returns (seconds to leave out of the step's time, skip this rank's update).
+    ``faults=False`` leaves out the injected step faults: a parity companion is the clean baseline.
     """
     inputs, targets = workload.global_batch(step, spec.global_batch_size)
     local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
@@ -163,7 +166,7 @@ def _step(spec: CaseSpec, ctx: RankContext, strategy, workload, step: int, full_
         strategy.optimizer.zero_grad(set_to_none=True)  # injected fault: this rank misses an update
     else:
         strategy.optimizer_step()
-    if ctx.world_size > 1:
+    if ctx.world_size > 1 and faults:
         _inject_comm_fault(spec, full_state)
         if spec.faults.delay_ms:
             time.sleep(spec.faults.delay_ms / 1000)
@@ -203,6 +206,11 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     beat(-1, "setup")
     full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
     strategy.setup(model, make_optimizer_factory(spec))
+    # parity's second strategy, stepping beside this one (None otherwise); its model counts in this launch's
+    # memory and bytes, which parity does not judge
+    companion = companions.build(
+        spec, ctx, workload, make_optimizer_factory(spec),
+        lambda other, i, faulted: _step(spec, ctx, other, workload, i, full_state, faults=faulted))
     unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
     times: list[float] = []
     losses: list[float] = []
@@ -242,7 +250,10 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
                 paused = time.perf_counter() - t_state
             return paused, step == spec.faults.skip_step and ctx.rank == spec.faults.skip_step_rank
 
-        elapsed, value = _step(spec, ctx, strategy, workload, step, full_state, between=between)
+        def main(step: int = step, between=between) -> tuple[float, float]:
+            return _step(spec, ctx, strategy, workload, step, full_state, between=between)
+
+        elapsed, value = companion.interleave(step, main, step >= unmeasured) if companion else main()
         if step >= unmeasured:
             times.append(elapsed)
             losses.append(value)
@@ -255,9 +266,12 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     held = model_state.peak_state(held, strategy.state_bytes())
     first = unmeasured + spec.steps
     extra = _local_window(spec, ctx, strategy, workload, full_state, first, beat)
-    pairs = {k: extra.pop(k) for k in ("pair_step_times_s", "local_step_times_s") if k in extra}
+    series = {k: extra.pop(k) for k in ("pair_step_times_s", "local_step_times_s") if k in extra}
     extra.update(_profile_window(spec, ctx, strategy, workload, first + 1 + spec.local_steps, beat))
     beat(first, "teardown")
+    if companion is not None:
+        series.update(companion.result())
+        companion.teardown()
     strategy.teardown()
     return RankResult(
         rank=ctx.rank, world_size=ctx.world_size, node_rank=ctx.node_rank, host=socket.gethostname(),
@@ -267,5 +281,5 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         wall_s=time.perf_counter() - started, grad_check=check or None,
         memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
         state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
-        wire=wire.result(spec.steps), extra=extra, **pairs,
+        wire=wire.result(spec.steps), extra=extra, **series,
     )

@@ -4,7 +4,9 @@ The reports trained through Lightning, so its strategies are measured too, and `
 held to parity with raw ``ddp`` (scaling_tests/test_parity.py): Fabric's own overhead is a regression.
 
 Fabric attaches to the process torchrun started: it detects torchelastic's environment, ``launch()``
-creates no processes, and it joins the process group the worker already initialised. Lightning
+creates no processes, and it joins the process group the worker already initialised. A parity launch
+(harness/companion.py) trains raw ``ddp`` beside it in that same group: each wraps its own model in its
+own ``DistributedDataParallel``, and every rank issues their collectives in one order. Lightning
 refuses FSDP and DeepSpeed without CUDA; those refusals are the skip reasons below, quoted from
 Lightning 2.6 (tests/test_strategies_ds_fabric.py runs them on CPU to keep the quotes true).
 """
