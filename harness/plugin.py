@@ -118,7 +118,8 @@ def parity_case(request: pytest.FixtureRequest) -> parity.ParityRunner:
         pytest.skip(case.skip)
     state = request.config.stash[SESSION]
     tolerance = state.options.tolerance if state.options.tolerance is not None else parity.THROUGHPUT_TOLERANCE
-    return parity.ParityRunner(case=case, out_dir=state.run_dir / "parity", tolerance=tolerance)
+    return parity.ParityRunner(case=case, out_dir=state.run_dir / "parity", tolerance=tolerance,
+                               data_dir=state.options.data_dir, agents=state.agents)
 
 
 def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:

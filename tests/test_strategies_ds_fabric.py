@@ -1,18 +1,17 @@
-"""DeepSpeed ZeRO and Lightning Fabric strategies: readable skip reasons where Lightning refuses CPU,
-real 1x2 jobs that agree with a single process, and the fabric-ddp vs ddp parity gate firing on
-injected faults. DeepSpeed needs ~10 s to start a job, so each strategy runs exactly once."""
+"""DeepSpeed ZeRO and Lightning Fabric strategies: readable skip reasons where Lightning refuses CPU, and
+real 1x2 jobs that agree with a single process (the fabric-ddp vs ddp parity gate: tests/test_parity.py).
+DeepSpeed needs ~10 s to start a job, so each strategy runs exactly once."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 
 import pytest
 
-from harness import checks, parity, strategies, tolerances
+from harness import checks, strategies, tolerances
 from harness.launch import run_case
-from harness.spec import CaseSpec, Faults
+from harness.spec import CaseSpec
 from harness.topology import Topology
 
 FP32 = tolerances.for_dtype("fp32")
@@ -82,47 +81,6 @@ def test_deepspeed_config_follows_the_spec():
 
 
 # --- real jobs --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("strategy", ["deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3"])
-def test_deepspeed_agrees_with_a_single_process_on_two_ranks(strategy, tmp_path):
+@pytest.mark.parametrize("strategy", ["deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3", "fabric-ddp"])
+def test_deepspeed_and_fabric_agree_with_a_single_process_on_two_ranks(strategy, tmp_path):
     assert_agrees(run_case(small_spec(strategy), tmp_path / "case"))
-
-
-def pair_spec(strategy: str, **changes) -> CaseSpec:
-    # five measured steps, so the median step time has a noise band narrow enough to judge
-    return small_spec(strategy, steps=5, **changes)
-
-
-@pytest.fixture(scope="module")
-def ddp_pair(tmp_path_factory):
-    """ddp and fabric-ddp on the same spec, shared by the agreement and parity tests."""
-    out = tmp_path_factory.mktemp("pair")
-    return run_case(pair_spec("ddp"), out / "ddp"), run_case(pair_spec("fabric-ddp"), out / "fabric-ddp")
-
-
-def test_fabric_ddp_agrees_and_matches_ddp_loss_for_loss(ddp_pair):
-    ddp, fabric = ddp_pair
-    assert_agrees(fabric)
-    problem, diff = parity.loss_problem("parity-test", fabric, ddp)
-    assert problem is None and diff == 0.0  # the same DistributedDataParallel underneath: bitwise equal
-
-
-def test_parity_gate_fires_on_a_skipped_update_and_a_slowdown(ddp_pair, tmp_path):
-    ddp, _ = ddp_pair
-    # rank 1 misses its first update (its losses drift from ddp's), and every step takes 5x as long
-    faulty = run_case(pair_spec("fabric-ddp", faults=Faults(skip_step=0, skip_step_rank=1, slowdown=4.0)),
-                      tmp_path / "faulty")
-    problem, diff = parity.loss_problem("parity-fabric-ddp-vs-ddp-cnn-1x2", faulty, ddp)
-    assert diff > parity.LOSS_ATOL
-    assert re.match(r"loss parity failed \[parity-fabric-ddp-vs-ddp-cnn-1x2\] rank \d step [1-3]: fabric-ddp loss "
-                    r"[\d.]+ vs ddp loss [\d.]+, difference ", problem), problem
-    assert "> 1e-06 (fp32, same seed and data): fabric-ddp does not compute what ddp computes" in problem
-    slow = parity.throughput_problem("parity-fabric-ddp-vs-ddp-cnn-1x2", faulty, ddp, parity.THROUGHPUT_TOLERANCE)
-    assert slow is not None, (faulty.throughput, ddp.throughput, faulty.noise_rel, ddp.noise_rel)
-    assert slow.startswith("throughput parity failed [parity-fabric-ddp-vs-ddp-cnn-1x2]: fabric-ddp ")
-    assert "samples/s (tolerance 25%, noise ±" in slow and "framework overhead is a regression" in slow
-
-
-def test_parity_cases_are_listed_per_workload_on_1x2_and_selectable(suite):
-    done = suite("--collect-only", "-k", "parity and cnn", "--scaling-models", "cnn")
-    assert "test_parity.py::test_parity[parity-fabric-ddp-vs-ddp-cnn-1x2]" in done.stdout, done.stdout + done.stderr
-    assert done.stdout.count("test_parity[") == 1, done.stdout  # 1x2 only, one workload selected

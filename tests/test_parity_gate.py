@@ -1,0 +1,105 @@
+"""Parity: fabric-ddp and ddp trained in one launch, interleaved step by step (harness/parity.py,
+harness/companion.py). Real 1x2 cnn launches: a clean case passes through the suite, and the gate fires on
+a slowed candidate (throughput) and on a wrong one (losses); the companion is never faulted."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from harness import hostinfo, matrix, parity
+from harness.errors import SpecError
+from harness.options import Options
+from harness.results import RankResult, aggregate
+from harness.spec import CaseSpec, Faults
+
+CASE = "parity-fabric-ddp-vs-ddp-cnn-1x2"
+STEPS, WARMUP = 8, 2
+
+
+def options() -> Options:
+    return Options(strategies=("ddp",), models=("cnn",), topologies=("1x2",), preset="tiny", steps=STEPS,
+                   warmup=WARMUP, tolerance=None, default_tolerance=0.1, results_dir=Path("r"),
+                   baseline_dir=Path("b"), update_baselines=False, require_baseline=False, timeout_s=240,
+                   cpu_threads=1, seed=1, dtype="fp32", inject_delay_ms=0.0)
+
+
+def runner(tmp_path: Path, faults: Faults) -> parity.ParityRunner:
+    case = parity.build(options(), hostinfo.detect())[0]
+    case = parity.ParityCase(id=case.id, spec=case.spec.replace(faults=faults), oversubscribed=case.oversubscribed)
+    return parity.ParityRunner(case=case, out_dir=tmp_path / "parity")
+
+
+# --- cases ------------------------------------------------------------------------------------------
+def test_a_parity_case_is_one_launch_of_the_candidate_with_the_baseline_as_companion():
+    [case] = parity.build(options(), hostinfo.detect())
+    assert case.id == CASE and (case.candidate, case.baseline) == ("fabric-ddp", "ddp")
+    assert (case.spec.strategy, case.spec.companion, case.spec.local_steps) == ("fabric-ddp", "ddp", 0)
+    assert CaseSpec.from_dict(json.loads(json.dumps(case.spec.to_dict()))) == case.spec
+
+
+def test_an_unknown_companion_is_refused_where_strategies_are_resolved():
+    spec = parity.build(options(), hostinfo.detect())[0].spec.replace(companion="dpp")
+    with pytest.raises(SpecError) as err:
+        matrix.skip_reason(spec, hostinfo.detect())
+    assert "fabric-ddp-cnn-1x2: companion unknown strategy 'dpp'" in str(err.value)
+    assert "HINT: pick one of: single, ddp" in str(err.value)
+
+
+def test_parity_cases_are_listed_per_workload_on_1x2_and_selectable(suite):
+    done = suite("--collect-only", "-k", "parity and cnn", "--scaling-models", "cnn")
+    assert f"test_parity.py::test_parity[{CASE}]" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.count("test_parity[") == 1, done.stdout  # 1x2 only, one workload selected
+
+
+# --- real launches ------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_clean_parity_case_passes_with_both_front_ends_in_one_launch(suite, tmp_path):
+    done = suite("-k", "parity and cnn", "--scaling-models", "cnn", "--scaling-steps", str(STEPS),
+                 "--scaling-warmup", str(WARMUP), timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [record] = (tmp_path / "results").glob(f"2*/parity/{CASE}.json")  # not via the "latest" link
+    data = json.loads(record.read_text())
+    assert data["problems"] == [] and data["max_loss_diff"] == 0.0  # the same DDP underneath: bitwise
+    assert (data["candidate"], data["baseline"], data["interleaved"]) == ("fabric-ddp", "ddp", True)
+    assert data["tolerance"] == parity.THROUGHPUT_TOLERANCE == 0.1
+    assert data["step_ratios"]["n"] == STEPS and len(data["step_ratios"]["values"]) == STEPS
+    assert data["ratio_ci"][0] <= data["ratio"] <= data["ratio_ci"][1]
+    # one launch, holding both: every rank recorded the companion's steps beside its own
+    spec = CaseSpec.read(record.parent / CASE / "spec.json")
+    ranks = [RankResult.read(p) for p in sorted((record.parent / CASE / "ranks").glob("rank*.json"))]
+    result = aggregate(spec, ranks)
+    assert spec.companion == "ddp" and len(result.companion_step_times_s) == STEPS
+    for rank in ranks:
+        assert rank.companion_warmup_losses + rank.companion_losses == rank.warmup_losses + rank.losses
+        assert len(rank.companion_losses) == STEPS and len(rank.companion_warmup_losses) == WARMUP
+        assert rank.grad_check["grads"]["missing"] == []  # the candidate's gradient check still ran
+
+
+@pytest.mark.slow
+def test_a_slowed_candidate_fails_throughput_parity_naming_both_and_the_tolerance(tmp_path):
+    slowed = runner(tmp_path, Faults(slowdown=0.6))  # the candidate's steps only: the companion is clean
+    if slowed.case.oversubscribed:
+        pytest.skip("1x2 oversubscribes this machine: parity judges no throughput here")
+    outcome = slowed.run()
+    assert outcome.failed and outcome.max_loss_diff == 0.0, outcome.message
+    [problem] = outcome.problems
+    assert re.match(rf"throughput parity failed \[{CASE}\]: fabric-ddp runs at [\d.]+x ddp's throughput "
+                    r"\(95% interval [\d.]+-[\d.]+\), below 0.90 \(tolerance 10%\); fabric-ddp [\d.]+ vs ddp [\d.]+ "
+                    r"samples/s, both trained interleaved step by step in one launch: fabric-ddp's framework "
+                    r"overhead is a regression$", problem), problem
+    assert outcome.ratio_ci[1] < 0.9
+    assert json.loads((tmp_path / "parity" / f"{CASE}.json").read_text())["problems"] == [problem]
+
+
+@pytest.mark.slow
+def test_a_wrong_candidate_fails_loss_parity_naming_the_rank_and_step(tmp_path):
+    outcome = runner(tmp_path, Faults(grad_scale=2.0)).run()  # rank 0 of the candidate updates with 2x gradients
+    assert outcome.failed and outcome.max_loss_diff > parity.LOSS_ATOL
+    [problem] = outcome.problems  # no throughput verdict on a run that computes something else
+    assert re.match(rf"loss parity failed \[{CASE}\] rank [01] step \d+: fabric-ddp loss [\d.]+ vs ddp loss [\d.]+, "
+                    r"difference [\d.e-]+ > 1e-06 \(fp32, same seed and data\): fabric-ddp does not compute what ddp "
+                    r"computes$", problem), problem
