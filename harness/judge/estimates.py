@@ -12,36 +12,21 @@
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
-
-import numpy as np
 
 from harness import stats
 from harness.judge.record import CaseRecord, LaunchRecord
 from harness.stats import Estimate
 
-TRIM = 0.2
 MIN_PAIRS = 5
 
 
-def trimmed_mean(values: np.ndarray, trim: float = TRIM, axis: int = -1) -> np.ndarray:
-    ordered = np.sort(values, axis=axis)
-    n = ordered.shape[axis]
-    k = int(n * trim)
-    return np.take(ordered, range(k, n - k), axis=axis).mean(axis=axis)
-
-
-def local_efficiency(pair_s: Sequence[float], local_s: Sequence[float], *, resamples: int = stats.RESAMPLES,
-                     seed: int = 0) -> Estimate | None:
-    """exp(trimmed mean of ln(local_i / distributed_i)) with a bootstrap interval over pairs; None without pairs."""
+def local_efficiency(pair_s: Sequence[float], local_s: Sequence[float]) -> Estimate | None:
+    """exp(trimmed mean of ln(local_i / distributed_i)) with a bootstrap interval over pairs; None without pairs.
+    The same paired estimate parity uses (``stats.paired_ratio_estimate``)."""
     if len(pair_s) != len(local_s) or len(pair_s) < MIN_PAIRS or min(pair_s) <= 0 or min(local_s) <= 0:
         return None
-    logs = np.log(np.asarray(local_s, dtype=float) / np.asarray(pair_s, dtype=float))
-    value = math.exp(float(trimmed_mean(logs)))
-    picks = np.random.default_rng(seed).integers(0, len(logs), size=(resamples, len(logs)))
-    low, high = np.exp(np.percentile(trimmed_mean(logs[picks], axis=1), [2.5, 97.5]))
-    return Estimate(value=value, low=min(float(low), value), high=max(float(high), value))
+    return stats.paired_ratio_estimate(local_s, pair_s)
 
 
 def classic(record: CaseRecord, launch: LaunchRecord) -> Estimate | None:
