@@ -26,6 +26,7 @@ applied from outside the project (a sitecustomize making every DDP forward sleep
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -53,10 +54,16 @@ SLOWDOWNS = (0.0, 0.093, 0.111)
 MAX_LAUNCHES = int(gate.SETTINGS[gate.SETTINGS.index("--scaling-max-launches") + 1])
 
 
+PARITY = "parity"  # parity-fabric-ddp-vs-ddp-cnn-1x2: fabric-ddp with ddp as its companion (harness/parity.py)
+
+
 def spec_for(strategy: str, slowdown: float) -> CaseSpec:
     """The case as the gate builds it on this machine (tiny preset, 1x2, or 1x1 for the reference)."""
     preset = fixtures.preset("cnn", "tiny")
     topology = "1x1" if strategy == "single" else "1x2"
+    if strategy == PARITY:  # the slowdown reaches the candidate (Fabric) only, never its companion
+        return CaseSpec(strategy="fabric-ddp", companion="ddp", model="cnn", preset="tiny", topology="1x2",
+                        micro_batch=preset.micro_batch, faults=Faults(slowdown=slowdown))
     return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=topology, micro_batch=preset.micro_batch,
                     local_steps=0 if strategy == "single" else options.LOCAL_STEPS, faults=Faults(slowdown=slowdown))
 
@@ -81,6 +88,9 @@ def collect(args: argparse.Namespace) -> None:
                           flush=True)
                     continue
                 launch = launch_record(result, resources.wire(result))
+                if strategy == PARITY:  # the companion's steps ride in the pairs' place: (fabric, ddp) step i
+                    launch = dataclasses.replace(launch, pair_step_times_s=tuple(result.step_times_s),
+                                                 local_step_times_s=tuple(result.companion_step_times_s))
                 row = {"tag": args.tag, "rep": rep, "strategy": strategy, "slowdown": slowdown,
                        "global_batch": spec.global_batch_size, "world_size": spec.world_size,
                        "launch": {k: list(v) if isinstance(v, tuple) else v for k, v in launch.__dict__.items()},
@@ -143,6 +153,9 @@ def replay(args: argparse.Namespace) -> None:
           "noisy | ok | launches per verdict (mean, max) |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for strategy in args.strategies:
+        if strategy == PARITY:
+            _parity_rows(rows, args)
+            continue
         spec = spec_for(strategy, 0.0)
         key = f"{spec.case_id}:tiny"
         base_pool = [r for r in rows if r["strategy"] == strategy and r["slowdown"] == 0.0
@@ -180,6 +193,23 @@ def replay(args: argparse.Namespace) -> None:
         print(f"{strategy}: clean local efficiency over {len(values)} launches: median {statistics.median(values):.3f}, "
               f"sd(ln) {statistics.stdev(logs):.3f}; per collection: " + ", ".join(
                   f"{t} {statistics.median(v):.3f} (n={len(v)})" for t, v in by_tag.items() if v))
+
+
+def _parity_rows(rows: list[dict], args: argparse.Namespace) -> None:
+    """Parity decides within one launch: each launch is one verdict (harness/parity.py's rule and tolerance)."""
+    from harness import parity, stats
+
+    for slowdown in sorted({r["slowdown"] for r in rows if r["strategy"] == PARITY}):
+        mine = [r["launch"] for r in rows if r["strategy"] == PARITY and r["slowdown"] == slowdown
+                and r["tag"] in args.judge_tag]
+        ratios = [stats.paired_ratio_estimate(m.local_step_times_s, m.pair_step_times_s) for m in mine]
+        failed = sum(e.high < 1 - parity.THROUGHPUT_TOLERANCE for e in ratios)
+        logs = [math.log(e.value) for e in ratios]
+        drop = 1 - math.exp(statistics.mean(logs))
+        print(f"| `parity-fabric-ddp-vs-ddp-cnn-1x2` | {slowdown:.1%} | fabric/ddp throughput {1 - drop:.3f} "
+              f"(sd(ln) {statistics.stdev(logs):.3f}) | - | {len(mine)} launches | "
+              f"{'false alarms' if slowdown == 0 else 'detected'} {failed / len(mine):.1%} | - | "
+              f"{1 - failed / len(mine):.1%} | 1 |")
 
 
 SLOW_DDP = """

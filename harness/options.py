@@ -18,7 +18,7 @@ PROFILE_STEPS = 3  # --scaling-profile's default window: enough steps to see one
 # launch-to-launch spread of ~2% on the 2-core VMs (20 pairs: ~4.5%); a 10% drop, 1% false alarms, 5% misses.
 LOCAL_STEPS = 40
 MAX_LAUNCHES = 4
-DETECT, ALPHA, BETA = 0.10, 0.01, 0.05
+ALPHA, BETA = 0.01, 0.05
 
 
 def add_options(parser) -> None:
@@ -92,13 +92,11 @@ def add_options(parser) -> None:
     add("--scaling-max-launches", type=int, default=MAX_LAUNCHES,
         help="sequential verdicts: launch a case again while its verdict is undecided, up to this many launches "
              "(default: %(default)s)")
-    add("--scaling-detect", type=float, default=DETECT,
-        help="the efficiency drop (fraction) the sequential gate is built to catch, with --scaling-alpha false "
-             "alarms and --scaling-beta misses (default: %(default)s)")
     add("--scaling-alpha", type=float, default=ALPHA,
         help="false alarms the sequential gate allows when nothing changed (default: %(default)s)")
     add("--scaling-beta", type=float, default=BETA,
-        help="misses the sequential gate allows at a drop of --scaling-detect (default: %(default)s)")
+        help="misses the sequential gate allows at a drop of the baseline's local_efficiency tolerance, the drop it "
+             "is built to catch (docs/gate.md) (default: %(default)s)")
     add("--scaling-tensorboard", default=None, metavar="DIR",
         help="write each case's loss, step times, throughput, efficiency, peak memory per rank and bytes per step "
              "as TensorBoard scalars under DIR/<run id>/<case id>; needs tensorboard (pip install -e .[report]) "
@@ -141,7 +139,6 @@ class Options:
     launcher: str = "warm"  # --scaling-launcher: warm agent (harness/launch/warm.py) or a cold torchrun per launch
     local_steps: int = LOCAL_STEPS  # same-launch (distributed, local) pairs per multi-rank launch
     max_launches: int = MAX_LAUNCHES  # sequential verdicts: the launch budget per case
-    detect: float = DETECT
     alpha: float = ALPHA
     beta: float = BETA
 
@@ -256,10 +253,9 @@ def _tensorboard_dir(text: str | None) -> Path | None:
 
 
 def _sequential(getoption) -> dict:
-    """--scaling-local-steps, --scaling-max-launches, --scaling-detect/-alpha/-beta, checked together."""
+    """--scaling-local-steps, --scaling-max-launches, --scaling-alpha/-beta, checked together."""
     values = {"local_steps": _optional(getoption, "--scaling-local-steps", LOCAL_STEPS),
               "max_launches": _optional(getoption, "--scaling-max-launches", MAX_LAUNCHES),
-              "detect": _optional(getoption, "--scaling-detect", DETECT),
               "alpha": _optional(getoption, "--scaling-alpha", ALPHA),
               "beta": _optional(getoption, "--scaling-beta", BETA)}
     if not 0 <= values["local_steps"] <= 1000:
@@ -268,8 +264,6 @@ def _sequential(getoption) -> dict:
     if not 1 <= values["max_launches"] <= 20:
         raise SpecError(f"--scaling-max-launches={values['max_launches']} is not in 1..20",
                         f"pass 1 (judge what the first launches say) to 20; the default is {MAX_LAUNCHES}")
-    if not 0 < values["detect"] < 1:
-        raise SpecError(f"--scaling-detect={values['detect']} is not a fraction in (0, 1)", "e.g. 0.1 for a 10% drop")
     for name in ("alpha", "beta"):
         if not 0 < values[name] < 0.5:
             raise SpecError(f"--scaling-{name}={values[name]} is not a probability in (0, 0.5)",
