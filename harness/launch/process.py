@@ -30,10 +30,7 @@ def free_port() -> int:
 
 def kill_tree(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     """SIGTERM the process group and every descendant, then SIGKILL what is left."""
-    try:
-        family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        family = [proc.pid]
+    family = _family(proc.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -53,6 +50,23 @@ def kill_tree(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         pass
+
+
+def _family(pid: int) -> list[int]:
+    """``pid``, its descendants, and every member of its process group: when the leader is already gone (the
+    warm agent, killed from outside) its forkserver and ranks are orphans, no longer its descendants."""
+    family = {pid}
+    try:
+        family.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        pass
+    for other in psutil.pids():
+        try:
+            if os.getpgid(other) == pid:
+                family.add(other)
+        except OSError:
+            continue
+    return sorted(family)
 
 
 def _alive(pid: int) -> bool:
