@@ -28,7 +28,8 @@ def py_spy() -> str | None:
 
 
 def worker_pids(root_pid: int) -> list[int]:
-    """Rank processes under the launcher (``-m harness.worker`` in their command line)."""
+    """Rank processes under the launcher: ``-m harness.worker`` in their command line (a cold torchrun
+    started them), or forked by a multiprocessing forkserver (the warm agent's ranks carry its command line)."""
     try:
         children = psutil.Process(root_pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -36,11 +37,15 @@ def worker_pids(root_pid: int) -> list[int]:
     pids = []
     for child in children:
         try:
-            if "harness.worker" in child.cmdline():
+            if "harness.worker" in child.cmdline() or (_is_forkserver(child) and _is_forkserver(child.parent())):
                 pids.append(child.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return pids
+
+
+def _is_forkserver(proc: psutil.Process | None) -> bool:
+    return proc is not None and any("multiprocessing.forkserver" in arg for arg in proc.cmdline())
 
 
 def stack(pid: int, out_dir: Path, rank: int | None) -> str:
@@ -76,8 +81,7 @@ def diagnose(root_pid: int, out_dir: Path, world_size: int, case_dir: Path) -> s
     lines = [heartbeat.summary(beats)]
     by_pid = {b.pid: r for r, b in beats.items() if b is not None}
     dumps, outside = [], []
-    found = worker_pids(root_pid)  # under the warm agent the forkserver matches too: prefer the ranks' own pids
-    for pid in [p for p in found if p in by_pid] or found:
+    for pid in worker_pids(root_pid):
         rank = by_pid.get(pid)
         label = f"rank {rank}" if rank is not None else "rank ? (no heartbeat)"
         text = stack(pid, out_dir, rank)
