@@ -146,11 +146,13 @@ def first_failure(case_dir: Path, tail_lines: int = 30) -> str:
                 stamp = float(message.get("extraInfo", {}).get("timestamp", 0) or 0)
             else:
                 trace, stamp = str(message), 0.0
-            failures.append((stamp, str(error_file), error_file.parent.name, trace))
+            # torchelastic stamps whole seconds: a rank that lost its peer often shares the crashing rank's
+            # second, so the file's own time (ns) breaks the tie
+            failures.append((stamp, error_file.stat().st_mtime_ns, str(error_file), error_file.parent.name, trace))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     if failures:  # later failures are usually other ranks losing their peer
-        _, path, rank, trace = min(failures)
+        _, _, path, rank, trace = min(failures)
         return f"first failing rank (local {rank}) traceback, from {path}:\n{trace}".rstrip()
     log = case_dir / "launcher.log"
     lines = log.read_text(errors="replace").splitlines()[-tail_lines:] if log.exists() else []
