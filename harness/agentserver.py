@@ -1,6 +1,6 @@
 """A warm torchrun agent: torch imported once, every launch's ranks forked fresh from a preloaded forkserver.
 
-    python -m harness.agentserver --fds R,W [--preload deepspeed,lightning.fabric]
+    python -m harness.agentserver --fds R,W [--preload deepspeed,lightning]
 
 A cold launch spends ~6 s before its first step: torchrun imports torch, each rank imports torch,
 the harness and ``torch._dynamo`` (AdamW's first construction), for < 1 s of measured steps. This
@@ -9,13 +9,20 @@ process pays those imports once. For each request it runs the *real* torchrun ag
 launcher built, then ``elastic_launch``) with ``--start-method forkserver``: the ranks are new
 processes, forked from a forkserver that has only imported modules (nothing initialised, no
 threads), so each launch still gets fresh processes, ranks, ports, allocations and scheduling,
-which is what repeated launches are for. Only imported code is shared between launches.
+which is what repeated launches are for. Only imported code is shared between launches. Each
+rank's environment is the launch's own plus torchrun's variables, as under a cold torchrun
+(``harness.worker.forked_main``).
 
-Protocol, one JSON line each way per launch on the pipes ``--fds`` names (so the agent's own
-output can go to each case's ``launcher.log``): request ``{"argv": [...torchrun args...],
-"env": {...}, "log": PATH}``, reply ``{"returncode": 0 | 1 | 2, "wall_s": ...}``. End of input ends
-the server. The launching side (``harness/launch/warm.py``) starts it, inside the job's private
-network namespace where there is one, and kills its whole tree on a timeout.
+Protocol, one JSON line each way on the pipes ``--fds`` names (so the agent's own output can go to
+each case's ``launcher.log``): first the server says ``{"ready": true, "pid": ..., "modules":
+[...]}`` once everything is imported, or ``{"ready": false, "error": "..."}`` and
+exits 2 (the traceback goes to its own log). Then per launch: request ``{"argv": [...torchrun
+args...], "env": {...}, "log": PATH}``, reply ``{"returncode": 0 | 1 | 2, "wall_s": ...}`` (1: a
+rank failed, 2: the agent itself failed, e.g. its port was taken; both logged to PATH). End of input
+ends the server; so does SIGTERM (during a launch torchelastic's handler first stops the ranks), which
+it also gets when the process that started it dies. The launching side (``harness/launch/warm.py``)
+starts it, inside a private network namespace where there is one, and kills its whole tree on a
+timeout.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ BASE_PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "t
                 "torch.distributed.pipelining", "torch.nn.parallel", "harness.worker", "harness.train", "fixtures")
 
 
+_FORKSERVER_ENV: dict[str, str] = {}  # the environment the forkserver (so every rank) started with
+
+
 def _preload(modules: list[str]) -> None:
     """Import here (so a failure is reported once, by name) and in the forkserver that forks the ranks."""
     import multiprocessing
@@ -41,6 +51,7 @@ def _preload(modules: list[str]) -> None:
     for name in modules:
         __import__(name)
     multiprocessing.set_forkserver_preload(list(modules))
+    _FORKSERVER_ENV.update(os.environ)
     forkserver.ensure_running()  # the forkserver imports them now, not during the first launch
 
 
@@ -56,7 +67,7 @@ def _launch(argv: list[str], env: dict[str, str]) -> int:
     config, _, cmd_args = run.config_from_args(run.parse_args(argv))
     config = dataclasses.replace(config, start_method="forkserver")
     try:
-        elastic_launch(config, forked_main)(cmd_args[-2], cmd_args[-1], env)
+        elastic_launch(config, forked_main)(cmd_args[-2], cmd_args[-1], env, _FORKSERVER_ENV)
     except ChildFailedError as exc:
         print(exc.format_msg(), file=sys.stderr)
         return 1
@@ -85,6 +96,8 @@ def _redirected(log: str):
 
 
 def serve(read_fd: int, write_fd: int) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
     requests, replies = os.fdopen(read_fd, "r"), os.fdopen(write_fd, "w", buffering=1)
     for line in requests:
         request = json.loads(line)
@@ -92,6 +105,8 @@ def serve(read_fd: int, write_fd: int) -> int:
         restore = _redirected(request["log"])
         try:
             code = _launch(request["argv"], request.get("env") or {})
+        except SignalException:  # SIGTERM from the launcher: the agent has stopped the ranks; we end too
+            raise
         except Exception:  # a bad port, a bad argument: the launcher reads the log, the server lives on
             traceback.print_exc()
             code = 2
@@ -115,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         os.write(write_fd, (json.dumps({"ready": False, "error": f"{type(exc).__name__}: {exc}"}) + "\n").encode())
         return 2
-    os.write(write_fd, (json.dumps({"ready": True, "pid": os.getpid(), "modules": modules}) + "\n").encode())
+    hello = {"ready": True, "pid": os.getpid(), "modules": modules}
+    print(f"agentserver ready: {json.dumps(hello)}", flush=True)
+    os.write(write_fd, (json.dumps(hello) + "\n").encode())
     return serve(read_fd, write_fd)
 
 

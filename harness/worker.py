@@ -60,14 +60,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def forked_main(spec_path: str, out_dir: str, env: dict[str, str]) -> int:
+def forked_main(spec_path: str, out_dir: str, env: dict[str, str], inherited: dict[str, str]) -> int:
     """The same rank, as a function: the warm agent's forkserver forks it (harness/agentserver.py).
 
-    ``env`` is what the launcher sets for this launch (data directory, wire counter, threads); torchrun's
-    own variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) are already set by its agent.
+    ``env`` is the launch's environment (what a cold torchrun would have inherited: data directory, wire
+    counter, threads), ``inherited`` the environment the forkserver started with. The rank gets ``env`` plus
+    what torchrun's agent set for it (RANK, MASTER_PORT, TORCHELASTIC_ERROR_FILE...: whatever differs from
+    ``inherited``), and nothing left over from the session's start, as under a cold torchrun.
     """
-    os.environ.update(env)
-    return main([spec_path, out_dir])
+    import ctypes
+    from multiprocessing import forkserver
+
+    # The forkserver exits when the agent dies (killed, out of memory) and the rank must go with it. The
+    # forkserver waits for EOF on a pipe whose write end the agent holds and multiprocessing hands to every
+    # process it forks: a rank keeping its copy would keep the forkserver, and so itself, alive.
+    alive_fd = forkserver._forkserver._forkserver_alive_fd  # type: ignore[attr-defined]
+    if alive_fd is not None:
+        os.close(alive_fd)
+        forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
+    parent = os.getppid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+    from_agent = {k: v for k, v in os.environ.items() if inherited.get(k) != v}
+    os.environ.clear()
+    os.environ.update({**env, **from_agent})
+    return main.__wrapped__([spec_path, out_dir])  # torchelastic already wraps this function in @record
 
 
 def _write_result(spec: CaseSpec, rank: int, path: Path, data: dict) -> None:
