@@ -8,6 +8,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from harness.errors import LaunchError
 from harness.launch import hang, process, warm, wirecount
@@ -57,10 +58,11 @@ def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = No
              data_dir: str | None = None, agents: "warm.AgentPool | None" = None) -> CaseResult:
     """Launch the case, wait for it within its timeout, and aggregate every rank's result.
 
-    With ``agents`` the session's warm torchrun agent forks the ranks (harness/launch/warm.py);
-    without, a fresh ``torchrun`` starts. A hang is diagnosed (heartbeats, every rank's stack) before the
-    tree is killed; a crash reports the first failing rank's traceback; either way the error lists every
-    rank's log.
+    With ``agents`` the session's warm torchrun agent forks the ranks of a single-node case
+    (harness/launch/warm.py); without, or where that agent cannot start (the result's ``launch["note"]``
+    then says why), a fresh ``torchrun`` starts. A hang is diagnosed (heartbeats, every rank's stack)
+    before the tree is killed; a crash reports the first failing rank's traceback; either way the error
+    lists every rank's log.
     """
     launcher = launcher or LocalLauncher()
     case_dir = claim(case_dir)
@@ -71,23 +73,27 @@ def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = No
     def on_timeout(pid: int) -> None:
         diagnosis.append(hang.diagnose(pid, out_dir, spec.world_size, case_dir))
 
+    def warm_launch(port: int, log_dir: Path) -> process.Completed:
+        args = launcher.torchrun_args(spec, spec_path, out_dir, port, log_dir)
+        return agents.run(spec, args, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,  # type: ignore[union-attr]
+                          env=launcher.environment(spec, data_dir), on_timeout=on_timeout)
+
+    launched, note = "torchrun", ""
     if agents is not None and not spec.topo.multi_node:
-        for attempt in range(PORT_ATTEMPTS):
-            log_dir = case_dir / ("logs" if attempt == 0 else f"logs-retry{attempt}")
-            args = launcher.torchrun_args(spec, spec_path, out_dir, process.free_port(), log_dir)
-            done = agents.run(spec, args, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
-                              env=launcher.environment(spec, data_dir), on_timeout=on_timeout)
-            if done.timed_out or done.returncode == 0 or not port_clash(case_dir / "launcher.log"):
-                break
-    else:
+        try:
+            done, launched = _with_port_retries(case_dir, warm_launch), "warm"
+        except warm.AgentUnavailable as exc:  # the launcher's failure, not the case's: launch it cold
+            note = f"launched with a cold torchrun: {exc.message}"
+        except warm.AgentDied as exc:
+            raise LaunchError(f"{spec.case_id}: {exc.message}\n{rank_logs(case_dir)}", exc.hint) from None
+    if launched == "torchrun":
         with wirecount.private_network(spec) as (prefix, wire_env):  # its own loopback counts its bytes
-            for attempt in range(PORT_ATTEMPTS):
-                log_dir = case_dir / ("logs" if attempt == 0 else f"logs-retry{attempt}")
-                argv = prefix + launcher.command(spec, spec_path, out_dir, process.free_port(), log_dir)
-                done = process.run(argv, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
+            def cold_launch(port: int, log_dir: Path) -> process.Completed:
+                argv = prefix + launcher.command(spec, spec_path, out_dir, port, log_dir)
+                return process.run(argv, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
                                    env={**launcher.environment(spec, data_dir), **wire_env}, on_timeout=on_timeout)
-                if done.timed_out or done.returncode == 0 or not port_clash(case_dir / "launcher.log"):
-                    break
+
+            done = _with_port_retries(case_dir, cold_launch)
     if done.timed_out:
         raise LaunchError(f"{spec.case_id} hung: no result after {spec.timeout_s:.0f}s, so every process was "
                           f"killed\n{''.join(diagnosis)}\n{rank_logs(case_dir)}",
@@ -99,11 +105,22 @@ def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = No
     try:
         ranks = [RankResult.read(out_dir / f"rank{r}.json") for r in range(spec.world_size)]
         result = aggregate(spec, ranks, launch_wall_s=done.wall_s)
-        return dataclasses.replace(result, launch={**result.launch,
-                                                   "launcher": "warm" if agents is not None else "torchrun"})
     except LaunchError as exc:
         raise LaunchError(f"{spec.case_id}: every rank exited 0, but {exc.message}\n{rank_logs(case_dir)}",
                           exc.hint) from None
+    how = {"launcher": launched, **({"note": note} if note else {})}
+    return dataclasses.replace(result, launch={**result.launch, **how})
+
+
+def _with_port_retries(case_dir: Path, launch: Callable[[int, Path], process.Completed]) -> process.Completed:
+    """``launch(port, log_dir)`` again, on a fresh port and log directory, while it loses its port to another
+    process (torchrun's bind comes after our probe)."""
+    for attempt in range(PORT_ATTEMPTS):
+        log_dir = case_dir / ("logs" if attempt == 0 else f"logs-retry{attempt}")
+        done = launch(process.free_port(), log_dir)
+        if done.timed_out or done.returncode == 0 or not port_clash(case_dir / "launcher.log"):
+            break
+    return done
 
 
 def claim(case_dir: Path) -> Path:
