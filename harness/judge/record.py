@@ -96,12 +96,13 @@ def _tuples(launch: dict[str, Any]) -> dict[str, Any]:
 
 def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
     """One launch's numbers; ``wire`` is ``harness.resources.wire(result)``."""
+    from harness.resources import memory_source  # launch side
     unavailable = next((r.extra.get("local_unavailable") for r in result.ranks if r.extra.get("local_unavailable")), "")
     return LaunchRecord(
         step_times_s=tuple(result.step_times_s), pair_step_times_s=tuple(result.pair_step_times_s),
         local_step_times_s=tuple(result.local_step_times_s), local_unavailable=unavailable or "",
         final_loss=result.losses[-1] if result.losses else None,
-        peak_memory_bytes=tuple(r.peak_memory_bytes for r in result.ranks), memory_source=result.ranks[0].memory_source,
+        peak_memory_bytes=tuple(r.peak_memory_bytes for r in result.ranks), memory_source=memory_source(result),
         bytes_per_step=wire.get("bytes_per_step"), analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
         wire_source=wire.get("source") or "")
 
