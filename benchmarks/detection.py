@@ -75,8 +75,14 @@ def collect(args: argparse.Namespace) -> None:
     agents = warm.pool(log_dir=Path(args.work))
     try:
         for rep in range(args.reps):
-            todo = [("single", 0.0)] + [(s, d) for s in args.strategies for d in args.slowdowns]
-            rng.shuffle(todo)  # slow drift of the machine must not line up with one condition
+            todo = ([("single", 0.0)] if args.reference else []) + [
+                (s, d) for s in args.strategies for d in args.slowdowns]
+            # slow drift of the machine must not line up with one condition: shuffled, but grouped by the warm
+            # agent a case needs (DeepSpeed, Lightning preloaded or not), in a random group order, so the agent
+            # is not restarted between every two launches
+            groups = sorted({warm.modules_for(spec_for(s, 0.0)) for s, _ in todo}, key=lambda _: rng.random())
+            rng.shuffle(todo)
+            todo.sort(key=lambda c: groups.index(warm.modules_for(spec_for(c[0], 0.0))))
             for strategy, slowdown in todo:
                 spec = spec_for(strategy, slowdown)
                 started = time.perf_counter()
@@ -259,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
     c.add_argument("--slowdowns", type=float, nargs="+", default=list(SLOWDOWNS))
     c.add_argument("--tag", default="A", help="names this collection (a baseline comes from another one)")
+    c.add_argument("--no-reference", dest="reference", action="store_false",
+                   help="no single-process reference launch per repetition (parity needs none)")
     c.add_argument("--out", default="results/detection.jsonl")
     c.add_argument("--work", default="results/detection-runs")
     c.add_argument("--seed", type=int, default=0)

@@ -6,8 +6,8 @@
 
 It runs the scaling suite on the canary cases (``CANARY``: DDP, FSDP and DeepSpeed ZeRO-2 on the cnn
 workload, 1x2, their single-process reference, and the Fabric-vs-DDP parity case) with the shipped gate
-settings (``SETTINGS``: a baseline is required; the sequential test launches a case again while it is
-undecided, up to 6 launches), then judges the run with ``harness.judge`` exactly as ``compare`` does and
+settings (``SETTINGS``: a baseline is required; the drop to catch is 10%; the sequential test launches a
+case again while it is undecided, up to 6 launches), then judges the run with ``harness.judge`` exactly as ``compare`` does and
 prints the markdown table. Arguments after the gate's own options go to pytest and win over the defaults
 (``--scaling-models resnet`` replaces the canary model). ``slurm/pr.sbatch`` and the workflows call this.
 
@@ -32,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 CANARY = ["--scaling-models", "cnn", "--scaling-strategies", "single,ddp,fsdp,deepspeed-zero2",
           "--scaling-topologies", "1x1,1x2"]
-SETTINGS = ["--scaling-require-baseline", "--scaling-max-launches", "6"]
+# A baseline is required; the drop to catch is 10% whatever the baseline file says (the CPU profile records 25%
+# so the 44-case CI matrix does not cry wolf, docs/gate.md); undecided cases launch again, up to 6 launches.
+SETTINGS = ["--scaling-require-baseline", "--scaling-tolerance", "0.1", "--scaling-max-launches", "6"]
 TESTS = ["scaling_tests/test_scaling.py", "scaling_tests/test_parity.py"]
 PYTEST_BAD_INPUT = (2, 3, 4, 5)  # interrupted, internal error, usage error, nothing collected
 

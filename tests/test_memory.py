@@ -174,7 +174,8 @@ def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, t
 
     key, where = "ddp-cnn-1x2:tiny", "ddp-cnn-1x2:tiny on cpu-test"
     entry = {"peak_memory_bytes": {"value": [r.peak_memory_bytes for r in ddp_result.ranks],
-                                   "tolerance": resources.DEFAULT_MEMORY_TOLERANCE}, "memory_source": "rss"}
+                                   "tolerance": resources.DEFAULT_MEMORY_TOLERANCE},
+             "memory_source": resources.memory_source(ddp_result)}
     baselines.update(tmp_path / "baselines", "cpu-test", {}, {key: entry})
     base = baselines.load(tmp_path / "baselines", "cpu-test")
     from harness.judge import judge
@@ -190,4 +191,4 @@ def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, t
     for rank, line in zip(faulty.ranks, problems):
         assert line.startswith(f"peak memory of rank {rank.rank} {rank.peak_memory_bytes / 2**20:.1f} MiB is above "
                                f"baseline {ddp_result.ranks[rank.rank].peak_memory_bytes / 2**20:.1f} MiB")
-        assert line.endswith(f"(tolerance 25%, source rss) [{where}]")
+        assert line.endswith(f"(tolerance 25%, source rss [torchrun launcher]) [{where}]")
