@@ -82,7 +82,8 @@ def judge_case(case: dict[str, Any], baseline: BaselineFile | None, tolerance: f
     wire = (case.get("resources") or {}).get("wire") or {}
     ci = outcome.efficiency_ci
     ref_metric = next((m for m in outcome.metrics if m.metric in ("efficiency", "local_efficiency")), None)
-    tolerance_used = _tolerance(baseline, outcome, tolerance)
+    run_tolerance = ((case.get("record") or {}).get("conduct") or {}).get("tolerance")  # the run's --scaling-tolerance
+    tolerance_used = _tolerance(baseline, outcome, tolerance if tolerance is not None else run_tolerance)
     return Row(case_id=outcome.case_id, key=outcome.key, world_size=len(result.get("ranks", [])) or None,
                throughput=result.get("throughput"), efficiency=outcome.efficiency,
                efficiency_low=ci[0] if ci else None, efficiency_high=ci[1] if ci and math.isfinite(ci[1]) else None,

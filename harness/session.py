@@ -163,8 +163,9 @@ class ScalingSession:
             oversubscribed_why=(f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at {spec.cpu_threads} "
                                 f"thread(s) per rank: timing is not judged") if case.oversubscribed else "",
             tolerances=tolerances, note=next((r.launch["note"] for r in results if r.launch.get("note")), ""),
+            reference_itself=spec == self.reference_spec(spec),
             conduct=Conduct(launches=opts.launches, confirm=opts.confirm, max_launches=opts.max_launches,
-                            alpha=opts.alpha, beta=opts.beta))
+                            alpha=opts.alpha, beta=opts.beta, tolerance=opts.tolerance))
         if not results:
             return CaseRecord(case_id=spec.case_id, key=key, profile=self.profile, world_size=spec.world_size,
                               global_batch=spec.global_batch_size, steps=spec.steps, warmup=spec.warmup, **fields)

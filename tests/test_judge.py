@@ -126,6 +126,46 @@ def test_failures_and_oversubscription(baseline):
     assert judge(record(), None, Overrides(require_baseline=True)).status == "failed"
 
 
+def test_the_runs_tolerance_travels_with_its_record(baseline):
+    """`gate` runs pytest with --scaling-tolerance 0.1 and re-judges the result files: the same drop must decide."""
+    wide = dataclasses.replace(baseline, cases={KEY: {**baseline.cases[KEY], "local_efficiency": {
+        **baseline.cases[KEY]["local_efficiency"], "tolerance": 0.25}}})
+    dropped = (launch(0.675), launch(0.675))  # 10% below the baseline's 0.75
+    assert judge(record(*dropped), wide).status == "ok"  # a 25% drop to catch: 10% is no change
+    run = record(*dropped, conduct=Conduct(tolerance=0.10))
+    again = CaseRecord.from_dict(json.loads(json.dumps(run.to_dict())))
+    assert judge(again, wide).status == "regressed" and "a 10% drop explains it" in judge(again, wide).message
+    assert judge(again, wide, Overrides(tolerance=0.25)).status == "ok"  # compare --tolerance still wins
+
+
+def test_gate_rounds_merge_into_one_record_in_launch_order(baseline):
+    """The gate's rounds (harness/gaterounds.py): one launch per round, judged as one session's relaunches."""
+    from harness import gaterounds
+
+    rounds = [[{"case_id": "ddp-cnn-1x2", "key": KEY, "status": "noisy", "round": i,
+                "record": record(launch(v), conduct=Conduct(max_launches=1, tolerance=0.1)).to_dict()}]
+              for i, v in enumerate((0.66, 0.665))]
+    [case] = gaterounds.merge(rounds, budget=8)
+    merged = CaseRecord.from_dict(case["record"])
+    assert [round(launch.local_step_times_s[0] / launch.pair_step_times_s[0], 3) for launch in merged.launches] == [0.66, 0.665]
+    assert merged.conduct.max_launches == 8 and merged.conduct.tolerance == 0.1 and case["rounds"] == 2
+    assert case["round"] == 1 and len(merged.reference_step_times_s) == 40  # the last round's file, both references
+    assert judge(merged, baseline).status == "regressed"  # the same verdict as two launches of one session
+    assert judge(CaseRecord.from_dict(rounds[0][0]["record"]), baseline).status == "noisy"
+
+
+def test_the_reference_is_not_judged_against_itself(baseline):
+    """single-<model>-1x1 is measured against its own launches: a wide interval there is no verdict (it was `noisy`)."""
+    itself = record(launch(local=0.75), world_size=1, case_id="single-cnn-1x1", reference_itself=True)
+    outcome = judge(itself, baseline)
+    assert outcome.status == "ok" and outcome.gate == ""
+    assert [m.status for m in outcome.metrics if m.metric == "efficiency"] == ["not-meaningful"]
+    # a machine without a baseline for it: no-baseline, and --scaling-require-baseline fails it (the gate's canary)
+    assert judge(itself, None).status == "no-baseline"
+    missing = judge(itself, None, Overrides(require_baseline=True))
+    assert missing.status == "failed" and "no baseline for" in missing.message and "--scaling-require-baseline" in missing.message
+
+
 def test_the_record_survives_its_result_file(baseline):
     original = record(launch(0.66), launch(0.665), tolerances={"efficiency": 0.2}, note="links not shaped")
     again = CaseRecord.from_dict(json.loads(json.dumps(original.to_dict())))

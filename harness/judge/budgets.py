@@ -13,11 +13,13 @@ from harness.stats import Estimate
 
 def reference(baseline: BaselineFile | None, record: CaseRecord, metric: str,
               overrides: Overrides | None = None) -> Reference | None:
-    """The baseline's value, its tolerance replaced by the command line (efficiency only), else the test's marker."""
+    """The baseline's value, its tolerance replaced by the command line (efficiency only: the caller's, else the
+    one the run was made with), else the test's marker."""
     ref = baseline.reference(record.key, metric) if baseline else None
     if ref is None:
         return None
-    tolerance = overrides.tolerance if overrides and overrides.tolerance is not None and metric in (
+    command_line = overrides.tolerance if overrides and overrides.tolerance is not None else record.conduct.tolerance
+    tolerance = command_line if command_line is not None and metric in (
         "efficiency", "local_efficiency") else record.tolerances.get("efficiency" if metric == "local_efficiency" else metric)
     return ref if tolerance is None else Reference(value=ref.value, tolerance=tolerance)
 

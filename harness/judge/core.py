@@ -46,6 +46,11 @@ def judge(record: CaseRecord, baseline: BaselineFile | None, overrides: Override
     more, needs_reference, state, gate = 0, False, {}, ""
     if record.oversubscribed:
         found.append(MetricVerdict(metric="efficiency", status=V.NOT_MEANINGFUL, message=record.oversubscribed_why))
+    elif record.reference_itself:  # measured against its own launches: nothing to judge but memory and bytes
+        known = baseline is not None and record.key in baseline.cases  # else --scaling-require-baseline fails it
+        found.append(MetricVerdict(metric="efficiency", status=V.NOT_MEANINGFUL if known else V.NO_BASELINE,
+                                   message=f"the single-process reference: its efficiency is 1 by definition "
+                                           f"[{record.where}]" if known else f"no baseline for {record.where}"))
     else:
         decided = _timing(record, base, baseline, overrides)
         gate, state = decided.gate, decided.sequential

@@ -43,6 +43,7 @@ class Conduct:
     max_launches: int = 4  # --scaling-max-launches: sequential gate, the budget per case
     alpha: float = 0.01
     beta: float = 0.05
+    tolerance: float | None = None  # --scaling-tolerance of the run: compare and gate re-judge with the same drop
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +66,7 @@ class CaseRecord:
     tolerances: dict[str, float] = field(default_factory=dict)  # @pytest.mark.scaling_tolerance
     conduct: Conduct = field(default_factory=Conduct)
     note: str = ""  # e.g. emulated links that could not be shaped
+    reference_itself: bool = False  # the single-process 1x1 reference: its efficiency is 1 by definition
     version: int = RECORD_VERSION
 
     @property
