@@ -16,7 +16,7 @@ from harness import (baselines, hostinfo, matrix, options, parity, runfiles, run
                      verdict)
 from harness.errors import ScalegateError
 from harness.launch import warm
-from harness.judge import Outcome
+from harness.judge import Outcome, sequential
 from harness.session import ScalingSession, run_id
 
 SESSION = pytest.StashKey[ScalingSession]()
@@ -118,8 +118,10 @@ def parity_case(request: pytest.FixtureRequest) -> parity.ParityRunner:
         pytest.skip(case.skip)
     state = request.config.stash[SESSION]
     tolerance = state.options.tolerance if state.options.tolerance is not None else parity.THROUGHPUT_TOLERANCE
+    opts = state.options  # the same sequential test as the efficiency gate: its budget, alpha and beta
+    design = sequential.Design(max_launches=opts.max_launches, alpha=opts.alpha, beta=opts.beta)
     return parity.ParityRunner(case=case, out_dir=state.run_dir / "parity", tolerance=tolerance,
-                               data_dir=state.options.data_dir, agents=state.agents)
+                               data_dir=opts.data_dir, agents=state.agents, design=design, strict=opts.strict)
 
 
 def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
