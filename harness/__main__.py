@@ -4,6 +4,7 @@
     python -m harness report results/latest [--out results/latest/report]
     python -m harness update-baselines RUN [RUN ...] [--baseline-dir baselines] [--tolerance 0.1]
     python -m harness gate [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]
+    python -m harness record-baselines --rounds N [pytest args]   # launches spread in time (harness/rounds.py)
 
 compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with
 --strict), 2 on bad input (missing run, malformed file, unusable baseline) with a one-line error.
@@ -16,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness import baselines, gate, runfiles
+from harness import baselines, gate, rounds, runfiles
 from harness.errors import ScalegateError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,16 +137,22 @@ def parser() -> argparse.ArgumentParser:
                    help="the drop the sequential gate must catch, recorded with the local efficiency (default: 0.1)")
     u.set_defaults(func=cmd_update)
     gate.add_parser(sub)
+    rounds.add_parser(sub, str(ROOT / "baselines"))
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
-    if not getattr(args, "gate", False) and extra:
+    runs_pytest = getattr(args, "gate", False) or getattr(args, "rounds_command", False)
+    if not runs_pytest and extra:
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        if getattr(args, "gate", False):  # everything the gate does not know goes to pytest
-            return gate.main(args, extra[1:] if extra[:1] == ["--"] else extra)
+        # everything the gate and record-baselines do not know goes to pytest
+        extra = extra[1:] if extra[:1] == ["--"] else extra
+        if getattr(args, "gate", False):
+            return gate.main(args, extra)
+        if getattr(args, "rounds_command", False):
+            return rounds.main(args, extra)
         return args.func(args)
     except ScalegateError as exc:  # bad input: one clear line and its HINT, no traceback
         print(f"error: {exc.message}" + (f"\nHINT: {exc.hint}" if exc.hint else ""), file=sys.stderr)

@@ -279,3 +279,14 @@ def test_update_refuses_if_any_launch_failed_correctness(tmp_path):
     bad = write_run(tmp_path / "bad", make_case(status="failed", problems=("gradient agreement failed",)))
     done = cli("update-baselines", good, bad, "--baseline-dir", tmp_path / "b")
     assert done.returncode == 2 and "failed correctness" in done.stderr
+
+
+def test_record_baselines_refuses_bad_rounds_and_makes_one_launch_per_case_per_round(tmp_path):
+    from harness import rounds
+
+    done = cli("record-baselines", "--rounds", "0", "--baseline-dir", tmp_path)
+    assert done.returncode == 2 and "--rounds 0 is not in 1..100" in done.stderr and "HINT:" in done.stderr
+    argv = rounds.round_argv(["-k", "ddp", "--scaling-launches", "10"], tmp_path / "r")
+    # the round's own settings come last and win: relaunches would make the launches consecutive again
+    assert argv[argv.index("-k") - 1] == "scaling_tests" and argv[-8:-2] == rounds.ROUND
+    assert rounds.round_argv(["tests/test_cli.py", "-k", "x"], tmp_path)[5] == "tests/test_cli.py"  # no scaling_tests

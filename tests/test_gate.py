@@ -5,8 +5,12 @@ measured steps, so --benchmark-json/--benchmark-autosave/--benchmark-compare-fai
 """
 
 import json
+import subprocess
+import sys
 
 import pytest
+
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -117,6 +121,14 @@ def test_the_gate_command_fails_a_slowdown_applied_from_outside(tmp_path, suite)
     assert table.startswith("### scalegate: PR gate:") and "**FAIL**" in table
     assert "| `ddp-cnn-1x2:tiny` | 2 |" in table and "❌ regressed" in table and "| local |" in table
     assert "local efficiency" in table and "below baseline" in table
+    # the confirmation came from a later round: one launch per undecided case per round, a fresh session each
+    assert "gate: round 1 done" in slow.stdout and "undecided: [ddp-cnn-1x2]" in slow.stdout
+    assert "gate: round 2 done" in slow.stdout
+    merged = json.loads((tmp_path / "gate" / "latest" / "ddp-cnn-1x2.json").read_text())
+    assert merged["launches"] >= 2 and merged["rounds"] == merged["launches"]
+    again = subprocess.run([sys.executable, "-m", "harness", "compare", str(tmp_path / "gate" / "latest"),
+                            "--baseline-dir", str(bases), "--require-baseline"], cwd=ROOT, capture_output=True, text=True)
+    assert again.returncode == 1 and "❌ regressed" in again.stdout  # compare re-judges the gate's merged record
     clean = gate(tmp_path, *GATE_CASE, "--scaling-baseline-dir", str(bases))
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "**PASS**" in (tmp_path / "gate.md").read_text()
@@ -125,6 +137,22 @@ def test_the_gate_command_fails_a_slowdown_applied_from_outside(tmp_path, suite)
 def test_the_gate_command_exits_2_on_bad_input(tmp_path):
     bad = gate(tmp_path, "--scaling-models", "nosuch")
     assert bad.returncode == 2 and "unknown name(s) 'nosuch'" in bad.stdout + bad.stderr
-    assert "error: the scaling suite could not run the gate" in bad.stderr and "Traceback" not in bad.stderr
+    assert "the scaling suite could not run (pytest exit code 4" in bad.stderr and "Traceback" not in bad.stderr
     nothing = gate(tmp_path, "-k", "no-such-case-id")
     assert nothing.returncode == 2
+
+
+def test_record_baselines_merges_rounds_of_single_launches(tmp_path):
+    """Two rounds of ddp-cnn-1x2 (and its reference): one baseline entry from both rounds' launches."""
+    bases = tmp_path / "baselines"
+    done = subprocess.run([sys.executable, "-m", "harness", "record-baselines", "--rounds", "2", "--results-dir",
+                           str(tmp_path / "results"), "--baseline-dir", str(bases), "--local-tolerance", "0.2",
+                           "scaling_tests/test_scaling.py", "-k", "ddp-cnn-1x2 or single-cnn-1x1", "--scaling-models",
+                           "cnn", "--scaling-strategies", "single,ddp", "--scaling-steps", "5", "--scaling-warmup", "1",
+                           "--scaling-local-steps", "10"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "record-baselines: round 1/2 done" in done.stdout and "record-baselines: round 2/2 done" in done.stdout
+    rounds_made = sorted(p.name for p in (tmp_path / "results").glob("record-*/round-*"))
+    assert rounds_made == ["round-01", "round-02"]
+    entry = json.loads(next(bases.glob("*.json")).read_text())["cases"]["ddp-cnn-1x2:tiny"]
+    assert entry["local_efficiency"]["launches"] == 2 and entry["local_efficiency"]["tolerance"] == 0.2
