@@ -19,8 +19,9 @@ the budget (``harness.gate.SETTINGS``) is spent. Clean launches judged ``regress
 ones, detections. It also reports the efficiency drop each injected slowdown really caused, by DESIGN.md's
 definition (classic efficiency, launches pooled) and on the local efficiency.
 
-``gate-runs`` times the whole command (``python -m harness gate``) on the canaries, clean and with a slowdown
-applied from outside the project (a sitecustomize making every DDP forward sleep), and records exit codes.
+``gate-runs`` times the whole command (``python -m harness gate``) on the canaries, clean, with a slowdown
+applied from outside the project (a sitecustomize making every DDP forward sleep), and with the harness's
+own ``--scaling-inject-slowdown`` (every canary and parity's candidate), and records exit codes and verdicts.
 """
 
 from __future__ import annotations
@@ -121,12 +122,13 @@ def _rows(path: Path) -> list[dict]:
     return rows
 
 
-def _record(strategy: str, launches: list[LaunchRecord], references: list[LaunchRecord], spec: CaseSpec) -> CaseRecord:
+def _record(strategy: str, launches: list[LaunchRecord], references: list[LaunchRecord], spec: CaseSpec,
+            max_launches: int = MAX_LAUNCHES) -> CaseRecord:
     return CaseRecord(case_id=spec.case_id, key=f"{spec.case_id}:tiny", profile="replay", world_size=spec.world_size,
                       global_batch=spec.global_batch_size, steps=spec.steps, warmup=spec.warmup,
                       launches=tuple(launches), reference_step_times_s=tuple(t for r in references for t in r.step_times_s),
                       reference_global_batch=spec_for("single", 0.0).global_batch_size,
-                      reference_launches=len(references), conduct=Conduct(max_launches=MAX_LAUNCHES))
+                      reference_launches=len(references), conduct=Conduct(max_launches=max_launches))
 
 
 def _baseline(key: str, values: list[float]) -> BaselineFile:
@@ -149,18 +151,54 @@ def _drops(rows: list[dict], strategy: str, slowdowns: list[float]) -> dict[floa
     return out
 
 
+def _first_pairs(rows: list[dict], pairs: int) -> None:
+    """What fewer same-launch pairs would have given: each launch's first ``pairs`` pairs."""
+    for row in rows:
+        launch = row["launch"]
+        if launch.pair_step_times_s:
+            row["launch"] = dataclasses.replace(launch, pair_step_times_s=launch.pair_step_times_s[:pairs],
+                                                local_step_times_s=launch.local_step_times_s[:pairs])
+
+
+def _memoize_estimates() -> None:
+    """The judge re-estimates every launch (a bootstrap each) at every look; a replay makes millions of looks.
+    Same functions, same values, computed once per launch (and reference)."""
+    local, classic = estimates.local, estimates.classic
+    seen_local: dict = {}
+    seen_classic: dict = {}
+
+    def local_once(launch: LaunchRecord):
+        if launch not in seen_local:
+            seen_local[launch] = local(launch)
+        return seen_local[launch]
+
+    def classic_once(record: CaseRecord, launch: LaunchRecord):
+        key = (launch, record.reference_step_times_s, record.global_batch, record.reference_global_batch,
+               record.world_size)
+        if key not in seen_classic:
+            seen_classic[key] = classic(record, launch)
+        return seen_classic[key]
+
+    estimates.local, estimates.classic = local_once, classic_once
+
+
 def replay(args: argparse.Namespace) -> None:
+    _memoize_estimates()
     rows = _rows(Path(args.data))
+    if args.pairs:
+        _first_pairs(rows, args.pairs)
+    budget = args.max_launches or MAX_LAUNCHES
     rng = random.Random(args.seed)
     loads = [r["load1"] for r in rows]
     print(f"{len(rows)} launches from {args.data}; load average {min(loads):.2f}-{max(loads):.2f} "
-          f"(median {statistics.median(loads):.2f}); gate budget {MAX_LAUNCHES} launches")
+          f"(median {statistics.median(loads):.2f}); gate budget {budget} launches"
+          + (f"; only the first {args.pairs} pairs of each launch" if args.pairs else ""))
     print("| case | injected slowdown | efficiency drop (DESIGN.md) | local efficiency drop | trials | regressed | "
           "noisy | ok | launches per verdict (mean, max) |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for strategy in args.strategies:
         if strategy == PARITY:
-            _parity_rows(rows, args)
+            _parity_rows(rows, args, budget)
             continue
         spec = spec_for(strategy, 0.0)
         key = f"{spec.case_id}:tiny"
@@ -177,11 +215,11 @@ def replay(args: argparse.Namespace) -> None:
                 chosen_base = rng.sample(base_pool, args.baseline_launches)
                 baseline = _baseline(key, [estimates.local(r["launch"]).value for r in chosen_base])
                 candidates = [r for r in pool if r not in chosen_base]
-                order = rng.sample(candidates, min(MAX_LAUNCHES, len(candidates)))
+                order = rng.sample(candidates, min(budget, len(candidates)))
                 launches = []
                 for row in order:
                     launches.append(row["launch"])
-                    outcome = judge(_record(strategy, launches, rng.sample(references, 1), spec), baseline)
+                    outcome = judge(_record(strategy, launches, rng.sample(references, 1), spec, budget), baseline)
                     if not outcome.next_launches:
                         break
                 counts[outcome.status if outcome.status in counts else "ok"] += 1
@@ -201,21 +239,33 @@ def replay(args: argparse.Namespace) -> None:
                   f"{t} {statistics.median(v):.3f} (n={len(v)})" for t, v in by_tag.items() if v))
 
 
-def _parity_rows(rows: list[dict], args: argparse.Namespace) -> None:
-    """Parity decides within one launch: each launch is one verdict (harness/parity.py's rule and tolerance)."""
+def _parity_rows(rows: list[dict], args: argparse.Namespace, budget: int) -> None:
+    """Parity's sequential test replayed: launches drawn without replacement, each one's paired ratio handed to
+    ``harness.parity.decide`` until it decides or the budget is spent (no baseline: ratio 1 is exact)."""
     from harness import parity, stats
+    from harness.judge import sequential
 
+    rng = random.Random(args.seed)
+    design = sequential.Design(max_launches=budget)
     for slowdown in sorted({r["slowdown"] for r in rows if r["strategy"] == PARITY}):
-        mine = [r["launch"] for r in rows if r["strategy"] == PARITY and r["slowdown"] == slowdown
-                and r["tag"] in args.judge_tag]
+        mine = [r["launch"] for r in rows if r["strategy"] == PARITY and r["slowdown"] == slowdown]  # no baseline
         ratios = [stats.paired_ratio_estimate(m.local_step_times_s, m.pair_step_times_s) for m in mine]
-        failed = sum(e.high < 1 - parity.THROUGHPUT_TOLERANCE for e in ratios)
+        counts, spent = {sequential.REGRESSED: 0, sequential.UNDECIDED: 0, sequential.OK: 0}, []
+        for _ in range(args.trials):
+            order = rng.sample(ratios, min(budget, len(ratios)))
+            for n in range(1, len(order) + 1):
+                found = parity.decide(order[:n], parity.THROUGHPUT_TOLERANCE, design)
+                if found.decided:
+                    break
+            counts[found.status] += 1
+            spent.append(n)
         logs = [math.log(e.value) for e in ratios]
-        drop = 1 - math.exp(statistics.mean(logs))
-        print(f"| `parity-fabric-ddp-vs-ddp-cnn-1x2` | {slowdown:.1%} | fabric/ddp throughput {1 - drop:.3f} "
-              f"(sd(ln) {statistics.stdev(logs):.3f}) | - | {len(mine)} launches | "
-              f"{'false alarms' if slowdown == 0 else 'detected'} {failed / len(mine):.1%} | - | "
-              f"{1 - failed / len(mine):.1%} | 1 |")
+        n = args.trials
+        print(f"| `parity-fabric-ddp-vs-ddp-cnn-1x2` | {slowdown:.1%} | fabric/ddp throughput "
+              f"{math.exp(statistics.mean(logs)):.3f} (sd(ln) {statistics.stdev(logs):.3f}, {len(mine)} launches) | - | "
+              f"{n} | {'false alarms' if slowdown == 0 else 'detected'} {counts[sequential.REGRESSED] / n:.1%} | "
+              f"{counts[sequential.UNDECIDED] / n:.1%} | {counts[sequential.OK] / n:.1%} | "
+              f"{statistics.mean(spent):.2f}, {max(spent)} |")
 
 
 SLOW_DDP = """
@@ -239,12 +289,15 @@ def gate_runs(args: argparse.Namespace) -> None:
     site = Path(args.work) / "site"
     site.mkdir(parents=True, exist_ok=True)
     (site / "sitecustomize.py").write_text(SLOW_DDP)
+    conditions = [("clean", {}, []), (f"ddp forward +{args.slow_ms:g} ms",
+                                      {"PYTHONPATH": str(site), "SLOW_DDP_MS": str(args.slow_ms)}, [])]
+    if args.inject:  # the harness's own fault injection: every multi-rank case (parity: the candidate) slowed
+        conditions.append((f"--scaling-inject-slowdown {args.inject:g}", {}, ["--scaling-inject-slowdown", str(args.inject)]))
     for run in range(args.runs):
-        for label, env in (("clean", {}), (f"ddp forward +{args.slow_ms:g} ms",
-                                           {"PYTHONPATH": str(site), "SLOW_DDP_MS": str(args.slow_ms)})):
+        for label, env, extra in conditions:
             started = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "harness", "gate", "--results-dir", str(Path(args.work) / "gate"),
-                                   "--json", str(Path(args.work) / "gate.json"), *args.pytest_args],
+                                   "--json", str(Path(args.work) / "gate.json"), *args.pytest_args, *extra],
                                   cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env})
             wall = time.perf_counter() - started
             data = json.loads((Path(args.work) / "gate.json").read_text()) if done.returncode in (0, 1) else {}
@@ -278,9 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--baseline-launches", type=int, default=10)
     r.add_argument("--trials", type=int, default=2000)
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--max-launches", type=int, default=0, help="another budget than the gate's (what-if)")
+    r.add_argument("--pairs", type=int, default=0, help="judge only each launch's first N pairs (what-if)")
     g = sub.add_parser("gate-runs", help="time `python -m harness gate`, clean and with an outside slowdown")
     g.add_argument("--runs", type=int, default=5)
     g.add_argument("--slow-ms", type=float, default=4.0, help="sleep added to every DDP forward (default: 4 ms)")
+    g.add_argument("--inject", type=float, default=0.111,
+                   help="a third condition with --scaling-inject-slowdown INJECT (0: off; default: a 10%% drop)")
     g.add_argument("--out", default="results/gate-runs.jsonl")
     g.add_argument("--work", default="results/gate-runs")
     g.add_argument("pytest_args", nargs="*", help="passed to the gate after `--`")
