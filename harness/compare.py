@@ -8,6 +8,8 @@ bytes and final-loss budgets, the same tolerance markers of the test.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 from harness import baselines
 from harness.baselines import BaselineFile
 from harness.errors import BaselineError
-from harness.judge import SEVERITY, CaseRecord, Outcome, Overrides, judge
+from harness.judge import AB, LOCAL, SEVERITY, CaseRecord, Outcome, Overrides, judge
 from harness import verdict as V
 
 __all__ = ["SEVERITY", "Row", "compare", "judge_case", "load_baseline_file", "markdown", "to_json"]
@@ -45,7 +47,7 @@ class Row:
     @property
     def delta(self) -> float | None:
         """Change of the efficiency the verdict was decided on (local where the gate is local)."""
-        value, base = ((self.local_efficiency, self.baseline_local_efficiency) if self.gate == "local"
+        value, base = ((self.local_efficiency, self.baseline_local_efficiency) if self.gate in (LOCAL, AB)
                        else (self.efficiency, self.baseline_efficiency))
         if value is None or not base:
             return None
@@ -66,17 +68,43 @@ def load_baseline_file(path: Path) -> BaselineFile:
     return found
 
 
-def outcome_of(case: dict[str, Any], baseline: BaselineFile | None, overrides: Overrides = Overrides()) -> Outcome:
-    """The verdict of one result file, from its judge record."""
-    record = CaseRecord.from_dict(case.get("record") or {}, f"result file of {case.get('case_id', '?')}")
-    return judge(record, baseline, overrides)
+def record_of(case: dict[str, Any]) -> CaseRecord:
+    return CaseRecord.from_dict(case.get("record") or {}, f"result file of {case.get('case_id', '?')}")
+
+
+def outcome_of(case: dict[str, Any], baseline: BaselineFile | None, overrides: Overrides = Overrides(),
+               base: CaseRecord | None = None) -> Outcome:
+    """The verdict of one result file, from its judge record (against the base commit's record in an A/B run)."""
+    return judge(record_of(case), baseline, overrides, base=base)
+
+
+def base_records(cases: list[dict[str, Any]], base_cases: list[dict[str, Any]]) -> dict[str, CaseRecord]:
+    """Every case's record on the base commit of an A/B run; one the base did not produce is a failed record
+    (the judge calls that no-baseline: nothing to compare with)."""
+    theirs = {c["key"]: record_of(c) for c in base_cases if "key" in c}
+    return {c["key"]: theirs.get(c["key"]) or dataclasses.replace(
+        record_of(c), launches=(), failure="the base commit produced no result for this case") for c in cases}
+
+
+def base_info(base_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((Path(base_dir) / "commit.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def base_name(base_dir: Path) -> str:
+    info = base_info(base_dir)
+    if info.get("commit"):
+        return f"{info.get('ref', 'base')} ({info['commit'][:12]})"
+    return str(base_dir)
 
 
 def judge_case(case: dict[str, Any], baseline: BaselineFile | None, tolerance: float | None = None,
                noisy_limit: float = V.DEFAULT_NOISY_LIMIT, strict: bool = False,
-               require_baseline: bool = False) -> Row:
+               require_baseline: bool = False, base: CaseRecord | None = None) -> Row:
     outcome = outcome_of(case, baseline, Overrides(tolerance=tolerance, noisy_limit=noisy_limit, strict=strict,
-                                                   require_baseline=require_baseline))
+                                                   require_baseline=require_baseline), base)
     result = case.get("result") or {}
     peaks = [r.get("peak_memory_bytes", 0) for r in result.get("ranks", [])]
     wire = (case.get("resources") or {}).get("wire") or {}
@@ -97,7 +125,7 @@ def judge_case(case: dict[str, Any], baseline: BaselineFile | None, tolerance: f
 
 
 def _tolerance(baseline: BaselineFile | None, outcome: Outcome, override: float | None) -> float | None:
-    metric = "local_efficiency" if outcome.gate == "local" else "efficiency"
+    metric = "local_efficiency" if outcome.gate in (LOCAL, AB) else "efficiency"
     if override is not None:
         return override
     if outcome.tolerances.get("efficiency") is not None:
@@ -108,8 +136,11 @@ def _tolerance(baseline: BaselineFile | None, outcome: Outcome, override: float 
 
 def compare(cases: list[dict[str, Any]], baseline: BaselineFile | None, tolerance: float | None = None,
             noisy_limit: float = V.DEFAULT_NOISY_LIMIT, strict: bool = False,
-            require_baseline: bool = False) -> list[Row]:
-    return [judge_case(c, baseline, tolerance, noisy_limit, strict, require_baseline) for c in cases]
+            require_baseline: bool = False, base: list[dict[str, Any]] | None = None) -> list[Row]:
+    """Every case judged against ``baseline``, or, given ``base`` (an A/B run's base-commit cases), against those."""
+    theirs = base_records(cases, base) if base is not None else {}
+    return [judge_case(c, baseline, tolerance, noisy_limit, strict, require_baseline, theirs.get(c.get("key", "")))
+            for c in cases]
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
@@ -133,8 +164,9 @@ def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
     for r in rows:
         ci = "" if r.efficiency_low is None else (
             f" ({r.efficiency_low:.3f}–{_fmt(r.efficiency_high, '.3f')})")
-        gated = r.baseline_local_efficiency if r.gate == "local" else r.baseline_efficiency
-        base = "–" if gated is None else f"{gated:.3f}" + ("" if r.tolerance is None else f" ±{r.tolerance:.0%}")
+        gated = r.baseline_local_efficiency if r.gate in (LOCAL, AB) else r.baseline_efficiency
+        base = "–" if gated is None else f"{gated:.3f}" + ("" if r.tolerance is None else f" ±{r.tolerance:.0%}") + (
+            " (base commit)" if r.gate == AB else "")
         lines.append(f"| `{r.key}` | {_fmt(r.world_size, 'd')} | {_fmt(r.throughput, '.1f')} | "
                      f"{_fmt(r.efficiency, '.3f')}{ci} | {_fmt(r.local_efficiency, '.3f')} | {r.gate or '–'} | {base} | "
                      f"{_fmt(r.delta, '+.1%')} | {r.launches} | {_fmt(r.peak_mib, '.0f')} | "

@@ -6,10 +6,10 @@ efficiencies and of the sequential test: docs/gate.md.
 """
 
 from harness.judge.core import judge
-from harness.judge.outcome import (CLASSIC, FAILED, IMPROVED, LOCAL, NO_BASELINE, NOISY, NOT_MEANINGFUL, OK, REGRESSED,
+from harness.judge.outcome import (AB, CLASSIC, FAILED, IMPROVED, LOCAL, NO_BASELINE, NOISY, NOT_MEANINGFUL, OK, REGRESSED,
                                    SEVERITY, MetricVerdict, Outcome, Overrides)
 from harness.judge.record import CaseRecord, Conduct, LaunchRecord, launch_record, pooled_steps
 
-__all__ = ["CLASSIC", "FAILED", "IMPROVED", "LOCAL", "NO_BASELINE", "NOISY", "NOT_MEANINGFUL", "OK", "REGRESSED",
+__all__ = ["AB", "CLASSIC", "FAILED", "IMPROVED", "LOCAL", "NO_BASELINE", "NOISY", "NOT_MEANINGFUL", "OK", "REGRESSED",
            "SEVERITY", "CaseRecord", "Conduct", "LaunchRecord", "MetricVerdict", "Outcome", "Overrides", "judge",
            "launch_record", "pooled_steps"]

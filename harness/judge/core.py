@@ -20,41 +20,53 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 
 from harness import metrics, stats
 from harness import verdict as V
 from harness.baselines import BaselineFile
-from harness.judge import budgets, estimates, timing
-from harness.judge.outcome import SEVERITY, MetricVerdict, Outcome, Overrides
+from harness.judge import ab, budgets, estimates, timing
+from harness.judge.outcome import AB, LOCAL, SEVERITY, MetricVerdict, Outcome, Overrides
 from harness.judge.record import CaseRecord
 from harness.stats import Estimate
 
 
-def judge(record: CaseRecord, baseline: BaselineFile | None, overrides: Overrides = Overrides()) -> Outcome:
-    base = Outcome(case_id=record.case_id, key=record.key, status=V.FAILED, message="", launches=len(record.launches),
-                   oversubscribed=record.oversubscribed, tolerances=dict(record.tolerances))
+def judge(record: CaseRecord, baseline: BaselineFile | None, overrides: Overrides = Overrides(),
+          base: CaseRecord | None = None) -> Outcome:
+    """``base``: the same case's launches on the PR's base commit, measured in the same gate run (``ab.py``):
+    timing, memory, bytes and final loss are then judged against them; ``baseline`` only lends its spreads and
+    tolerances."""
+    outcome = Outcome(case_id=record.case_id, key=record.key, status=V.FAILED, message="",
+                      launches=len(record.launches), oversubscribed=record.oversubscribed,
+                      tolerances=dict(record.tolerances))
     if record.failure or not record.launches:
-        return dataclasses.replace(base, message=record.failure or f"{record.case_id}: no launch produced a result")
-    base = _estimates(record, base, baseline)
-    problems = tuple(dict.fromkeys([*record.problems, *budgets.final_loss(record, baseline)]))
+        return dataclasses.replace(outcome, message=record.failure or f"{record.case_id}: no launch produced a result")
+    if base is not None and (base.failure or not base.launches):
+        return dataclasses.replace(_estimates(record, outcome, baseline), status=V.NO_BASELINE,
+                                   message=f"the base commit has no result for {record.case_id}, nothing to compare "
+                                           f"with: {base.failure or 'no launch'} [{record.where}]")
+    outcome = _estimates(record, outcome, baseline, base)
+    budget = baseline if base is None else ab.as_baseline(base, baseline)  # memory, bytes, final loss
+    problems = tuple(dict.fromkeys([*record.problems, *budgets.final_loss(record, budget)]))
     if problems:  # a wrong fast run is not a pass: no performance verdict
-        return dataclasses.replace(base, problems=problems, message="\n".join(problems))
+        return dataclasses.replace(outcome, problems=problems, message="\n".join(problems))
     found: list[MetricVerdict] = []
-    found += budgets.memory(record, record.launches[0], baseline)
-    found += budgets.wire(record, record.launches[0], baseline)
+    found += budgets.memory(record, record.launches[0], budget)
+    found += budgets.wire(record, record.launches[0], budget)
     resources_regressed = any(v.status == V.REGRESSED for v in found)
     more, needs_reference, state, gate = 0, False, {}, ""
     if record.oversubscribed:
         found.append(MetricVerdict(metric="efficiency", status=V.NOT_MEANINGFUL, message=record.oversubscribed_why))
     elif record.reference_itself:  # measured against its own launches: nothing to judge but memory and bytes
-        known = baseline is not None and record.key in baseline.cases  # else --scaling-require-baseline fails it
+        known = base is not None or (baseline is not None and record.key in baseline.cases)  # else require-baseline fails
         found.append(MetricVerdict(metric="efficiency", status=V.NOT_MEANINGFUL if known else V.NO_BASELINE,
                                    message=f"the single-process reference: its efficiency is 1 by definition "
                                            f"[{record.where}]" if known else f"no baseline for {record.where}"))
     else:
-        decided = _timing(record, base, baseline, overrides)
+        decided = (ab.timing(record, base, baseline, overrides) if base is not None
+                   else _timing(record, outcome, baseline, overrides))
         gate, state = decided.gate, decided.sequential
-        found.append(MetricVerdict(metric="local_efficiency" if gate == "local" else "efficiency",
+        found.append(MetricVerdict(metric="local_efficiency" if gate in (LOCAL, AB) else "efficiency",
                                    status=decided.status, message=decided.message))
         if not resources_regressed:  # memory and bytes need no confirmation: decided already
             more, needs_reference = decided.next_launches, decided.needs_reference
@@ -62,7 +74,7 @@ def judge(record: CaseRecord, baseline: BaselineFile | None, overrides: Override
     status, message = _combine(found, overrides)
     if record.note:
         message = f"{message} [{record.note}]"
-    return dataclasses.replace(base, status=status, message=message, metrics=tuple(found), gate=gate,
+    return dataclasses.replace(outcome, status=status, message=message, metrics=tuple(found), gate=gate,
                                sequential=state, next_launches=more, needs_reference=needs_reference)
 
 
@@ -77,8 +89,10 @@ def _timing(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None,
     return timing.classic(record, stats.pooled_estimate(classic), classic, baseline, overrides)
 
 
-def _estimates(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None) -> Outcome:
-    """Both efficiencies of every launch, and the pooled figures the table and the records show."""
+def _estimates(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None,
+               base: CaseRecord | None = None) -> Outcome:
+    """Both efficiencies of every launch, and the pooled figures the table and the records show (against the
+    base commit's pooled local efficiency in an A/B run)."""
     classic = [estimates.classic(record, launch) for launch in record.launches]
     local = [estimates.local(launch) for launch in record.launches]
     values: dict = {}
@@ -96,8 +110,14 @@ def _estimates(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | No
                       local_ci=(pooled_local.low, pooled_local.high) if math.isfinite(pooled_local.high) else None)
     ref = budgets.reference(baseline, record, "efficiency")
     entry = timing.local_baseline(baseline, record)
+    base_local = float(entry["value"]) if entry else None
+    if base is not None:  # both sides as the A/B test sees them: geometric means over the rounds both measured
+        paired = ab.pairs(record, base)
+        base_local = math.exp(statistics.mean(math.log(b) for _, b in paired)) if paired else None
+        if paired:
+            values["local_efficiency"] = math.exp(statistics.mean(math.log(h) for h, _ in paired))
     return dataclasses.replace(outcome, baseline_efficiency=ref.value if ref else None,
-                               baseline_local_efficiency=float(entry["value"]) if entry else None, **values)
+                               baseline_local_efficiency=base_local, **values)
 
 
 def _throughput(record: CaseRecord) -> Estimate | None:

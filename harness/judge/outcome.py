@@ -14,6 +14,7 @@ OK, REGRESSED, IMPROVED, NOISY, NO_BASELINE, NOT_MEANINGFUL, FAILED = (
     V.OK, V.REGRESSED, V.IMPROVED, V.NOISY, V.NO_BASELINE, V.NOT_MEANINGFUL, V.FAILED)
 SEVERITY = (FAILED, REGRESSED, NOISY, IMPROVED, OK, NO_BASELINE, NOT_MEANINGFUL)  # worst first
 LOCAL, CLASSIC = "local", "classic"  # which efficiency decided the timing verdict (docs/gate.md)
+AB = "a/b"  # the local efficiency against the base commit's, measured in the same gate run (harness/judge/ab.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +40,7 @@ class Outcome:
     key: str
     status: str
     message: str
-    gate: str = ""  # LOCAL or CLASSIC: the efficiency the timing verdict was decided on
+    gate: str = ""  # LOCAL, CLASSIC or AB: the efficiency the timing verdict was decided on
     launches: int = 0
     # the reports' efficiency: against the separate single-process 1x1 launch (DESIGN.md)
     speedup: float | None = None

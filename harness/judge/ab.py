@@ -1,0 +1,129 @@
+"""A/B: a pull request's launches judged against its base commit's, measured in the same gate run, same machine.
+
+Why not a stored baseline (docs/detection.md, sixth set): on the 2-core VMs a case's local efficiency has a
+level of its own on every VM and day. fsdp-cnn-1x2 read 0.41 on one VM in 8 launches out of 8 against 0.467
+recorded from 20 rounds on another: a clean run 11% "below baseline", a certain false alarm for a gate that must
+catch 10%. Measuring the base commit in the same run removes that level, as ``asv continuous`` and Chromium's
+pinpoint do. ``python -m harness gate --base REF`` launches both commits in alternating order round by round
+(harness/gaterounds.py) and hands each case's two records to ``harness.judge.judge(..., base=...)``.
+
+The test: per round r, x_r = ln(L_head,r / L_base,r) of the two launches' local efficiencies; the sequential
+test of ``sequential.py`` on the ratios against 1 (no change) and 1 - detect, with no baseline error of its own
+(both sides are measured alike: M = infinity, no drift). Sigma of x_r: sqrt(2) times the spread of ln L between
+launches recorded for the case (``record-baselines``), else the median spread recorded for the profile's cases,
+else ``DEFAULT_SIGMA``; from ``OWN_SPREAD_ROUNDS`` rounds on, the rounds' own spread of x when it is larger
+(an estimate can only make the test more careful, never bolder).
+
+Memory, bytes on the wire and the final loss are judged against the base commit's first launch, with the stored
+baseline's tolerances where it has them (``as_baseline``): a PR that adds an all-reduce shows in its bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from harness import verdict as V
+from harness.baselines import BaselineFile
+from harness.judge import estimates, sequential
+from harness.judge.outcome import AB, Overrides
+from harness.judge.record import CaseRecord
+from harness.judge.timing import MIN_SIGMA_LAUNCHES, Timing
+
+DEFAULT_SIGMA = 0.05  # one launch's spread of ln(local efficiency) where nothing was recorded
+OWN_SPREAD_ROUNDS = 3
+DEFAULT_TOLERANCES = {"peak_memory_bytes": 0.25, "bytes_per_step": 0.05, "final_loss": 0.25}
+
+
+def sigma_prior(baseline: BaselineFile | None, key: str) -> tuple[float, str]:
+    """One launch's spread of ln(local efficiency), and where it comes from."""
+    recorded = {k: float(e["local_efficiency"]["sigma"]) for k, e in (baseline.cases if baseline else {}).items()
+                if isinstance(e.get("local_efficiency"), dict) and e["local_efficiency"].get("sigma")
+                and int(e["local_efficiency"].get("launches") or 0) >= MIN_SIGMA_LAUNCHES}
+    if key in recorded:
+        return recorded[key], f"recorded for {key}"
+    if recorded:
+        return statistics.median(recorded.values()), f"the median recorded for {len(recorded)} cases of the profile"
+    return DEFAULT_SIGMA, "a default: no spread recorded for this profile"
+
+
+def pairs(record: CaseRecord, base: CaseRecord) -> list[tuple[float, float]]:
+    """(head, base) local efficiency per round, in round order; rounds where either side has no pairs are left out."""
+    out = []
+    for head_launch, base_launch in zip(record.launches, base.launches):
+        head, other = estimates.local(head_launch), estimates.local(base_launch)
+        if head is not None and other is not None:
+            out.append((head.value, other.value))
+    return out
+
+
+def detect_of(record: CaseRecord, overrides: Overrides) -> float:
+    for value in (overrides.tolerance, record.conduct.tolerance, record.tolerances.get("efficiency")):
+        if value is not None and 0 < value < 1:
+            return value
+    return sequential.Design().detect
+
+
+def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, overrides: Overrides) -> Timing:
+    found_pairs = pairs(record, base)
+    if not found_pairs:
+        return Timing(gate=AB, status=V.NOT_MEANINGFUL,
+                      message=f"A/B compares the local efficiency: no round measured same-launch pairs on both "
+                              f"commits (--scaling-local-steps 0, or a replica that does not fit) [{record.where}]")
+    ratios = [h / b for h, b in found_pairs]
+    one, source = sigma_prior(baseline, record.key)
+    sigma = math.sqrt(2) * one
+    logs = [math.log(r) for r in ratios]
+    if len(logs) >= OWN_SPREAD_ROUNDS and statistics.stdev(logs) > sigma:
+        sigma, source = statistics.stdev(logs), f"the {len(logs)} rounds' own spread, above {source}"
+    detect, conduct = detect_of(record, overrides), record.conduct
+    design = sequential.Design(detect=detect, alpha=conduct.alpha, beta=conduct.beta, max_launches=conduct.max_launches)
+    found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
+    state = {"llr": round(found.llr, 3), "upper": round(found.upper, 3), "lower": round(found.lower, 3),
+             "change": round(found.change, 4), "sigma": round(found.sigma, 4), "sigma_source": source,
+             "detect": detect, "alpha": design.alpha, "beta": design.beta, "max_launches": design.max_launches,
+             "rounds": len(ratios)}
+    head = math.exp(statistics.mean(math.log(h) for h, _ in found_pairs))
+    other = math.exp(statistics.mean(math.log(b) for _, b in found_pairs))
+    over = (f"{len(ratios)} round{'s' if len(ratios) > 1 else ''} (head/base "
+            f"{', '.join(f'{h:.3f}/{b:.3f}' for h, b in found_pairs)})")
+    test = (f"A/B sequential test: a {detect:.0%} drop caught with probability {1 - design.beta:.0%}, false alarms "
+            f"{design.alpha:.0%}; paired spread ±{found.sigma:.1%}, {source}")
+    where = f"[{record.where}, A/B against the base commit]"
+    if found.status == sequential.REGRESSED:
+        return Timing(gate=AB, status=V.REGRESSED, sequential=state,
+                      message=f"local efficiency {head:.3f} is {-found.change:.1%} below the base commit's {other:.3f} "
+                              f"over {over}: a {detect:.0%} drop explains it better than no change ({test}) {where}")
+    if found.status == sequential.OK:
+        return Timing(gate=AB, status=V.OK, sequential=state,
+                      message=f"local efficiency {head:.3f} within the base commit's {other:.3f} ({found.change:+.1%} "
+                              f"over {over}; {test}) {where}")
+    more = len(ratios) < design.max_launches
+    tail = ("undecided, launching both again" if more else
+            f"still undecided between no change and a {detect:.0%} drop after the budget of {design.max_launches} "
+            f"rounds; raise --scaling-max-launches or rerun")
+    return Timing(gate=AB, status=V.NOISY, next_launches=1 if more else 0, sequential=state,
+                  message=f"local efficiency {head:.3f} vs the base commit's {other:.3f} ({found.change:+.1%} over "
+                          f"{over}): {tail} ({test}) {where}")
+
+
+def as_baseline(base: CaseRecord, stored: BaselineFile | None) -> BaselineFile:
+    """The base commit's first launch as a baseline entry for memory, bytes and final loss (the stored file's
+    tolerances where it has them), so ``budgets`` judges them exactly as it judges a stored baseline."""
+    first = base.launches[0]
+    kept = stored.cases.get(base.key, {}) if stored else {}
+
+    def tolerance(metric: str) -> float:
+        entry = kept.get(metric)
+        return float(entry["tolerance"]) if isinstance(entry, dict) and "tolerance" in entry else DEFAULT_TOLERANCES[metric]
+
+    entry: dict = {"steps": base.steps, "warmup": base.warmup}
+    if first.peak_memory_bytes:
+        entry.update(peak_memory_bytes={"value": list(first.peak_memory_bytes), "tolerance": tolerance("peak_memory_bytes")},
+                     memory_source=first.memory_source)
+    if first.bytes_per_step is not None:
+        entry["bytes_per_step"] = {"value": first.bytes_per_step, "tolerance": tolerance("bytes_per_step")}
+    if first.final_loss is not None and math.isfinite(first.final_loss):
+        entry["final_loss"] = {"value": first.final_loss, "tolerance": tolerance("final_loss")}
+    return BaselineFile(path=Path("<the base commit>"), profile=base.profile, fingerprint={}, cases={base.key: entry})
