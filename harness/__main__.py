@@ -1,9 +1,10 @@
 """scalegate's commands on a finished run (a directory under results/, e.g. results/latest).
 
     python -m harness compare results/latest [--baseline baselines/<profile>.json] [--json out.json]
+    python -m harness compare results/gate/latest --base-run results/gate/latest/base   # an A/B gate run
     python -m harness report results/latest [--out results/latest/report]
     python -m harness update-baselines RUN [RUN ...] [--baseline-dir baselines] [--tolerance 0.1]
-    python -m harness gate [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]
+    python -m harness gate [--base REF] [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]
     python -m harness record-baselines --rounds N [pytest args]   # launches spread in time (harness/rounds.py)
 
 compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with
@@ -45,8 +46,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     cases = _cases(args.run)
     baseline = _baseline(cases, args.baseline, args.baseline_dir)
-    rows = compare.compare(cases, baseline, args.tolerance, strict=args.strict, require_baseline=args.require_baseline)
-    title = f"{Path(args.run).resolve().name} vs {baseline.path if baseline else 'no baseline for ' + cases[0].get('profile', '?')}"
+    base = runfiles.load_run(Path(args.base_run)) if args.base_run else None
+    rows = compare.compare(cases, baseline, args.tolerance, strict=args.strict, require_baseline=args.require_baseline,
+                           base=base)
+    against = (compare.base_name(Path(args.base_run)) + " (A/B)" if args.base_run else
+               baseline.path if baseline else "no baseline for " + cases[0].get("profile", "?"))
+    title = f"{Path(args.run).resolve().name} vs {against}"
     text = compare.markdown(rows, title, args.strict)
     print(text, end="")
     if args.markdown:
@@ -119,6 +124,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--strict", "--scaling-strict", action="store_true", help="a noisy case fails too")
     c.add_argument("--require-baseline", "--scaling-require-baseline", action="store_true",
                    help="a case without a baseline fails too")
+    c.add_argument("--base-run", help="A/B: judge RUN against this run of the base commit (an A/B gate writes it to "
+                                      "RUN/base); the baseline file then lends only its spreads and tolerances")
     c.set_defaults(func=cmd_compare)
     r = sub.add_parser("report", help="PNG plots and a markdown page for a run")
     r.add_argument("run")

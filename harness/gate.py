@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import baselines, compare, gaterounds, runfiles
+from harness import baselines, compare, gaterounds, runfiles, worktree
 from harness.errors import ScalegateError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,12 +44,15 @@ SETTINGS = ["--scaling-require-baseline", "--scaling-tolerance", "0.1", "--scali
 TESTS = ["scaling_tests/test_scaling.py", "scaling_tests/test_parity.py"]
 
 
+# A/B (--base): no stored baseline is required (the base commit is measured), the same drop and budget in rounds.
+AB_SETTINGS = ["--scaling-tolerance", "0.1", "--scaling-max-launches", "8"]
 MAX_LAUNCHES = int(SETTINGS[SETTINGS.index("--scaling-max-launches") + 1])
 
 
-def pytest_argv(user_args: list[str], results_dir: Path, tests: list[str] = TESTS) -> list[str]:
+def pytest_argv(user_args: list[str], results_dir: Path, tests: list[str] = TESTS,
+                settings: list[str] = SETTINGS) -> list[str]:
     """The suite's command: canaries and settings first, the user's arguments last (argparse: the last one wins)."""
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *tests, *CANARY, *SETTINGS,
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *tests, *CANARY, *settings,
             "--scaling-results-dir", str(results_dir), *user_args]
 
 
@@ -79,21 +82,28 @@ def _parity_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def judge_run(run_dir: Path, baseline_dir: Path | None = None) -> tuple[int, str, dict]:
-    """(exit code, markdown, json) for a finished run, through the one judge."""
+def judge_run(run_dir: Path, baseline_dir: Path | None = None, base_dir: Path | None = None) -> tuple[int, str, dict]:
+    """(exit code, markdown, json) for a finished run, through the one judge; ``base_dir``: the base commit's
+    merged cases of an A/B run, which the run is judged against (the stored baseline then lends its spreads)."""
     cases = runfiles.load_run(run_dir)
     parity = _parity_rows(run_dir)
     if not cases and not parity:
         raise ScalegateError(f"{run_dir} holds no case results", "check the selection (-k, --scaling-*) selects cases")
     profile = (cases[0].get("profile") if cases else None) or "?"
     baseline = baselines.load(baseline_dir or ROOT / "baselines", profile)
-    rows = compare.compare(cases, baseline, require_baseline=True)
-    title = f"PR gate: {run_dir.name} vs {baseline.path if baseline else 'no baseline for ' + profile}"
+    if base_dir is None:
+        rows = compare.compare(cases, baseline, require_baseline=True)
+        title = f"PR gate: {run_dir.name} vs {baseline.path if baseline else 'no baseline for ' + profile}"
+    else:
+        rows = compare.compare(cases, baseline, base=runfiles.load_run(base_dir))
+        title = f"PR gate (A/B): {run_dir.parent.name} against {compare.base_name(base_dir)}, measured in the same run"
     text = compare.markdown(rows, title) + _parity_markdown(parity)
     failed = any(r.failed() for r in rows) or any(p.get("problems") for p in parity)
     data = compare.to_json(rows, str(run_dir), baseline)
     data["parity"] = [{"case_id": p["case_id"], "problems": p.get("problems") or [], "status": p.get("status"),
                        "ratio": p.get("ratio"), "launches": p.get("launches", 1)} for p in parity]
+    if base_dir is not None:
+        data["base"] = compare.base_info(base_dir)
     return (EXIT_REGRESSION if failed else EXIT_OK), text, data
 
 
@@ -108,17 +118,20 @@ def _baseline_dir(user_args: list[str]) -> Path | None:
 
 def main(args: argparse.Namespace, user_args: list[str]) -> int:
     results_dir = Path(args.results_dir)
+    base_dir = None
     try:
-        if gaterounds.multi_node_slurm():  # every node's agent takes part in each launch: in-session relaunches
+        if args.base:
+            run_dir, base_dir, codes = _ab(args.base, user_args, results_dir)
+        elif gaterounds.multi_node_slurm():  # every node's agent takes part in each launch: in-session relaunches
             run_dir, codes = _in_session(user_args, results_dir)
             if run_dir is None:  # a node other than 0: node 0 judges and prints
                 return EXIT_OK if codes == [0] else EXIT_REGRESSION
         else:
             run_dir, codes = _in_rounds(user_args, results_dir)
+        code, text, data = judge_run(run_dir, _baseline_dir(user_args), base_dir)
     except ScalegateError as exc:
         print(f"error: {exc.message}" + (f"\nHINT: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         return EXIT_BAD_INPUT
-    code, text, data = judge_run(run_dir, _baseline_dir(user_args))
     print(text, end="")
     if args.markdown:
         Path(args.markdown).write_text(text)
@@ -137,32 +150,81 @@ def _in_session(user_args: list[str], results_dir: Path) -> tuple[Path | None, l
     return gaterounds.check_run(done.returncode, results_dir, "the gate"), [done.returncode]
 
 
-def _in_rounds(user_args: list[str], results_dir: Path) -> tuple[Path, list[int]]:
-    """Parity in a session of its own, then the scaling cases in rounds (harness/gaterounds.py)."""
-    gate_dir = results_dir / time.strftime("gate-%Y%m%d-%H%M%S")
-    parity_done = subprocess.run(pytest_argv(user_args, gate_dir / "parity", TESTS[1:]), cwd=ROOT, env=dict(os.environ))
-    parity_run = None if parity_done.returncode == 5 else gaterounds.check_run(  # 5: the selection has no parity case
-        parity_done.returncode, gate_dir / "parity", "the gate's parity session")
-    baseline_dir = _baseline_dir(user_args) or ROOT / "baselines"
+def _parity(user_args: list[str], gate_dir: Path, tree: Path) -> tuple[Path | None, int]:
+    """Parity in a session of its own (both front ends interleaved in each launch: no base needed)."""
+    done = subprocess.run(pytest_argv(user_args, gate_dir / "parity", TESTS[1:]), cwd=tree, env=dict(os.environ))
+    if done.returncode == 5:  # the selection has no parity case
+        return None, 0
+    return gaterounds.check_run(done.returncode, gate_dir / "parity", "the gate's parity session"), done.returncode
 
-    def undecided(cases: list[dict]) -> list[str]:
-        baseline = baselines.load(baseline_dir, cases[0].get("profile", "?")) if cases else None
-        return [f"[{c['case_id']}]" for c in cases if compare.outcome_of(c, baseline).next_launches]
 
+def _rounds(sides: list[gaterounds.Side], user_args: list[str], gate_dir: Path, undecided, parity_run: Path | None,
+            budget: int) -> tuple[dict[str, list[dict]], list[int]]:
     try:
-        cases, codes = gaterounds.run(lambda extra, where: pytest_argv(extra, where, TESTS[:1]), user_args, gate_dir,
-                                      ROOT, undecided, gaterounds.budget_of([*SETTINGS, *user_args], MAX_LAUNCHES))
+        return gaterounds.run(sides, user_args, gate_dir, undecided, budget)
     except ScalegateError as exc:
         if parity_run is None or "exit code 5" not in exc.message:
             raise
-        cases, codes = [], []  # the selection holds parity cases only
-    codes.append(parity_done.returncode if parity_run is not None else 0)
-    return gaterounds.write_merged(gate_dir, cases, parity_run, results_dir), codes
+        return {side.name: [] for side in sides}, []  # the selection holds parity cases only
+
+
+def _in_rounds(user_args: list[str], results_dir: Path) -> tuple[Path, list[int]]:
+    """Parity, then the scaling cases in rounds against the stored baselines (harness/gaterounds.py)."""
+    gate_dir = results_dir / time.strftime("gate-%Y%m%d-%H%M%S")
+    parity_run, parity_code = _parity(user_args, gate_dir, ROOT)
+    baseline_dir = _baseline_dir(user_args) or ROOT / "baselines"
+
+    def undecided(merged: dict[str, list[dict]]) -> list[str]:
+        cases = merged["head"]
+        baseline = baselines.load(baseline_dir, cases[0].get("profile", "?")) if cases else None
+        return [f"[{c['case_id']}]" for c in cases if compare.outcome_of(c, baseline).next_launches]
+
+    head = gaterounds.Side(name="head", tree=ROOT, argv=lambda extra, where: pytest_argv(extra, where, TESTS[:1]))
+    merged, codes = _rounds([head], user_args, gate_dir, undecided, parity_run,
+                            gaterounds.budget_of([*SETTINGS, *user_args], MAX_LAUNCHES))
+    return gaterounds.write_merged(gate_dir, merged["head"], parity_run, results_dir), [*codes, parity_code]
+
+
+def _ab(ref: str, user_args: list[str], results_dir: Path) -> tuple[Path, Path, list[int]]:
+    """The working tree against ``ref``, both launched in every round (harness/judge/ab.py)."""
+    if gaterounds.multi_node_slurm():
+        raise ScalegateError("--base runs its rounds on one node; this allocation has several",
+                             "run the A/B gate in a one-node allocation (sbatch -N1), or drop --base on dedicated "
+                             "multi-node hardware, where the stored baselines hold (docs/gate.md)")
+    head_tree = worktree.toplevel(Path.cwd())
+    gate_dir = (results_dir / time.strftime("gate-%Y%m%d-%H%M%S")).resolve()
+    baseline_dir = _baseline_dir(user_args) or ROOT / "baselines"
+    # The sessions measure; the gate judges, base against head. A stored baseline in a session would judge its
+    # launches against another machine's level (and relaunch on its own): each session gets an empty directory.
+    empty = gate_dir / "no-baselines"
+
+    def argv(extra: list[str], where: Path) -> list[str]:
+        return [*pytest_argv([*AB_SETTINGS, *extra], where, TESTS[:1], settings=[]), "--scaling-baseline-dir", str(empty)]
+
+    def undecided(merged: dict[str, list[dict]]) -> list[str]:
+        cases = merged["head"]
+        stored = baselines.load(baseline_dir, cases[0].get("profile", "?")) if cases else None
+        theirs = compare.base_records(cases, merged["base"])
+        return [f"[{c['case_id']}]" for c in cases if compare.outcome_of(c, stored, base=theirs[c["key"]]).next_launches]
+
+    with worktree.checkout(head_tree, ref, gate_dir / "base-tree") as base:
+        print(f"gate: A/B, {head_tree} against {ref} ({base.commit[:12]}), both launched in every round", flush=True)
+        parity_run, parity_code = _parity(user_args, gate_dir, head_tree)
+        sides = [gaterounds.Side(name="base", tree=base.path, argv=argv),
+                 gaterounds.Side(name="head", tree=head_tree, argv=argv)]
+        merged, codes = _rounds(sides, user_args, gate_dir, undecided, parity_run,
+                                gaterounds.budget_of([*AB_SETTINGS, *user_args], MAX_LAUNCHES))
+    run_dir = gaterounds.write_merged(gate_dir, merged["head"], parity_run, results_dir, base_cases=merged["base"],
+                                      base={"ref": ref, "commit": base.commit})
+    return run_dir, run_dir / "base", [*codes, parity_code]
 
 
 def add_parser(sub) -> None:
     g = sub.add_parser("gate", help="the PR gate: run the canary cases with the shipped settings, judge, print the table",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("--base", metavar="REF",
+                   help="A/B: also launch the canaries on this commit (e.g. origin/main) in every round, and judge "
+                        "the working tree against it instead of the stored baselines (docs/gate.md)")
     g.add_argument("--results-dir", default="results/gate", help="where the gate's runs go (default: %(default)s)")
     g.add_argument("--markdown", help="also write the table to this file (a PR comment)")
     g.add_argument("--json", help="also write the verdicts as JSON to this file")

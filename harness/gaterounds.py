@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -79,33 +80,43 @@ def budget_of(user_args: list[str], default: int) -> int:
     return found
 
 
-def run(argv_for: Callable[[list[str], Path], list[str]], user_args: list[str], gate_dir: Path, root: Path,
-        undecided: Callable[[list[dict[str, Any]]], list[str]], budget: int) -> tuple[list[dict[str, Any]], list[int]]:
-    """Rounds until no case is undecided or the budget is spent: (the merged cases, every round's pytest exit code).
+@dataclass(frozen=True, kw_only=True)
+class Side:
+    """One commit's sessions: they run in its checkout (its harness, workloads and tests), one per round."""
 
-    ``argv_for(args, round_dir)`` builds a round's pytest command over the scaling tests; ``undecided(merged
-    cases)`` names the case ids whose verdict wants another launch."""
-    rounds: list[list[dict[str, Any]]] = []
+    name: str  # "head" (the working tree) or "base" (the PR's base commit, harness/worktree.py)
+    tree: Path
+    argv: Callable[[list[str], Path], list[str]]  # (pytest arguments, the round's results dir) -> the command
+
+
+def run(sides: list[Side], user_args: list[str], gate_dir: Path, undecided: Callable[[dict[str, list[dict[str, Any]]]], list[str]],
+        budget: int) -> tuple[dict[str, list[dict[str, Any]]], list[int]]:
+    """Rounds until no case is undecided or the budget is spent: (every side's merged cases, the head's pytest
+    exit codes). With two sides (A/B) each round launches both, in alternating order, so neither commit always
+    runs first after the pause; ``undecided(merged)`` names the case ids that want another round."""
+    rounds: dict[str, list[list[dict[str, Any]]]] = {side.name: [] for side in sides}
     codes: list[int] = []
     selection: list[str] = []
-    cases: list[dict[str, Any]] = []
+    merged: dict[str, list[dict[str, Any]]] = {}
     for n in range(1, budget + 1):
         started = time.monotonic()
-        round_dir = gate_dir / f"round-{n:02d}"
         extra = ["-k", " or ".join(selection)] if n > 1 else []  # later rounds: only the undecided cases
-        done = subprocess.run(argv_for([*user_args, *extra, "--scaling-max-launches", "1"], round_dir), cwd=root,
-                              env=dict(os.environ))
-        latest = check_run(done.returncode, round_dir, f"round {n} of the gate")
-        codes.append(done.returncode)
-        rounds.append(runfiles.load_run(latest))
-        cases = merge(rounds, budget)
-        selection = undecided(cases)
+        for side in (sides if n % 2 else sides[::-1]):
+            where = gate_dir / f"round-{n:02d}" / (side.name if len(sides) > 1 else "")
+            done = subprocess.run(side.argv([*user_args, *extra, "--scaling-max-launches", "1"], where), cwd=side.tree,
+                                  env=dict(os.environ))
+            what = f"round {n} of the gate" + (f" ({side.name} commit)" if len(sides) > 1 else "")
+            rounds[side.name].append(runfiles.load_run(check_run(done.returncode, where, what)))
+            if side.name == sides[-1].name:  # the commit under test; the base's failures show as its missing cases
+                codes.append(done.returncode)
+        merged = {name: merge(found, budget) for name, found in rounds.items()}
+        selection = undecided(merged)
         print(f"gate: round {n} done in {time.monotonic() - started:.0f}s; "
               f"{'undecided: ' + ', '.join(selection) if selection else 'every case decided'}", flush=True)
         if not selection or n == budget:
             break
         time.sleep(max(0.0, ROUND_GAP_S - (time.monotonic() - started)))
-    return cases, codes
+    return merged, codes
 
 
 def check_run(returncode: int, run_dir: Path, what: str) -> Path:
@@ -119,16 +130,23 @@ def check_run(returncode: int, run_dir: Path, what: str) -> Path:
     return latest.resolve()
 
 
-def write_merged(gate_dir: Path, cases: list[dict[str, Any]], parity_run: Path | None, results_dir: Path) -> Path:
-    """The gate's run directory: the merged cases, parity's results, ``results_dir/latest`` pointing at it."""
+def write_merged(gate_dir: Path, cases: list[dict[str, Any]], parity_run: Path | None, results_dir: Path,
+                 base_cases: list[dict[str, Any]] | None = None, base: dict[str, str] | None = None) -> Path:
+    """The gate's run directory: the merged cases, parity's results, an A/B run's base commit's merged cases in
+    ``base/`` (with ``base/commit.json``), and ``results_dir/latest`` pointing at it."""
     merged_dir = gate_dir / "merged"
     merged_dir.mkdir(parents=True, exist_ok=True)
     for case in cases:
         atomic.write_json(merged_dir / f"{case['case_id']}.json", case)
+    if base_cases is not None:
+        (merged_dir / "base").mkdir(exist_ok=True)
+        for case in base_cases:
+            atomic.write_json(merged_dir / "base" / f"{case['case_id']}.json", case)
+        (merged_dir / "base" / "commit.json").write_text(json.dumps(base or {}, indent=2) + "\n")
     if parity_run is not None and (parity_run / "parity").is_dir():
         shutil.copytree(parity_run / "parity", merged_dir / "parity", dirs_exist_ok=True)
     (merged_dir / "rounds.json").write_text(json.dumps(
-        sorted(str(p) for p in gate_dir.glob("round-*/latest")), indent=2) + "\n")
+        sorted(str(p) for p in gate_dir.glob("round-*/**/latest")), indent=2) + "\n")
     latest = results_dir / "latest"
     if latest.is_symlink() or latest.exists():
         latest.unlink()

@@ -129,9 +129,71 @@ def test_the_gate_command_fails_a_slowdown_applied_from_outside(tmp_path, suite)
     again = subprocess.run([sys.executable, "-m", "harness", "compare", str(tmp_path / "gate" / "latest"),
                             "--baseline-dir", str(bases), "--require-baseline"], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 1 and "❌ regressed" in again.stdout  # compare re-judges the gate's merged record
-    clean = gate(tmp_path, *GATE_CASE, "--scaling-baseline-dir", str(bases))
-    assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "**PASS**" in (tmp_path / "gate.md").read_text()
+
+
+# A pull request that slows DDP: a commit of a throwaway copy of this repository makes every DDP step wait on the
+# host, as a synchronous check added to the training step would. The base commit is the same tree without it.
+SLOW_COMMIT = ("harness/strategies/ddp.py", "        loss = loss_fn(self.wrapped(inputs), targets)\n",
+               "        __import__('time').sleep(0.012)  # the PR's synchronous host-side check\n")
+
+
+def throwaway_repo(where):
+    """This checkout's files (tracked and untracked-but-not-ignored) as a fresh repository of two commits:
+    the base, and a head that slows DDP's step."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (where / name).parent.mkdir(parents=True, exist_ok=True)
+            (where / name).write_bytes((ROOT / name).read_bytes())
+    git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=where,
+                                       check=True, capture_output=True)
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    path, line, added = SLOW_COMMIT
+    source = (where / path).read_text()
+    assert line in source, "the DDP strategy changed: update SLOW_COMMIT"
+    (where / path).write_text(source.replace(line, added + line))
+    git("commit", "-qam", "head: a synchronous check in DDP's step")
+    return where
+
+
+def test_the_ab_gate_fails_a_commit_that_slows_ddp_and_passes_the_same_commit(tmp_path):
+    repo = throwaway_repo(tmp_path / "repo")
+    args = ["-k", "ddp-cnn-1x2 or single-cnn-1x1", "--scaling-strategies", "single,ddp", "--scaling-steps", "10",
+            "--scaling-warmup", "2", "--scaling-local-steps", "20"]
+
+    def ab(base: str, *extra: str):
+        return subprocess.run([sys.executable, "-m", "harness", "gate", "--base", base, "--results-dir",
+                               str(tmp_path / "gate"), "--markdown", str(tmp_path / "gate.md"), *args, *extra],
+                              cwd=repo, capture_output=True, text=True, timeout=900)
+
+    slow = ab("HEAD~1")
+    assert slow.returncode == 1, slow.stdout[-4000:] + slow.stderr[-4000:]
+    table = (tmp_path / "gate.md").read_text()
+    assert table.startswith("### scalegate: PR gate (A/B):") and "against HEAD~1 (" in table and "**FAIL**" in table
+    assert "| a/b |" in table and "(base commit)" in table and "❌ regressed" in table
+    assert "below the base commit's" in table and "a 10% drop explains it better than no change" in table
+    assert "gate: A/B," in slow.stdout and "gate: round 2 done" in slow.stdout  # a drop is confirmed by a second round
+    # both commits ran in every round, in alternating order; the base's checkout is gone afterwards
+    latest = tmp_path / "gate" / "latest"
+    assert json.loads((latest / "ddp-cnn-1x2.json").read_text())["launches"] == len(
+        json.loads((latest / "base" / "ddp-cnn-1x2.json").read_text())["record"]["launches"]) >= 2
+    assert not list((tmp_path / "gate").glob("gate-*/base-tree")) and "base-tree" not in subprocess.run(
+        ["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    again = subprocess.run([sys.executable, "-m", "harness", "compare", str(latest), "--base-run", str(latest / "base")],
+                           cwd=repo, capture_output=True, text=True)
+    assert again.returncode == 1 and "❌ regressed" in again.stdout and "(A/B)" in again.stdout  # the same judge
+    same = ab("HEAD", "--scaling-max-launches", "3")  # A/A: the head against itself, within a short budget
+    assert same.returncode == 0, same.stdout[-4000:] + same.stderr[-4000:]
+    assert "regressed" not in (tmp_path / "gate.md").read_text()
+
+
+def test_the_ab_gate_refuses_an_unknown_base(tmp_path):
+    bad = gate(tmp_path, "--base", "no-such-ref")
+    assert bad.returncode == 2 and "--base 'no-such-ref' is not a commit of" in bad.stderr and "HINT: fetch it" in bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 def test_the_gate_command_exits_2_on_bad_input(tmp_path):
