@@ -76,15 +76,8 @@ def collect(args: argparse.Namespace) -> None:
     agents = warm.pool(log_dir=Path(args.work))
     try:
         for rep in range(args.reps):
-            todo = ([("single", 0.0)] if args.reference else []) + [
-                (s, d) for s in args.strategies for d in args.slowdowns]
-            # slow drift of the machine must not line up with one condition: shuffled, but grouped by the warm
-            # agent a case needs (DeepSpeed, Lightning preloaded or not), in a random group order, so the agent
-            # is not restarted between every two launches
-            groups = sorted({warm.modules_for(spec_for(s, 0.0)) for s, _ in todo}, key=lambda _: rng.random())
-            rng.shuffle(todo)
-            todo.sort(key=lambda c: groups.index(warm.modules_for(spec_for(c[0], 0.0))))
-            for strategy, slowdown in todo:
+            todo = _ab_order(args, rep, rng) if args.ab else _shuffled(args, rng)
+            for strategy, slowdown, side in todo:
                 spec = spec_for(strategy, slowdown)
                 started = time.perf_counter()
                 try:
@@ -98,14 +91,14 @@ def collect(args: argparse.Namespace) -> None:
                 if strategy == PARITY:  # the companion's steps ride in the pairs' place: (fabric, ddp) step i
                     launch = dataclasses.replace(launch, pair_step_times_s=tuple(result.step_times_s),
                                                  local_step_times_s=tuple(result.companion_step_times_s))
-                row = {"tag": args.tag, "rep": rep, "strategy": strategy, "slowdown": slowdown,
+                row = {"tag": args.tag, "rep": rep, "strategy": strategy, "slowdown": slowdown, "side": side,
                        "global_batch": spec.global_batch_size, "world_size": spec.world_size,
                        "launch": {k: list(v) if isinstance(v, tuple) else v for k, v in launch.__dict__.items()},
                        "wall_s": time.perf_counter() - started, "load1": os.getloadavg()[0], "time": time.time()}
                 with out.open("a") as handle:
                     handle.write(json.dumps(row) + "\n")
                 local = estimates.local(launch)
-                print(f"{args.tag}{rep} {spec.case_id:22} slowdown {slowdown:<5g} median step "
+                print(f"{args.tag}{rep} {side:4} {spec.case_id:22} slowdown {slowdown:<5g} median step "
                       f"{statistics.median(launch.step_times_s) * 1e3:6.1f} ms, local eff "
                       f"{local.value if local else float('nan'):.3f}, wall {row['wall_s']:.1f}s, "
                       f"load {row['load1']:.2f}", flush=True)
@@ -113,11 +106,36 @@ def collect(args: argparse.Namespace) -> None:
         agents.close()
 
 
+def _shuffled(args: argparse.Namespace, rng: random.Random) -> list[tuple[str, float, str]]:
+    """Every condition once. Slow drift of the machine must not line up with one condition: shuffled, but grouped by
+    the warm agent a case needs (DeepSpeed, Lightning preloaded or not), in a random group order, so the agent is
+    not restarted between every two launches."""
+    todo = ([("single", 0.0, "head")] if args.reference else []) + [
+        (s, d, "head") for s in args.strategies for d in args.slowdowns]
+    groups = sorted({warm.modules_for(spec_for(s, 0.0)) for s, _, _ in todo}, key=lambda _: rng.random())
+    rng.shuffle(todo)
+    todo.sort(key=lambda c: groups.index(warm.modules_for(spec_for(c[0], 0.0))))
+    return todo
+
+
+def _ab_order(args: argparse.Namespace, rep: int, rng: random.Random) -> list[tuple[str, float, str]]:
+    """One round of the A/B gate (``gate --base``): every case clean on the base side, then clean and slowed on the
+    head side (their order drawn), the sides in alternating order by round as the gate runs them; parity (which
+    pairs its own front ends) and the reference with the head."""
+    cases = [s for s in args.strategies if s != PARITY]
+    base = [(s, 0.0, "base") for s in cases]
+    head = [(s, d, "head") for s in cases for d in sorted(args.slowdowns, key=lambda _: rng.random())]
+    head = ([("single", 0.0, "head")] if args.reference else []) + head + [
+        (PARITY, d, "head") for d in args.slowdowns if PARITY in args.strategies]
+    return base + head if rep % 2 == 0 else head + base
+
+
 def _rows(path: Path) -> list[dict]:
     rows = []
     for line in path.read_text().splitlines():
         row = json.loads(line)
         row["launch"] = LaunchRecord(**{k: tuple(v) if isinstance(v, list) else v for k, v in row["launch"].items()})
+        row.setdefault("side", "head")
         rows.append(row)
     return rows
 
@@ -323,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--out", default="results/detection.jsonl")
     c.add_argument("--work", default="results/detection-runs")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--ab", action="store_true", help="rounds as `gate --base` runs them: a clean base launch of every "
+                                                     "case beside the head's clean and slowed ones (detection_ab.py)")
     r = sub.add_parser("replay", help="replay the shipped gate over the collected launches")
     r.add_argument("data")
     r.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
