@@ -176,7 +176,7 @@ def test_the_record_survives_its_result_file(baseline):
 def test_pytest_and_compare_give_identical_verdicts(tmp_path, suite):
     """The same records through the pytest session and through `python -m harness compare`."""
     bases = tmp_path / "baselines"
-    common = ["--scaling-models", "cnn", "--scaling-strategies", "single,ddp,fsdp", "--scaling-topologies", "1x1,1x2",
+    common = ["--scaling-models", "cnn", "--scaling-strategies", "single,ddp,fsdp",  # the default matrix: single on 1x1, the others on 1x2
               "--scaling-steps", "8", "--scaling-warmup", "2", "--scaling-baseline-dir", str(bases),
               "--scaling-results-dir", str(tmp_path / "results")]
     first = suite(*common, "--scaling-update-baselines", "--scaling-launches", "3")
