@@ -281,5 +281,14 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         wall_s=time.perf_counter() - started, grad_check=check or None,
         memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
         state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
-        wire=wire.result(spec.steps), extra=extra, **series,
+        wire=wire.result(spec.steps), extra=extra, **series, **_promises(strategy, ctx),
     )
+
+
+def _promises(strategy, ctx: RankContext) -> dict[str, Any]:
+    """What the strategy promises, for the launching side's sharding and wire gates: reported by the ranks so
+    that side never imports strategy code (DESIGN.md: it never imports the worker side)."""
+    factor = strategy.wire_factor
+    if isinstance(factor, dict):  # by backend: NCCL on CUDA ranks, gloo elsewhere
+        factor = factor.get("nccl" if ctx.device.type == "cuda" else "gloo")
+    return {"shards": list(strategy.shards), "shard_granularity": strategy.shard_granularity, "wire_factor": factor}
