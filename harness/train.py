@@ -198,11 +198,12 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
     started = time.perf_counter()
     beat(-1, "build")
-    workload = fixtures.get(spec.model)(spec.preset, spec.seed, data_dir, dims=spec.dims)
+    # a user's workload is imported here from the spec's reference and directories (fixtures/loader.py)
+    workload = fixtures.resolve(spec)(spec.preset, spec.seed, data_dir, dims=spec.dims)
     torch.manual_seed(spec.seed)  # identical initial weights on every rank and in the reference
     model = workload.build_model()
     reference = Reference(model, spec, ctx.device, workload.loss) if spec.grad_check else None
-    strategy = strategies.get(spec.strategy)(ctx, spec)
+    strategy = strategies.get(spec.strategy)(ctx, spec, workload=workload)  # its FSDP units, pipeline cuts
     beat(-1, "setup")
     full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
     strategy.setup(model, make_optimizer_factory(spec))
