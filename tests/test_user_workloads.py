@@ -228,6 +228,11 @@ def test_a_class_defined_inside_a_function_is_refused_with_the_fix(pytester):
     _assert_error(_run(pytester, "--co"), "cannot be imported by name in the ranks", "top level of a module")
 
 
+def test_a_class_defined_in_a_conftest_is_refused_with_the_fix(pytester):
+    pytester.makeconftest(workload_module() + "\n\ndef pytest_scaling_workloads():\n    return [MyW]\n")
+    _assert_error(_run(pytester, "--co"), "MyW is defined in a conftest.py", "a module of its own")
+
+
 def test_a_missing_preset_names_the_workload_and_the_option(pytester):
     pytester.makepyfile(my_workloads=workload_module(presets='{"small": Preset(micro_batch=8)}'))
     result = _run(pytester, "--co", "--scaling-models", "my_workloads:MyW", "--scaling-preset", "tiny")
