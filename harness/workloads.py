@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from harness.errors import SpecError
 
@@ -49,23 +49,14 @@ class Catalog:
     def __init__(self, search_paths: Sequence[str] = ()) -> None:
         self.search_paths = tuple(dict.fromkeys(search_paths))  # where import paths are looked up: the rootdir
         self._entries: dict[str, Registered] = {n: Registered(name=n) for n in _fixtures().names()}
-        self._classes: dict[str, "type[Workload]"] = {}
+        self._classes: dict[str, "type[Workload]"] = {}  # the registered ones (built-ins load lazily)
 
     def names(self) -> list[str]:
         return list(self._entries)
 
-    def entry(self, name: str) -> Registered:
-        return self._entries[name]
-
     def registered(self) -> tuple[Registered, ...]:
         """The workloads that are not built in."""
         return tuple(e for e in self._entries.values() if e.ref)
-
-    def workload(self, name: str) -> "type[Workload]":
-        if name not in self._classes:
-            entry = self._entries[name]
-            self._classes[name] = _fixtures().load(entry.ref or name, entry.import_paths, where=entry.source)
-        return self._classes[name]
 
     def add_class(self, cls: Any, source: str) -> Registered:
         """Register a class the pytest side holds (a hook returned it)."""
@@ -105,7 +96,9 @@ class Catalog:
     def _add(self, cls: "type[Workload]", entry: Registered) -> Registered:
         known = self._entries.get(entry.name)
         if known is not None:
-            if self.workload(entry.name) is cls:  # the same class again (a hook and an option): one workload
+            same = (self._classes.get(entry.name) is cls if known.ref else  # a built-in, compared without importing it
+                    f"{cls.__module__}:{cls.__qualname__}" == _fixtures().BUILTIN[entry.name])
+            if same:  # the same class again (a hook and an option, or fixtures.cnn:CNN): one workload
                 return known
             what = "a built-in workload" if not known.ref else f"the workload registered by {known.source}"
             raise SpecError(f"{entry.source}: workload name {entry.name!r} is already taken by {what}",
@@ -115,13 +108,11 @@ class Catalog:
         return entry
 
 
-def discover(hook_impls: Iterable[Any], search_paths: Sequence[str],
-             entry_points: Callable[[], Iterable[metadata.EntryPoint]] | None = None) -> Catalog:
+def discover(hook_impls: Iterable[Any], search_paths: Sequence[str]) -> Catalog:
     """The session's catalog: built-ins, then installed entry points, then conftest hooks (pluggy ``HookImpl``s
     of ``pytest_scaling_workloads``: each called on its own, so an error names its conftest)."""
     catalog = Catalog(search_paths)
-    found = entry_points() if entry_points is not None else metadata.entry_points(group=ENTRY_POINT_GROUP)
-    for ep in found:
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(getattr(ep, "dist", None), "name", None)
         catalog.add_ref(ep.value, f"entry point {ep.name!r} ({ENTRY_POINT_GROUP}{f' of {dist}' if dist else ''})")
     for impl in hook_impls:

@@ -97,7 +97,7 @@ def test_the_spec_carries_the_reference_and_the_directory_the_ranks_import_it_fr
     pytester.path.joinpath("mypkg", "models.py").write_text(workload_module())
     pytester.makeconftest(textwrap.dedent("""\
         import json
-        from harness.plugin import SESSION, _cases
+        from harness.plugin import _cases
 
         def pytest_collection_finish(session):
             specs = [c.spec.to_dict() for c in _cases(session.config)]
@@ -124,6 +124,12 @@ def test_the_same_class_from_a_hook_and_an_option_is_one_workload(pytester):
     pytester.makeconftest("from my_workloads import MyW\n\ndef pytest_scaling_workloads():\n    return [MyW]\n")
     result = _run(pytester, "--co", "-q", "--scaling-models", "my_workloads:MyW", "--scaling-strategies", "ddp")
     assert _ids(result) == ["ddp-my_w-1x1", "ddp-my_w-1x2"]
+
+
+def test_a_built_in_named_by_its_import_path_is_the_built_in(pytester):
+    result = _run(pytester, "--co", "-q", "--scaling-models", "fixtures.cnn:CNN", "--scaling-strategies", "ddp",
+                  "--scaling-topologies", "1x2")
+    assert _ids(result) == ["ddp-cnn-1x2"]
 
 
 def test_an_installed_entry_point_registers_its_workload(pytester, monkeypatch):
