@@ -62,7 +62,8 @@ def _environment(monkeypatch):
 
 
 def _run(pytester: pytest.Pytester, *args: str, subprocess: bool = False, test: str = SCALING_TEST):
-    pytester.makepyfile(test_scaling=test)
+    # not test_scaling.py: the outer session has imported scaling_tests/test_scaling.py under that module name
+    pytester.makepyfile(test_user_scaling=test)
     pytester.makeini("[pytest]\n")
     run = pytester.runpytest_subprocess if subprocess else pytester.runpytest_inprocess
     return run("-p", "no:cacheprovider", "--scaling-results-dir", str(pytester.path / "results"), *args)
@@ -160,7 +161,7 @@ def test_scaling_matrix_declares_a_test_files_own_cases(pytester):
     pytester.makepyfile(my_workloads=workload_module(), test_mine=MARKED)
     result = _run(pytester, "--co", "-q", "test_mine.py")
     assert _ids(result) == ["ddp-my_w-1x2", "ddp-cnn-1x2", "fsdp-my_w-1x2", "fsdp-cnn-1x2"], result.stdout.str()
-    assert "test_scaling" not in result.stdout.str()  # only the marked test's matrix, no built-in test here
+    assert "test_user_scaling" not in result.stdout.str()  # only the marked test's matrix, no built-in test here
 
 
 def test_command_line_options_and_k_select_from_the_declared_matrix(pytester):
