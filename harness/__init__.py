@@ -6,3 +6,16 @@ vice versa; both share only ``spec``, ``topology`` and ``results``.
 """
 
 SCHEMA_VERSION = 1
+
+
+def __getattr__(name: str):
+    """``from harness import Workload, Preset``: the public workload API (fixtures/base.py), imported on
+    first use so that importing the harness (the launching side, the CLI) does not import torch."""
+    if name in ("Workload", "Preset"):
+        from fixtures import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
+
+__all__ = ["Preset", "SCHEMA_VERSION", "Workload"]

@@ -32,7 +32,7 @@ class Companion:
     def __init__(self, spec, ctx, workload, make_optimizer, run_step: StepFn) -> None:
         torch.manual_seed(spec.seed)  # the same initial weights as the strategy's model
         model = workload.build_model()
-        self.strategy = strategies.get(spec.companion)(ctx, spec)
+        self.strategy = strategies.get(spec.companion)(ctx, spec, workload=workload)
         self.strategy.setup(model, make_optimizer)
         self.run_step = run_step
         self.step_times_s: list[float] = []  # measured steps only, as the strategy's own

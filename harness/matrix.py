@@ -38,9 +38,12 @@ def oversubscribed(topology: Topology, host: HostInfo, cpu_threads: int) -> bool
 
 def spec_for(strategy: str, model: str, topology: str, options: Options, host: HostInfo) -> CaseSpec:
     preset_name = resolve_preset(options.preset, host)
-    preset = fixtures.preset(model, preset_name)
+    found = options.workload(model)  # a built-in, or where a registered workload's ranks find it again
+    preset = fixtures.preset_of(fixtures.load(found.ref or model, found.import_paths, where=found.source),
+                                preset_name)
     return CaseSpec(
         strategy=strategy, model=model, preset=preset_name, topology=topology, micro_batch=preset.micro_batch,
+        workload=found.ref, import_paths=found.import_paths,
         steps=options.steps, warmup=options.warmup, dtype=options.dtype, seed=options.seed,
         cpu_threads=options.cpu_threads, cpu_binding=options.cpu_binding, timeout_s=options.timeout_s, memory_interval_ms=options.memory_interval_ms,
         faults=Faults(delay_ms=options.inject_delay_ms, slowdown=options.inject_slowdown,
@@ -64,7 +67,7 @@ def companion(spec: CaseSpec) -> type[strategies.Strategy] | None:
 
 def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
     topo = spec.topo
-    workload = fixtures.get(spec.model)
+    workload = fixtures.resolve(spec)
     for strategy in filter(None, (strategies.get(spec.strategy), companion(spec))):
         reason = (strategy.unavailable(topo, host.device, host.devices_per_node)
                   or strategy.workload_unavailable(workload, topo))

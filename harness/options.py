@@ -5,10 +5,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.errors import SpecError
 from harness.spec import FAULT_SYNTAX, SCALINGS, parse_fault
 from harness.topology import Topology
+from harness.workloads import Registered
+
+if TYPE_CHECKING:
+    from harness.workloads import Catalog
 
 # The default matrix keeps CI inside its budget: every strategy x workload on 1x2 plus the single
 # 1x1 references. --scaling-matrix full adds 1x1 for every strategy, 1x4 and emulated 2x1, 2x2.
@@ -25,7 +30,9 @@ def add_options(parser) -> None:
     group = parser.getgroup("scaling", "scalegate scaling benchmarks")
     add = group.addoption
     add("--scaling-strategies", default="all", help="comma-separated strategies to run (default: %(default)s)")
-    add("--scaling-models", default="all", help="comma-separated workloads to run (default: %(default)s)")
+    add("--scaling-models", default="all",
+        help="comma-separated workloads to run: built-in or registered names, or a Workload class as "
+             "package.module:Class (docs/your-model.md) (default: %(default)s)")
     add("--scaling-matrix", default="default", choices=sorted(MATRICES),
         help="default: every strategy x workload on 1x2 plus the single 1x1 references; full: also every strategy "
              f"on {MATRICES['full']} (default: %(default)s)")
@@ -141,6 +148,12 @@ class Options:
     max_launches: int = MAX_LAUNCHES  # sequential verdicts: the launch budget per case
     alpha: float = ALPHA
     beta: float = BETA
+    # the workloads that are not built in (harness/workloads.py): how every case's ranks find them again
+    workloads: tuple[Registered, ...] = ()
+
+    def workload(self, model: str) -> Registered:
+        """Where ``model`` comes from: a registered workload, or the built-in of that name."""
+        return next((w for w in self.workloads if w.name == model), Registered(name=model))
 
 
 def _data_dir(text: str | None) -> str | None:
@@ -152,14 +165,21 @@ def _data_dir(text: str | None) -> str | None:
     return str(Path(text).resolve())  # workers run elsewhere (other cwd, other nodes' agents)
 
 
-def _names(option: str, text: str, known: list[str]) -> tuple[str, ...]:
+def _names(option: str, text: str, known: list[str], catalog: "Catalog | None" = None) -> tuple[str, ...]:
+    """Names from a comma-separated option; with a catalog (--scaling-models) an import path registers its
+    workload (``mypkg.models:MyWorkload``) and stands for its name."""
+    items = tuple(n.strip() for n in text.split(",") if n.strip())
+    if catalog is not None:
+        items = tuple(catalog.model(n, f"{option} {n}") if ":" in n else n for n in items)
+        known = catalog.names()
     if text.strip() == "all":
         return tuple(known)
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    names = tuple(dict.fromkeys(items))
     unknown = [n for n in names if n not in known]
     if unknown or not names:
+        refs = ", or name a Workload class as package.module:Class" if option == "--scaling-models" else ""
         raise SpecError(f"{option}: unknown name(s) {', '.join(map(repr, unknown)) or '(none given)'}",
-                        f"pick from: {', '.join(known)} (or 'all')")
+                        f"pick from: {', '.join(known)} (or 'all'){refs}")
     return names
 
 
@@ -277,7 +297,10 @@ def _confirm(value: int) -> int:
     return value
 
 
-def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list[str]) -> Options:
+def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list[str],
+          catalog: "Catalog | None" = None) -> Options:
+    """``catalog`` (the plugin's, harness/workloads.py): registered workloads join ``model_names`` and
+    ``--scaling-models`` may name a workload class by import path."""
     topologies = []
     explicit = getoption("--scaling-topologies")
     for text in (explicit or MATRICES[getoption("--scaling-matrix")]).split(","):
@@ -316,7 +339,8 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
     scaling, global_batch = _scaling(getoption, topologies)
     return Options(
         strategies=_names("--scaling-strategies", getoption("--scaling-strategies"), strategy_names),
-        models=_names("--scaling-models", getoption("--scaling-models"), model_names),
+        models=_names("--scaling-models", getoption("--scaling-models"), model_names, catalog),
+        workloads=catalog.registered() if catalog is not None else (),
         topologies=tuple(dict.fromkeys(topologies)),
         matrix="explicit" if explicit else getoption("--scaling-matrix"),
         preset=getoption("--scaling-preset"),

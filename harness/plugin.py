@@ -1,7 +1,13 @@
 """The pytest plugin: ``--scaling-*`` options, the strategy x model x topology matrix, the
 ``scaling_case`` fixture, pytest-benchmark records, and the results table at the end.
 
-Registered from the repository's ``conftest.py`` (``pytest_plugins = ["harness.plugin"]``).
+Registered through the ``pytest11`` entry point named ``harness.plugin`` (pyproject.toml), so it works in
+any repository where scalegate is installed. The entry point has the module's own name on purpose: this
+repository's ``conftest.py`` (``pytest_plugins = ["harness.plugin"]``), ``-p harness.plugin`` and the entry
+point then name one plugin, which pytest registers once (under two names pluggy would refuse the module).
+Workloads come from the session's catalog (harness/workloads.py): built-ins, entry points, the
+``pytest_scaling_workloads`` hook (harness/hooks.py) and import paths in ``--scaling-models``; a test file
+may declare its own matrix with ``@pytest.mark.scaling_matrix`` (harness/declared.py).
 """
 
 from __future__ import annotations
@@ -12,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import fixtures
-from harness import (baselines, hostinfo, matrix, options, parity, runfiles, runstate, strategies, summary, update,
-                     verdict)
+from harness import (baselines, declared, hooks, hostinfo, matrix, options, parity, runfiles, runstate, strategies,
+                     summary, update, verdict, workloads)
 from harness.errors import ScalegateError
 from harness.launch import warm
 from harness.judge import Outcome, sequential
@@ -21,18 +27,29 @@ from harness.session import ScalingSession, run_id
 
 SESSION = pytest.StashKey[ScalingSession]()
 CASES = pytest.StashKey[list]()
+CATALOG = pytest.StashKey[workloads.Catalog]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hooks)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scaling: a scaling benchmark case (launches a real multi-process job)")
     config.addinivalue_line("markers", "scaling_tolerance(**fractions): per-test tolerances, e.g. "
                                        "scaling_tolerance(efficiency=0.15, peak_memory_bytes=0.3)")
+    config.addinivalue_line("markers", "scaling_matrix(models=[...], strategies=[...], topologies=[...]): the "
+                                       "scaling matrix of a test taking scaling_case (docs/your-model.md)")
     try:
-        opts = options.parse(config.getoption, Path(config.rootpath), strategies.names(), fixtures.names())
+        catalog = workloads.discover(config.pluginmanager.hook.pytest_scaling_workloads.get_hookimpls(),
+                                     search_paths=[str(config.rootpath)])
+        config.stash[CATALOG] = catalog
+        opts = options.parse(config.getoption, Path(config.rootpath), strategies.names(), fixtures.names(),
+                             catalog=catalog)
         host = hostinfo.detect()
         baseline = baselines.load(opts.baseline_dir, host.profile)
     except ScalegateError as exc:
@@ -53,25 +70,41 @@ def _cases(config: pytest.Config) -> list[matrix.Case]:
     """The matrix, built once and only where a scaling test is collected."""
     if CASES not in config.stash:
         state = config.stash[SESSION]
-        try:
-            config.stash[CASES] = matrix.build(state.options, state.host)
-        except ScalegateError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        config.stash[CASES] = matrix.build(state.options, state.host)
     return config.stash[CASES]
 
 
+def _declared_cases(metafunc: pytest.Metafunc, marker: pytest.Mark) -> list[matrix.Case]:
+    """The matrix a test declares with ``@pytest.mark.scaling_matrix`` (harness/declared.py)."""
+    config = metafunc.config
+    state = config.stash[SESSION]
+    given = {"models": config.getoption("--scaling-models").strip() != "all",
+             "strategies": config.getoption("--scaling-strategies").strip() != "all",
+             "topologies": config.getoption("--scaling-topologies") is not None}
+    opts = declared.options_for(state.options, config.stash[CATALOG], marker.args, marker.kwargs,
+                                explicit=[key for key, on in given.items() if on], strategy_names=strategies.names(),
+                                where=metafunc.definition.nodeid)
+    return matrix.build(opts, state.host)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # errors here are the user's input (a marker, a workload): one message and its HINT, no traceback of ours
+    try:
+        _generate(metafunc)
+    except ScalegateError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _generate(metafunc: pytest.Metafunc) -> None:
     if "parity_case" in metafunc.fixturenames:  # scaling_tests/test_parity.py: front end vs raw PyTorch
         state = metafunc.config.stash[SESSION]
-        try:
-            pairs = parity.build(state.options, state.host)
-        except ScalegateError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        pairs = parity.build(state.options, state.host)
         metafunc.parametrize("parity_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in pairs],
                              indirect=True)
     if "scaling_case" not in metafunc.fixturenames:
         return
-    cases = _cases(metafunc.config)
+    marker = metafunc.definition.get_closest_marker("scaling_matrix")
+    cases = _declared_cases(metafunc, marker) if marker is not None else _cases(metafunc.config)
     metafunc.parametrize("scaling_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in cases],
                          indirect=True)
 

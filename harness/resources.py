@@ -3,7 +3,8 @@
 Bytes on the wire come from the workers' counter readings (harness/wire.py): on one node the
 private loopback counts every byte each rank sends once, so the node total over the local ranks is
 the per-rank figure. The analytic volume per rank is ``Strategy.wire_factor * (W-1)/W * parameter
-bytes`` (ring all-reduce: factor 2; all-gather fwd + bwd + reduce-scatter: factor 3); TCP/IP headers
+bytes`` (ring all-reduce: factor 2; all-gather fwd + bwd + reduce-scatter: factor 3; the ranks report the
+factor for their backend in ``RankResult.wire_factor``, so this side imports no strategy); TCP/IP headers
 add ~0.1% on loopback. The gates on them (DESIGN.md: peak memory per rank above baseline x (1 + tolerance),
 bytes per step above baseline x (1 + tolerance)) are the judge's: harness/judge/budgets.py.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness import strategies
 from harness.results import CaseResult
 
 DEFAULT_MEMORY_TOLERANCE = 0.25  # RSS moves with the allocator and the Python heap
@@ -20,9 +20,7 @@ DEFAULT_BYTES_TOLERANCE = 0.05  # byte counts repeat to ~0.1% on a private loopb
 
 
 def analytic_bytes_per_rank(result: CaseResult) -> float | None:
-    factor = getattr(strategies.get(result.spec.strategy), "wire_factor", None)
-    if isinstance(factor, dict):  # by backend: NCCL on CUDA ranks, gloo elsewhere
-        factor = factor.get("nccl" if result.ranks[0].device.startswith("cuda") else "gloo")
+    factor = result.ranks[0].wire_factor  # the strategy's, for the ranks' backend (harness/train.py)
     world = result.spec.world_size
     full = result.ranks[0].full_state_bytes.get("params")
     if factor is None or not full:

@@ -38,6 +38,11 @@ class RankResult:
     state_bytes: dict[str, int] = field(default_factory=dict)  # params/grads/optimizer this rank holds
     full_state_bytes: dict[str, int] = field(default_factory=dict)  # analytic unsharded (DDP) replica
     shard_group: int = 1  # ranks that split one copy of the sharded state
+    # what the strategy promises (``Strategy.shards``, ``shard_granularity``, ``wire_factor`` for this rank's
+    # backend), reported by the rank so the launching side judges it without importing strategy code
+    shards: list[str] = field(default_factory=list)
+    shard_granularity: str = "element"
+    wire_factor: float | None = None
     wire: dict[str, Any] = field(default_factory=dict)  # bytes sent in the measured window (harness/wire.py)
     # the same-launch reference (harness/localstep.py): distributed step i, then this rank's local step i
     pair_step_times_s: list[float] = field(default_factory=list)

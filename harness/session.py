@@ -154,7 +154,7 @@ class ScalingSession:
                 tolerances: dict[str, float], failure: str = "") -> CaseRecord:
         """The judge's input: every launch as numbers, correctness problems (no baseline needed), how it ran."""
         spec = case.spec
-        fraction = fixtures.preset(spec.model, spec.preset).convergence_fraction  # the workload's own bar
+        fraction = fixtures.preset_of(fixtures.resolve(spec), spec.preset).convergence_fraction  # the workload's own bar
         problems = tuple(dict.fromkeys(p for r in results for p in (  # every launch must train correctly
             checks.agreement(r), checks.loss_curve(r), checks.convergence(r, fraction), sharding.check(r)) if p))
         opts = self.options

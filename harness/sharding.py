@@ -1,7 +1,8 @@
 """The sharding gate: a strategy that promises to shard state holds only its share of it.
 
-Each strategy declares what it shards (``Strategy.shards``, e.g. ``("optimizer",)`` for ZeRO-1)
-and each rank reports the bytes it holds (``RankResult.state_bytes``, local shards only). The
+Each strategy declares what it shards (``Strategy.shards``, e.g. ``("optimizer",)`` for ZeRO-1), which
+its ranks report (``RankResult.shards``: this side never imports strategy code), and each rank reports
+the bytes it holds (``RankResult.state_bytes``, local shards only). The
 reference is an unsharded DDP replica of the same model, computed analytically from the model
 definition on the worker (``RankResult.full_state_bytes``: parameters, gradients, AdamW's two
 moments). A DDP run would measure exactly these numbers (the DDP case records both, and
@@ -18,7 +19,6 @@ Every rank is checked, and the total over all ranks must not exceed W/S full cop
 
 from __future__ import annotations
 
-from harness import strategies
 from harness.results import CaseResult
 
 PAD_REL = 0.05
@@ -30,9 +30,10 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:.3f} MB ({int(n)} B)"
 
 
-def promise(strategy: str) -> tuple[tuple[str, ...], str]:
-    cls = strategies.get(strategy)
-    return tuple(getattr(cls, "shards", ())), getattr(cls, "shard_granularity", "element")
+def promise(result: CaseResult) -> tuple[tuple[str, ...], str]:
+    """What the case's strategy promises to shard, and at what granularity, as its ranks reported it."""
+    first = result.ranks[0]
+    return tuple(first.shards), first.shard_granularity
 
 
 def limit(full: dict[str, int], kind: str, group: int, granularity: str) -> float:
@@ -48,7 +49,7 @@ def check(result: CaseResult, promised: tuple[str, ...] | None = None,
           granularity: str | None = None) -> str | None:
     """None if every promised kind is sharded on every rank; else a message with the byte counts."""
     spec = result.spec
-    declared, declared_granularity = promise(spec.strategy)
+    declared, declared_granularity = promise(result)
     promised = declared if promised is None else promised
     granularity = granularity or declared_granularity
     if not promised or spec.world_size < 2:

@@ -116,6 +116,12 @@ class CaseSpec:
     companion: str = ""
     faults: Faults = field(default_factory=Faults)
     dims: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's model size knobs
+    # Where the worker finds a workload that is not built in (fixtures.resolve): "package.module:Class" or
+    # "hf:<model_type>"; "" = the built-in workload named ``model``. The ranks are other processes (torchrun,
+    # srun, the warm agent's forkserver, possibly another node, any cwd), so the spec carries the absolute
+    # directories they put in front of sys.path before importing it, rather than trusting their environment.
+    workload: str = ""
+    import_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         topo = Topology.parse(self.topology)  # raises with a HINT on a malformed string
@@ -144,10 +150,25 @@ class CaseSpec:
         if not isinstance(self.companion, str):
             raise SpecError(f"companion={self.companion!r} for {self.case_id} is not a strategy name",
                             'name a strategy, e.g. companion="ddp", or leave it "" (none)')
+        self._check_workload()
         if self.microbatches < 0:
             raise SpecError(f"microbatches={self.microbatches} for {self.case_id} is negative",
                             "use 0 (one micro-batch per pipeline stage) or a positive count")
         self._check_batch()
+
+    def _check_workload(self) -> None:
+        if not isinstance(self.workload, str):
+            raise SpecError(f"workload={self.workload!r} for {self.case_id} is not an import reference",
+                            'write "package.module:Class", or leave it "" for the built-in workload named by model')
+        paths = self.import_paths
+        if isinstance(paths, str) or not all(isinstance(p, str) for p in paths):
+            raise SpecError(f"import_paths={paths!r} for {self.case_id} is not a list of directories",
+                            'pass a tuple of absolute directories, e.g. ("/home/me/repo",)')
+        object.__setattr__(self, "import_paths", tuple(paths))  # a JSON round trip reads a list
+        relative = [p for p in paths if not Path(p).is_absolute()]
+        if relative:
+            raise SpecError(f"import_paths for {self.case_id}: {relative[0]!r} is relative; ranks run in other "
+                            "directories (torchrun, srun, other nodes)", "pass absolute directories")
 
     def _check_batch(self) -> None:
         if self.scaling == "weak":

@@ -198,11 +198,12 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
     started = time.perf_counter()
     beat(-1, "build")
-    workload = fixtures.get(spec.model)(spec.preset, spec.seed, data_dir, dims=spec.dims)
+    # a user's workload is imported here from the spec's reference and directories (fixtures/loader.py)
+    workload = fixtures.resolve(spec)(spec.preset, spec.seed, data_dir, dims=spec.dims)
     torch.manual_seed(spec.seed)  # identical initial weights on every rank and in the reference
     model = workload.build_model()
     reference = Reference(model, spec, ctx.device, workload.loss) if spec.grad_check else None
-    strategy = strategies.get(spec.strategy)(ctx, spec)
+    strategy = strategies.get(spec.strategy)(ctx, spec, workload=workload)  # its FSDP units, pipeline cuts
     beat(-1, "setup")
     full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
     strategy.setup(model, make_optimizer_factory(spec))
@@ -281,5 +282,14 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         wall_s=time.perf_counter() - started, grad_check=check or None,
         memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
         state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
-        wire=wire.result(spec.steps), extra=extra, **series,
+        wire=wire.result(spec.steps), extra=extra, **series, **_promises(strategy, ctx),
     )
+
+
+def _promises(strategy, ctx: RankContext) -> dict[str, Any]:
+    """What the strategy promises, for the launching side's sharding and wire gates: reported by the ranks so
+    that side never imports strategy code (DESIGN.md: it never imports the worker side)."""
+    factor = strategy.wire_factor
+    if isinstance(factor, dict):  # by backend: NCCL on CUDA ranks, gloo elsewhere
+        factor = factor.get("nccl" if ctx.device.type == "cuda" else "gloo")
+    return {"shards": list(strategy.shards), "shard_granularity": strategy.shard_granularity, "wire_factor": factor}

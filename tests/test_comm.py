@@ -87,15 +87,17 @@ def test_a_worker_outside_a_private_namespace_records_no_bytes():
                                  "unavailable": "the launcher gave this job no private network namespace"}
 
 
-def synthetic(topology: str, strategy: str, wires: list[dict], device: str = "cpu"):
-    """A CaseResult from hand-written rank results: the arithmetic of the wire summary, no job."""
+def synthetic(topology: str, strategy: str, wires: list[dict], device: str = "cpu", wire_factor: float | None = None):
+    """A CaseResult from hand-written rank results: the arithmetic of the wire summary, no job. The ranks report
+    the strategy's wire factor for their backend, as harness/train.py does."""
     from harness.results import RankResult, aggregate
 
     s = spec(strategy).replace(topology=topology)
     per_node = s.topo.per_node
     ranks = [RankResult(rank=r, world_size=s.world_size, node_rank=r // per_node, host="h", device=device,
                         step_times_s=[0.1] * s.steps, losses=[1.0] * s.steps, warmup_losses=[1.0],
-                        loss_weight=1 / s.world_size, full_state_bytes={"params": 4_000_000}, wire=w)
+                        loss_weight=1 / s.world_size, full_state_bytes={"params": 4_000_000}, wire=w,
+                        wire_factor=wire_factor)
              for r, w in enumerate(wires)]
     return aggregate(s, ranks)
 
@@ -105,9 +107,12 @@ def test_wire_summary_sums_nodes_and_keys_the_analytic_volume_by_backend():
     wire = resources.wire(two_nodes)
     assert wire["bytes_per_node"] == [10, 20] and wire["bytes_per_step"] == 30  # a node's ranks read one counter
     assert wire["measured_over_analytic"] is None and "inter-node bytes only" in wire["note"]
-    gloo = synthetic("1x2", "fsdp", [{"bytes_per_step": 16_000_000, "source": "netns:lo"}] * 2)
+    gloo = synthetic("1x2", "fsdp", [{"bytes_per_step": 16_000_000, "source": "netns:lo"}] * 2, wire_factor=4.0)
     assert resources.wire(gloo)["analytic_bytes_per_rank"] == 4 * 1 / 2 * 4_000_000  # gloo reduce-scatter = all-reduce
-    nccl = synthetic("1x2", "fsdp", [{"bytes_per_step": 12_000_000, "source": "netns:lo"}] * 2, device="cuda:0")
+    nccl = synthetic("1x2", "fsdp", [{"bytes_per_step": 12_000_000, "source": "netns:lo"}] * 2, device="cuda:0",
+                     wire_factor=3.0)
     assert resources.wire(nccl)["analytic_bytes_per_rank"] == 3 * 1 / 2 * 4_000_000
+    assert resources.wire(synthetic("1x2", "pipeline-gpipe", [{"bytes_per_step": 9, "source": "netns:lo"}] * 2)
+                          )["analytic_bytes_per_rank"] is None  # activations on the wire: no formula
     missing = synthetic("1x2", "ddp", [{"source": "unavailable", "unavailable": "not root"}, {}])
     assert resources.wire(missing)["unavailable"] == "not root"

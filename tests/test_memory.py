@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from harness import sharding
+from harness import sharding, strategies
 from harness.errors import SpecError
 from harness.launch import run_case
 from harness.memory import MAX_TIMELINE_POINTS, MemorySampler, downsample
@@ -146,8 +146,8 @@ def test_a_strategy_that_stops_sharding_optimizer_state_fails_with_the_byte_coun
 def test_sharded_strategies_keep_their_promise(strategy, tmp_path):
     result = run_case(spec(strategy), tmp_path / "case")
     assert sharding.check(result) is None
-    declared, _ = sharding.promise(strategy)
-    assert declared
+    declared, _ = sharding.promise(result)  # what the ranks reported their strategy promises
+    assert declared == strategies.get(strategy).shards
     total = {k: sum(r.state_bytes[k] for r in result.ranks) for k in declared}
     for kind in declared:  # together the ranks hold one copy, no more
         assert total[kind] <= result.ranks[0].full_state_bytes[kind] * 1.01

@@ -69,7 +69,8 @@ def modules_for(spec: CaseSpec) -> frozenset[str]:
     from harness import strategies
 
     used = [strategies.get(name) for name in filter(None, (spec.strategy, spec.companion))]
-    return frozenset({*(p for s in used for p in s.packages), *fixtures.get(spec.model).packages})
+    # a user's workload (spec.workload) is imported here, from the spec's import_paths, as each rank will
+    return frozenset({*(p for s in used for p in s.packages), *fixtures.resolve(spec).packages})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from fixtures.base import Workload
     from harness.spec import CaseSpec
     from harness.topology import Topology
 
@@ -79,11 +80,24 @@ class Strategy:
         """
         return None
 
-    def __init__(self, ctx: RankContext, spec: "CaseSpec") -> None:
+    def __init__(self, ctx: RankContext, spec: "CaseSpec", workload: "Workload | None" = None) -> None:
         self.ctx = ctx
         self.spec = spec
+        self._workload = workload
         self.model: "nn.Module | None" = None  # the unwrapped model, for parameter names
         self.optimizer: "torch.optim.Optimizer | None" = None
+
+    @property
+    def workload(self) -> "Workload":
+        """The worker's own workload object (its dims and data directory): FSDP units, pipeline cuts.
+
+        The worker hands it over; a strategy built without one (a test) gets the spec's workload afresh.
+        """
+        if self._workload is None:
+            import fixtures
+
+            self._workload = fixtures.resolve(self.spec)(self.spec.preset, self.spec.seed, dims=self.spec.dims)
+        return self._workload
 
     # --- data: which slice of the global batch this rank computes -------------------------------
     @property

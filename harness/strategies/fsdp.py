@@ -11,7 +11,6 @@ from __future__ import annotations
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-import fixtures
 from harness.strategies.base import Strategy
 
 
@@ -25,7 +24,6 @@ class FSDP(Strategy):
     # all-gather in forward and backward (1 + 1) + reduce-scatter (1); gloo's reduce-scatter moves an
     # all-reduce's bytes (2), measured on loopback
     wire_factor = {"nccl": 3.0, "gloo": 4.0}
-    shards = ("params", "grads", "optimizer")
 
     def device_mesh(self):
         """None: FSDP2's default 1-D mesh over the whole world (HSDP overrides this)."""
@@ -33,10 +31,9 @@ class FSDP(Strategy):
 
     def setup(self, model, make_optimizer):
         self.model = model.to(self.ctx.device)
-        workload = fixtures.get(self.spec.model)(self.spec.preset, self.spec.seed)
         mesh = self.device_mesh()
         kwargs = {"mesh": mesh} if mesh is not None else {}
-        for block in workload.fsdp_blocks(self.model):
+        for block in self.workload.fsdp_blocks(self.model):
             fully_shard(block, **kwargs)
         fully_shard(self.model, **kwargs)
         self.optimizer = make_optimizer(self.model.parameters())

@@ -10,7 +10,6 @@ import functools
 from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
 
-import fixtures
 from harness.strategies.base import Strategy
 
 # The text torch 2.13 raises when FullyShardedDataParallel is built on a machine without a GPU.
@@ -29,8 +28,7 @@ class FSDP1(Strategy):
 
     def setup(self, model, make_optimizer):
         self.model = model.to(self.ctx.device)
-        workload = fixtures.get(self.spec.model)(self.spec.preset, self.spec.seed)
-        blocks = {id(block) for block in workload.fsdp_blocks(self.model)}
+        blocks = {id(block) for block in self.workload.fsdp_blocks(self.model)}
         policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda module: id(module) in blocks)
         # use_orig_params keeps the original parameter names and views, so the optimizer and the
         # correctness checks see the same names as the reference model.

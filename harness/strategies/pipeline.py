@@ -17,7 +17,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-import fixtures
 from harness.errors import SpecError
 from harness.strategies.base import Strategy
 
@@ -50,7 +49,7 @@ class Pipeline(Strategy):
 
     def setup(self, model, make_optimizer):
         world, rank = self.ctx.world_size, self.ctx.rank
-        workload = fixtures.get(self.spec.model)(self.spec.preset, self.spec.seed)
+        workload = self.workload
         self.model = model
         self.names = {id(p): n for n, p in model.named_parameters()}
         stages = workload.pipeline_stages(model, world)
