@@ -32,7 +32,8 @@ from harness.judge.record import CaseRecord
 from harness.judge.timing import MIN_SIGMA_LAUNCHES, Timing
 
 DEFAULT_SIGMA = 0.05  # one launch's spread of ln(local efficiency) where nothing was recorded
-OWN_SPREAD_ROUNDS = 3
+OWN_SPREAD_ROUNDS = 2  # the rounds own spread only ever widens sigma, so it may start at two
+MIN_ROUNDS = 2  # for either decision: one round that reads no change is confirmed as one that reads a drop is
 DEFAULT_TOLERANCES = {"peak_memory_bytes": 0.25, "bytes_per_step": 0.05, "final_loss": 0.25}
 
 
@@ -78,7 +79,8 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     if len(logs) >= OWN_SPREAD_ROUNDS and statistics.stdev(logs) > sigma:
         sigma, source = statistics.stdev(logs), f"the {len(logs)} rounds' own spread, above {source}"
     detect, conduct = detect_of(record, overrides), record.conduct
-    design = sequential.Design(detect=detect, alpha=conduct.alpha, beta=conduct.beta, max_launches=conduct.max_launches)
+    design = sequential.Design(detect=detect, alpha=conduct.alpha, beta=conduct.beta, max_launches=conduct.max_launches,
+                               min_launches_regressed=MIN_ROUNDS, min_launches_ok=MIN_ROUNDS)
     found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
     state = {"llr": round(found.llr, 3), "upper": round(found.upper, 3), "lower": round(found.lower, 3),
              "change": round(found.change, 4), "sigma": round(found.sigma, 4), "sigma_source": source,

@@ -42,6 +42,7 @@ class Design:
     beta: float = 0.05  # misses when efficiency dropped by ``detect``
     max_launches: int = 6
     min_launches_regressed: int = 2
+    min_launches_ok: int = 1  # A/B: a lone round reading no change is confirmed too (harness/judge/ab.py)
     sigma_floor: float = 0.015  # a recorded spread narrower than this is not trusted (few launches)
     drift: float = 0.0  # between-session movement on the same kind of machine (relative)
     clip: float = 3.0
@@ -92,7 +93,7 @@ def decide(values: Sequence[float], baseline: float, sigma: float, baseline_laun
     llr = n * (mu1 - mu0) * (mean - (mu0 + mu1) / 2) / var
     if llr >= design.upper and n >= design.min_launches_regressed:
         status = REGRESSED
-    elif llr <= design.lower:
+    elif llr <= design.lower and n >= design.min_launches_ok:
         status = OK
     else:
         status = UNDECIDED
