@@ -39,14 +39,17 @@ def test_a_level_the_stored_baseline_calls_a_drop_is_no_change_against_the_base_
     assert "within the base commit's 0.660" in outcome.message and "A/B against the base commit" in outcome.message
 
 
-def test_a_10_percent_drop_against_the_base_commit_is_confirmed_by_a_second_round(stored):
+def test_a_10_percent_drop_against_the_base_commit_is_confirmed_over_rounds(stored):
     first = judge(rounds(0.594), stored, base=rounds(0.66))
-    assert first.status == "noisy" and first.next_launches == 1  # one odd round is confirmed by a second
-    both = judge(rounds(0.594, 0.596), stored, base=rounds(0.66, 0.661))
-    assert both.status == "regressed" and both.failed, both.message
-    assert "is 9.9% below the base commit's 0.660 over 2 rounds (head/base 0.594/0.660, 0.596/0.661)" in both.message
-    assert "a 10% drop explains it better than no change" in both.message and "recorded for ddp-cnn-1x2:tiny" in both.message
-    assert both.sequential["sigma"] == pytest.approx(0.02 * 2 ** 0.5, rel=0.01)
+    assert first.status == "noisy" and first.next_launches == 1  # one odd round is confirmed
+    two = judge(rounds(0.594, 0.596), stored, base=rounds(0.66, 0.661))
+    assert two.status == "noisy" and two.next_launches == 1  # at the 5% floor of the paired spread: one more
+    three = judge(rounds(0.594, 0.596, 0.593), stored, base=rounds(0.66, 0.661, 0.659))
+    assert three.status == "regressed" and three.failed, three.message
+    assert ("is 9.9% below the base commit's 0.660 over 3 rounds (head/base 0.594/0.660, 0.596/0.661, 0.593/0.659)"
+            in three.message)
+    assert "a 10% drop explains it better than no change" in three.message and "the floor of A/B rounds" in three.message
+    assert three.sequential["sigma"] == ab.SIGMA_FLOOR  # the recorded 2% x sqrt(2) is below the floor
 
 
 def test_the_spread_is_lent_by_the_profile_or_a_default_and_the_rounds_can_only_widen_it(stored, tmp_path):
@@ -54,7 +57,7 @@ def test_the_spread_is_lent_by_the_profile_or_a_default_and_the_rounds_can_only_
     assert ab.sigma_prior(stored, "other:tiny")[0] == 0.02  # the median of the profile's recorded spreads
     assert ab.sigma_prior(None, KEY) == (ab.DEFAULT_SIGMA, "a default: no spread recorded for this profile")
     wild = judge(rounds(0.60, 0.70, 0.62), stored, base=rounds(0.66, 0.66, 0.66))
-    assert wild.sequential["sigma"] > 0.05 and "rounds' own spread" in wild.sequential["sigma_source"]
+    assert wild.sequential["sigma"] > ab.SIGMA_FLOOR and "rounds' own spread" in wild.sequential["sigma_source"]
 
 
 def test_memory_and_bytes_are_judged_against_the_base_commit(stored):
@@ -76,6 +79,6 @@ def test_a_base_without_the_case_or_without_pairs_decides_nothing(stored):
 
 
 def test_the_command_line_tolerance_is_the_drop_to_catch(stored):
-    head, base = rounds(0.62, 0.62), rounds(0.66, 0.66)  # -6%
+    head, base = rounds(*[0.62] * 7), rounds(*[0.66] * 7)  # -6%
     assert judge(head, stored, base=base).status != "regressed"
     assert judge(head, stored, Overrides(tolerance=0.05), base=base).status == "regressed"
