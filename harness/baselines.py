@@ -137,6 +137,9 @@ def _diff_line(key: str, old: dict[str, Any] | None, new: dict[str, Any]) -> str
     return f"{'~' if old else '+'} {key}: " + ", ".join(parts)
 
 
-def provenance(commit: str, hostname: str, machine: dict[str, Any]) -> dict[str, Any]:
+def provenance(commit: str, hostname: str, machine: dict[str, Any], host_id: str = "") -> dict[str, Any]:
+    """``host_id``: the machine and boot that measured it (``HostInfo.host_id``); the stored gate judges a run on
+    any other host with the spread between hosts added (harness/judge/timing.py)."""
     return {"commit": commit, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "hostname": hostname, "machine": machine, "schema_version": SCHEMA_VERSION}
+            "hostname": hostname, **({"host_id": host_id} if host_id else {}), "machine": machine,
+            "schema_version": SCHEMA_VERSION}

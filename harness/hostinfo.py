@@ -36,6 +36,12 @@ class HostInfo:
     def fingerprint(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "hostname"}
 
+    @property
+    def host_id(self) -> str:
+        """This machine since its last boot: the stored gate widens its band for a baseline recorded on any
+        other (docs/gate.md). The hostname alone does not tell machines apart: every 2-core VM here is 'vm'."""
+        return f"{self.hostname}#{_boot_id()[:8]}"
+
 
 @functools.lru_cache(maxsize=1)
 def detect() -> HostInfo:
@@ -60,6 +66,13 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "") or "noboot"
+    except OSError:
+        return "noboot"
 
 
 def _slug(text: str) -> str:

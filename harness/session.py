@@ -163,6 +163,7 @@ class ScalingSession:
             oversubscribed_why=(f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at {spec.cpu_threads} "
                                 f"thread(s) per rank: timing is not judged") if case.oversubscribed else "",
             tolerances=tolerances, note=next((r.launch["note"] for r in results if r.launch.get("note")), ""),
+            host=self.host.host_id,
             reference_itself=spec == self.reference_spec(spec),
             conduct=Conduct(launches=opts.launches, confirm=opts.confirm, max_launches=opts.max_launches,
                             alpha=opts.alpha, beta=opts.beta, tolerance=opts.tolerance))
@@ -173,7 +174,8 @@ class ScalingSession:
 
     def _write(self, outcome: Outcome, record: CaseRecord, spec: CaseSpec) -> None:
         data: dict[str, Any] = {k: v for k, v in dataclasses.asdict(outcome).items() if k != "result"}
-        data.update(spec=spec.to_dict(), profile=self.profile, host=self.host.hostname, commit=commit(),
+        data.update(spec=spec.to_dict(), profile=self.profile, host=self.host.hostname, host_id=self.host.host_id,
+                    commit=commit(),
                     fingerprint=self.host.fingerprint(), written=time.time(), record=record.to_dict(),
                     result=outcome.result.to_dict() if outcome.result else None)
         traces = [r.extra["profile_trace"] for r in (outcome.result.ranks if outcome.result else ())

@@ -60,7 +60,7 @@ def entries_from_run(cases: list[dict[str, Any]], tolerance: float,
             # the final loss depends on how many steps trained: it is compared only at the same counts
             "steps": case["spec"]["steps"], "warmup": case["spec"]["warmup"],
             "provenance": baselines.provenance(case.get("commit") or commit(), case.get("host", "?"),
-                                               case.get("fingerprint", {})),
+                                               case.get("fingerprint", {}), case.get("host_id", "")),
         }
     return entries, notes
 

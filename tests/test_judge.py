@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import baselines
-from harness.judge import CaseRecord, Conduct, LaunchRecord, Overrides, judge
+from harness.judge import CaseRecord, Conduct, LaunchRecord, Overrides, judge, timing
 from harness.runfiles import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,6 +74,43 @@ def test_undecided_at_the_budget_is_noisy_and_strict_fails_it(baseline):
     outcome = judge(record(*values, conduct=Conduct(max_launches=4)), baseline)
     assert outcome.status == "noisy" and outcome.next_launches == 0 and "after the budget of 4 launches" in outcome.message
     assert judge(record(*values, conduct=Conduct(max_launches=4)), baseline, Overrides(strict=True)).status == "failed"
+
+
+def _recorded_on(baseline: baselines.BaselineFile, host_id: str, **local) -> baselines.BaselineFile:
+    entry = dict(baseline.cases[KEY])
+    entry["provenance"] = baselines.provenance("abc", "vm", {}, host_id)
+    entry["local_efficiency"] = {**entry["local_efficiency"], **local}
+    return dataclasses.replace(baseline, cases={**baseline.cases, KEY: entry})
+
+
+def test_a_baseline_from_another_host_widens_the_band_by_the_spread_between_hosts(baseline):
+    """The CI's false alarm: fsdp-cnn-1x2 read 0.394 on one VM against 0.467 recorded on another, with no change."""
+    loose = _recorded_on(baseline, "vm#00000001", tolerance=0.25)
+    shifted = [launch(0.64), launch(0.635)]  # -15% against 0.75: a host's level, not a regression
+    here = judge(record(*shifted, conduct=Conduct(max_launches=4)), loose)  # same host ("" = the recording one)
+    assert here.status == "regressed"
+    there = judge(record(*shifted, host="vm#00000002", conduct=Conduct(max_launches=4)), loose)
+    assert there.status == "noisy" and there.next_launches == 1 and there.sequential["host_spread"] == timing.HOST_SPREAD
+    assert "recorded on another host (vm#00000001, this is vm#00000002): hosts' levels spread ±9%" in there.message
+    same = judge(record(*shifted, host="vm#00000001", conduct=Conduct(max_launches=4)), loose)
+    assert same.status == "regressed"  # the recording host: no spread added
+    # a drop as large as the tolerance is still caught from another host
+    big = judge(record(launch(0.55), launch(0.56), host="vm#00000002", conduct=Conduct(max_launches=4)), loose)
+    assert big.status == "regressed", big.message
+    # a team that measured its own nodes' spread records it with the baseline
+    own = _recorded_on(baseline, "vm#00000001", tolerance=0.25, host_sigma=0.02)
+    assert judge(record(*shifted, host="vm#00000002", conduct=Conduct(max_launches=4)), own).status == "regressed"
+
+
+def test_a_10_percent_gate_against_another_hosts_baseline_says_it_cannot_decide(baseline):
+    """No number of launches averages a host's level away: no relaunch, and the message names the two ways out."""
+    other = _recorded_on(baseline, "vm#00000001")  # tolerance 0.10: the gate command's drop
+    outcome = judge(record(launch(0.75), host="vm#00000002", conduct=Conduct(max_launches=8)), other)
+    assert outcome.status == "noisy" and outcome.next_launches == 0
+    assert "cannot decide a 10% drop here, however many launches" in outcome.message
+    assert "python -m harness record-baselines" in outcome.message and "gate --base REF" in outcome.message
+    unknown = dataclasses.replace(other, cases={KEY: {**other.cases[KEY], "provenance": {"hostname": "vm"}}})
+    assert "recorded on another host (vm (no host id)" in judge(record(launch(0.75), host="vm#2"), unknown).message
 
 
 def test_without_a_local_baseline_the_classic_gate_decides_and_confirms(baseline):

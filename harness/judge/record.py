@@ -67,6 +67,7 @@ class CaseRecord:
     conduct: Conduct = field(default_factory=Conduct)
     note: str = ""  # e.g. emulated links that could not be shaped
     reference_itself: bool = False  # the single-process 1x1 reference: its efficiency is 1 by definition
+    host: str = ""  # HostInfo.host_id of the run; "" (hand-built records in unit tests) judges as the baseline's host
     version: int = RECORD_VERSION
 
     @property

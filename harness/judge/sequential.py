@@ -79,6 +79,17 @@ class Decision:
         return self.status != UNDECIDED
 
 
+def can_catch(sigma: float, baseline_launches: int, design: Design = Design()) -> bool:
+    """Whether the budget can reach ``regressed`` at all when every launch reads exactly a ``detect`` drop: with
+    a shared movement (``drift``) as wide as the drop, no number of launches averages it away, and launching
+    them only spends time."""
+    s = max(sigma, design.sigma_floor)
+    n = design.max_launches
+    d = -math.log(1 - design.detect)
+    var = s * s * (1 + n / max(baseline_launches, 1)) + n * design.drift ** 2
+    return n * d * (d / 2) / var >= design.upper
+
+
 def decide(values: Sequence[float], baseline: float, sigma: float, baseline_launches: int,
            design: Design = Design()) -> Decision:
     """The verdict after ``values`` (one local efficiency per launch, in launch order) against ``baseline``."""
