@@ -46,11 +46,12 @@ from harness.judge import CaseRecord, Conduct, estimates, judge  # noqa: E402
 STATUSES = ("regressed", "noisy", "ok")
 
 
-def _record(strategy: str, launches: list, budget: int) -> CaseRecord:
+def _record(strategy: str, launches: list, budget: int, host: str = "") -> CaseRecord:
+    """``host`` "": judged as if on the host that recorded the stored baseline; else on another one."""
     spec = detection.spec_for(strategy, 0.0)
     return CaseRecord(case_id=spec.case_id, key=f"{spec.case_id}:tiny", profile="replay", world_size=spec.world_size,
                       global_batch=spec.global_batch_size, steps=spec.steps, warmup=spec.warmup,
-                      launches=tuple(launches), conduct=Conduct(max_launches=budget, tolerance=0.10))
+                      launches=tuple(launches), conduct=Conduct(max_launches=budget, tolerance=0.10), host=host)
 
 
 def _rounds(rows: list[dict], strategy: str, slowdown: float) -> list[tuple]:
@@ -62,11 +63,11 @@ def _rounds(rows: list[dict], strategy: str, slowdown: float) -> list[tuple]:
     return [(base[k], head[k]) for k in sorted(base.keys() & head.keys(), key=lambda k: (k[0], k[1]))]
 
 
-def _one(strategy: str, rounds: list[tuple], stored, budget: int, base: bool = True) -> tuple[str, int]:
+def _one(strategy: str, rounds: list[tuple], stored, budget: int, base: bool = True, host: str = "") -> tuple[str, int]:
     """One gate verdict over ``rounds`` (in order): the status and the rounds it took."""
     outcome = None
     for n in range(1, min(budget, len(rounds)) + 1):
-        head = _record(strategy, [h for _, h in rounds[:n]], budget)
+        head = _record(strategy, [h for _, h in rounds[:n]], budget, host)
         other = _record(strategy, [b for b, _ in rounds[:n]], budget) if base else None
         outcome = judge(head, stored, base=other)
         if not outcome.next_launches:
@@ -100,8 +101,10 @@ def replay(args: argparse.Namespace) -> None:
                 _print_row("A/B", strategy, label, draw, [_one(strategy, t, stored, args.budget) for t in trials], spread)
             heads = [h for _, h in rounds]  # the stored-baseline gate on the same head launches
             trials = [[(None, h) for h in rng.sample(heads, min(args.budget, len(heads)))] for _ in range(args.trials)]
-            _print_row("stored", strategy, label, "shuffled",
+            _print_row("stored, as if recorded here", strategy, label, "shuffled",
                        [_one(strategy, t, stored, args.budget, base=False) for t in trials], "-")
+            _print_row("stored, recorded on another VM (shipped)", strategy, label, "shuffled",
+                       [_one(strategy, t, stored, args.budget, base=False, host="replay#here") for t in trials], "-")
 
 
 def _ln(launch) -> float:
