@@ -101,7 +101,7 @@ def replay(args: argparse.Namespace) -> None:
                 _print_row("A/B", strategy, label, draw, [_one(strategy, t, stored, args.budget) for t in trials], spread)
             heads = [h for _, h in rounds]  # the stored-baseline gate on the same head launches
             trials = [[(None, h) for h in rng.sample(heads, min(args.budget, len(heads)))] for _ in range(args.trials)]
-            _print_row("stored, as if recorded here", strategy, label, "shuffled",
+            _print_row("stored, host spread ignored (until today)", strategy, label, "shuffled",
                        [_one(strategy, t, stored, args.budget, base=False) for t in trials], "-")
             _print_row("stored, recorded on another VM (shipped)", strategy, label, "shuffled",
                        [_one(strategy, t, stored, args.budget, base=False, host="replay#here") for t in trials], "-")

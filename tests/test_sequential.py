@@ -6,6 +6,8 @@ what the real launches on this machine give is measured by benchmarks/detection.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import pytest
@@ -69,3 +71,13 @@ def test_a_bad_design_is_refused():
         S.Design(alpha=0.7)
     with pytest.raises(ValueError, match="positive"):
         S.decide([0.0], 0.75, 0.02, 10)
+
+
+def test_decidable_stops_launching_when_no_verdict_is_reachable():
+    """A shared movement as wide as the drop (a baseline from another host) cannot be averaged away."""
+    design = S.Design(detect=0.10, max_launches=8, drift=0.095)
+    assert not S.decidable([0.75], 0.75, 0.02, 20, design)  # not even 7 more launches of no change
+    assert S.decidable([0.75], 0.75, 0.02, 20, dataclasses.replace(design, drift=0.01))
+    wide = S.Design(detect=0.25, max_launches=4, drift=0.095)  # the plain suite's band from another host
+    assert S.decidable([0.45], 0.75, 0.02, 20, wide)  # a 40% drop: a second launch confirms it
+    assert not S.decidable([0.64, 0.635], 0.75, 0.02, 20, wide)  # -15%: neither verdict in the two left

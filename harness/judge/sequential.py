@@ -19,7 +19,7 @@ llr_n <= ln(beta / (1 - alpha)), else launch again, up to ``max_launches``; stil
 ``noisy`` (reported, not failing). Truncation only ever turns a decision into ``noisy``, so the false
 alarm rate over the whole procedure stays below Wald's bound alpha / (1 - beta); ``simulate``
 checks it, and tests/test_sequential.py asserts it under the normal model. Each x_i is clipped to
-[mu1 - clip * s, mu0 + clip * s] first, so one launch disturbed far beyond the recorded spread (another
+[mu1 - clip * w, mu0 + clip * w] first (w = sqrt(s^2 + drift^2): a launch's whole spread about the baseline), so one launch disturbed far beyond the recorded spread (another
 tenant's burst) counts as strong evidence, never as unbounded evidence; and ``regressed`` needs at
 least ``min_launches_regressed`` launches (a lone slow launch is confirmed by a second, as
 ``--scaling-confirm`` did).
@@ -79,15 +79,17 @@ class Decision:
         return self.status != UNDECIDED
 
 
-def can_catch(sigma: float, baseline_launches: int, design: Design = Design()) -> bool:
-    """Whether the budget can reach ``regressed`` at all when every launch reads exactly a ``detect`` drop: with
-    a shared movement (``drift``) as wide as the drop, no number of launches averages it away, and launching
-    them only spends time."""
-    s = max(sigma, design.sigma_floor)
-    n = design.max_launches
-    d = -math.log(1 - design.detect)
-    var = s * s * (1 + n / max(baseline_launches, 1)) + n * design.drift ** 2
-    return n * d * (d / 2) / var >= design.upper
+def decidable(values: Sequence[float], baseline: float, sigma: float, baseline_launches: int,
+              design: Design = Design()) -> bool:
+    """Whether the budget can still reach a verdict: if the remaining launches read exactly no change, or exactly
+    a ``detect`` drop, does either bound get crossed by ``max_launches``? With a shared movement (``drift``) as
+    wide as the drop no number of launches averages it away, and launching them only spends time."""
+    for target in (0.0, math.log(1 - design.detect)):
+        more = [baseline * math.exp(target)] * (design.max_launches - len(values))
+        for n in range(len(values), design.max_launches + 1):
+            if decide([*values, *more[:n - len(values)]], baseline, sigma, baseline_launches, design).decided:
+                return True
+    return False
 
 
 def decide(values: Sequence[float], baseline: float, sigma: float, baseline_launches: int,
@@ -97,7 +99,8 @@ def decide(values: Sequence[float], baseline: float, sigma: float, baseline_laun
         raise ValueError(f"efficiencies must be positive: baseline {baseline}, launches {list(values)}")
     s = max(sigma, design.sigma_floor)
     mu0, mu1 = 0.0, math.log(1 - design.detect)
-    xs = [min(max(math.log(v / baseline), mu1 - design.clip * s), mu0 + design.clip * s) for v in values]
+    wide = design.clip * math.hypot(s, design.drift)  # a launch's whole spread about the baseline, shared part too
+    xs = [min(max(math.log(v / baseline), mu1 - wide), mu0 + wide) for v in values]
     n = len(xs)
     mean = sum(xs) / n
     var = s * s * (1 + n / max(baseline_launches, 1)) + n * design.drift ** 2
