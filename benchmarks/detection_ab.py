@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import detection  # noqa: E402
-from harness import baselines, gate, hostinfo  # noqa: E402
+from harness import baselines, gate, hostinfo, worktree  # noqa: E402
 from harness.judge import CaseRecord, Conduct, estimates, judge  # noqa: E402
 
 STATUSES = ("regressed", "noisy", "ok")
@@ -129,12 +129,7 @@ def _throwaway(work: Path, slow_ms: float) -> tuple[Path, str, str]:
     repo = work / "repo"
     if repo.exists():
         subprocess.run(["rm", "-rf", str(repo)], check=True)
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
-                           check=True).stdout.split()
-    for name in files:
-        if (ROOT / name).is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            (repo / name).write_bytes((ROOT / name).read_bytes())
+    worktree.copy_checkout(ROOT, repo)
 
     def git(*a: str) -> str:
         return subprocess.run(["git", "-c", "user.name=d", "-c", "user.email=d@d", *a], cwd=repo, check=True,

@@ -71,3 +71,13 @@ def remove(root: Path, path: Path) -> None:
     if _git(root, "worktree", "remove", "--force", str(path)).returncode != 0:
         shutil.rmtree(path, ignore_errors=True)
     _git(root, "worktree", "prune")
+
+
+def copy_checkout(root: Path, dest: Path) -> None:
+    """The working tree's files (tracked, and untracked ones git does not ignore) copied to ``dest``: a fresh
+    repository for tests and benchmarks that need commits of their own (benchmarks/detection_ab.py, tests)."""
+    names = _git(root, "ls-files", "-co", "--exclude-standard").stdout.split()
+    for name in names:
+        if (root / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_bytes((root / name).read_bytes())

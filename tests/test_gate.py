@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from harness import worktree
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -140,12 +141,7 @@ SLOW_COMMIT = ("harness/strategies/ddp.py", "        loss = loss_fn(self.wrapped
 def throwaway_repo(where):
     """This checkout's files (tracked and untracked-but-not-ignored) as a fresh repository of two commits:
     the base, and a head that slows DDP's step."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
-                           check=True).stdout.split()
-    for name in files:
-        if (ROOT / name).is_file():
-            (where / name).parent.mkdir(parents=True, exist_ok=True)
-            (where / name).write_bytes((ROOT / name).read_bytes())
+    worktree.copy_checkout(ROOT, where)
     git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=where,
                                        check=True, capture_output=True)
     git("init", "-q")
