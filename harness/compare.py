@@ -156,7 +156,9 @@ def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
     for row in rows:
         counts[row.status] = counts.get(row.status, 0) + 1
     failed = sum(r.failed(strict) for r in rows)
-    head = f"### scalegate: {title}\n\n**{'FAIL' if failed else 'PASS'}** — " + ", ".join(
+    undecided = counts.get(V.NOISY, 0)  # a pass that decided nothing on them must not read as a clean pass
+    verdict = "FAIL" if failed else (f"PASS, {undecided} UNDECIDED" if undecided else "PASS")
+    head = f"### scalegate: {title}\n\n**{verdict}** — " + ", ".join(
         f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: SEVERITY.index(kv[0])))
     lines = [head, "", "| case | W | samples/s | efficiency (95% CI) | local eff | gated on | baseline | delta | launches "
                        "| peak MiB/rank | MB/step | verdict |",
