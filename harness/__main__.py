@@ -6,6 +6,7 @@
     python -m harness update-baselines RUN [RUN ...] [--baseline-dir baselines] [--tolerance 0.1]
     python -m harness gate [--base REF] [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]
     python -m harness record-baselines --rounds N [pytest args]   # launches spread in time (harness/rounds.py)
+    python -m harness bisect GOOD BAD -k CASE [pytest args]       # the first bad commit (harness/bisect.py)
 
 compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with
 --strict), 2 on bad input (missing run, malformed file, unusable baseline) with a one-line error.
@@ -18,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness import baselines, gate, rounds, runfiles
+from harness import baselines, bisect, gate, rounds, runfiles
 from harness.errors import ScalegateError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,12 +146,13 @@ def parser() -> argparse.ArgumentParser:
     u.set_defaults(func=cmd_update)
     gate.add_parser(sub)
     rounds.add_parser(sub, str(ROOT / "baselines"))
+    bisect.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
-    runs_pytest = getattr(args, "gate", False) or getattr(args, "rounds_command", False)
+    runs_pytest = any(getattr(args, name, False) for name in ("gate", "rounds_command", "bisect"))
     if not runs_pytest and extra:
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
     try:
@@ -160,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             return gate.main(args, extra)
         if getattr(args, "rounds_command", False):
             return rounds.main(args, extra)
+        if getattr(args, "bisect", False):
+            return bisect.main(args, extra)
         return args.func(args)
     except ScalegateError as exc:  # bad input: one clear line and its HINT, no traceback
         print(f"error: {exc.message}" + (f"\nHINT: {exc.hint}" if exc.hint else ""), file=sys.stderr)

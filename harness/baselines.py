@@ -80,8 +80,14 @@ def load(directory: Path, profile: str) -> BaselineFile | None:
 
 
 def _validate_entry(path: Path, key: str, entry: Any, fix: str) -> None:
+    from harness.judge import quarantine  # a leaf module: no cycle
+
     if not isinstance(entry, dict):
         raise BaselineError(f"baseline file {path}: case {key!r} is not an object", fix)
+    if quarantine.KEY in entry and quarantine.problem(entry[quarantine.KEY]):
+        raise BaselineError(f"baseline file {path}: case {key!r} quarantine "
+                            f"{quarantine.problem(entry[quarantine.KEY])}",
+                            "write it as \"quarantine\": {\"reason\": \"...\", \"until\": \"2026-12-31\"}, or remove it")
     for metric in METRICS:
         ref = entry.get(metric)
         if ref is None:
@@ -94,7 +100,7 @@ def _validate_entry(path: Path, key: str, entry: Any, fix: str) -> None:
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             raise BaselineError(f"baseline file {path}: case {key!r} metric {metric!r} value {ref['value']!r} "
                                 f"is not a number", fix)
-        for extra in ("sigma", "launches"):  # the local efficiency's spread between launches, and their count
+        for extra in ("sigma", "launches", "host_sigma"):  # the local efficiency's spread between launches, and their count
             found = ref.get(extra)
             if found is not None and (isinstance(found, bool) or not isinstance(found, (int, float)) or found < 0):
                 raise BaselineError(f"baseline file {path}: case {key!r} metric {metric!r} {extra} {found!r} is not a "
@@ -120,10 +126,22 @@ def update(directory: Path, profile: str, fingerprint: dict[str, Any],
         old = load(directory, profile)
         cases = dict(old.cases) if old else {}
         diff = [_diff_line(key, cases.get(key), entry) for key, entry in sorted(entries.items())]
-        cases.update(entries)
+        for key, entry in entries.items():
+            cases[key] = _keep_team_fields(cases.get(key) or {}, entry)
         atomic.write_json(path, {"schema_version": SCHEMA_VERSION, "profile": profile,
                                  "fingerprint": fingerprint, "cases": dict(sorted(cases.items()))})
     return path, diff
+
+
+def _keep_team_fields(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """What a team wrote by hand outlives a re-recorded baseline: a quarantine, a measured spread between hosts."""
+    merged = dict(new)
+    if "quarantine" in old and "quarantine" not in new:
+        merged["quarantine"] = old["quarantine"]
+    spread = (old.get("local_efficiency") or {}).get("host_sigma")
+    if spread is not None and isinstance(new.get("local_efficiency"), dict) and "host_sigma" not in new["local_efficiency"]:
+        merged["local_efficiency"] = {**new["local_efficiency"], "host_sigma": spread}
+    return merged
 
 
 def _diff_line(key: str, old: dict[str, Any] | None, new: dict[str, Any]) -> str:

@@ -43,6 +43,7 @@ class Row:
     gate: str = ""
     launches: int = 0
     messages: list[str] = field(default_factory=list)
+    quarantined: str = ""  # the baseline's quarantine (reason, until): reported, never failing
 
     @property
     def delta(self) -> float | None:
@@ -54,7 +55,7 @@ class Row:
         return value / base - 1
 
     def failed(self, strict: bool = False) -> bool:
-        return self.status in (V.REGRESSED, V.FAILED) or (strict and self.status == V.NOISY)
+        return not self.quarantined and (self.status in (V.REGRESSED, V.FAILED) or (strict and self.status == V.NOISY))
 
 
 def load_baseline_file(path: Path) -> BaselineFile:
@@ -119,7 +120,7 @@ def judge_case(case: dict[str, Any], baseline: BaselineFile | None, tolerance: f
                peak_mib=max(peaks) / 2**20 if peaks else None, bytes_per_step=wire.get("bytes_per_step"),
                status=outcome.status, local_efficiency=outcome.local_efficiency,
                baseline_local_efficiency=outcome.baseline_local_efficiency, gate=outcome.gate,
-               launches=outcome.launches,
+               launches=outcome.launches, quarantined=outcome.quarantined,
                messages=[line for line in outcome.message.splitlines()[:1] if outcome.status != V.OK]
                or ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []))
 
@@ -172,10 +173,14 @@ def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
         lines.append(f"| `{r.key}` | {_fmt(r.world_size, 'd')} | {_fmt(r.throughput, '.1f')} | "
                      f"{_fmt(r.efficiency, '.3f')}{ci} | {_fmt(r.local_efficiency, '.3f')} | {r.gate or '–'} | {base} | "
                      f"{_fmt(r.delta, '+.1%')} | {r.launches} | {_fmt(r.peak_mib, '.0f')} | "
-                     f"{_fmt(r.bytes_per_step, '.2f', 1e-6)} | {ICON.get(r.status, '')} {r.status} |")
+                     f"{_fmt(r.bytes_per_step, '.2f', 1e-6)} | {ICON.get(r.status, '')} {r.status}"
+                     f"{' 🔇 quarantined' if r.quarantined else ''} |")
     notes = [f"- `{r.case_id}`: {m.splitlines()[0]}" for r in rows if r.status != V.OK for m in r.messages]
     if notes:
         lines += ["", *notes]
+    held = [f"- `{r.key}`: {r.quarantined}" for r in rows if r.quarantined]
+    if held:
+        lines += ["", "Quarantined in the baseline file (reported, not failing):", *held]
     return "\n".join(lines) + "\n"
 
 

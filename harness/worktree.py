@@ -44,10 +44,10 @@ def toplevel(start: Path) -> Path:
     return Path(done.stdout.strip())
 
 
-def resolve(root: Path, ref: str) -> str:
+def resolve(root: Path, ref: str, what: str = "--base") -> str:
     done = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if done.returncode != 0 or not done.stdout.strip():
-        raise ScalegateError(f"--base {ref!r} is not a commit of {root}",
+        raise ScalegateError(f"{what} {ref!r} is not a commit of {root}",
                              f"fetch it first (e.g. `git fetch origin main` and --base origin/main), or pass a hash")
     return done.stdout.strip()
 

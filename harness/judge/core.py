@@ -9,7 +9,8 @@ Order (STYLE.md: a case that fails correctness reports no performance verdict):
    baseline has a local efficiency and every launch measured pairs, else the classic efficiency
    (``timing.py``); throughput only where the test's marker asks for it;
 5. the worst of these is the case's status; ``--scaling-strict`` fails ``noisy``, ``--scaling-require-baseline``
-   fails ``no-baseline``.
+   fails ``no-baseline``;
+6. a quarantine in the baseline (reason, until a date) keeps the verdict but not its failure (``quarantine.py``).
 
 pytest (``harness/session.py``), ``python -m harness compare`` and ``python -m harness gate`` all call this
 function on the same ``CaseRecord``, so they cannot disagree (tests/test_judge.py runs the same records
@@ -25,7 +26,7 @@ import statistics
 from harness import metrics, stats
 from harness import verdict as V
 from harness.baselines import BaselineFile
-from harness.judge import ab, budgets, estimates, timing
+from harness.judge import ab, budgets, estimates, quarantine, timing
 from harness.judge.outcome import AB, LOCAL, SEVERITY, MetricVerdict, Outcome, Overrides
 from harness.judge.record import CaseRecord
 from harness.stats import Estimate
@@ -35,7 +36,12 @@ def judge(record: CaseRecord, baseline: BaselineFile | None, overrides: Override
           base: CaseRecord | None = None) -> Outcome:
     """``base``: the same case's launches on the PR's base commit, measured in the same gate run (``ab.py``):
     timing, memory, bytes and final loss are then judged against them; ``baseline`` only lends its spreads and
-    tolerances."""
+    tolerances (and its quarantines: ``quarantine.py``)."""
+    return _quarantine(_verdict(record, baseline, overrides, base), baseline, overrides)
+
+
+def _verdict(record: CaseRecord, baseline: BaselineFile | None, overrides: Overrides,
+             base: CaseRecord | None) -> Outcome:
     outcome = Outcome(case_id=record.case_id, key=record.key, status=V.FAILED, message="",
                       launches=len(record.launches), oversubscribed=record.oversubscribed,
                       tolerances=dict(record.tolerances))
@@ -76,6 +82,21 @@ def judge(record: CaseRecord, baseline: BaselineFile | None, overrides: Override
         message = f"{message} [{record.note}]"
     return dataclasses.replace(outcome, status=status, message=message, metrics=tuple(found), gate=gate,
                                sequential=state, next_launches=more, needs_reference=needs_reference)
+
+
+def _quarantine(outcome: Outcome, baseline: BaselineFile | None, overrides: Overrides) -> Outcome:
+    """A flaky case the baseline quarantines until a date: the verdict stands, reported, but does not fail."""
+    found = quarantine.of(baseline.cases.get(outcome.key) if baseline else None)
+    if found is None:
+        return outcome
+    if not found.active(overrides.today):
+        return dataclasses.replace(outcome, message=f"{outcome.message}\n(its quarantine ran out on {found.until}: "
+                                                    f"{found.reason}; it gates again)")
+    if outcome.status not in (V.REGRESSED, V.FAILED):
+        return dataclasses.replace(outcome, quarantined=found.describe())
+    return dataclasses.replace(outcome, quarantined=found.describe(),
+                               message=f"quarantined, not failing: {found.describe()}; the verdict was: "
+                                       f"{outcome.message}")
 
 
 def _timing(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None, overrides: Overrides) -> timing.Timing:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness import verdict as V
+from harness.judge.quarantine import today
 
 if TYPE_CHECKING:
     from harness.results import CaseResult
@@ -25,6 +26,7 @@ class Overrides:
     strict: bool = False  # noisy fails too
     require_baseline: bool = False  # no baseline fails
     noisy_limit: float = V.DEFAULT_NOISY_LIMIT
+    today: str = field(default_factory=today)  # ISO date: a quarantine in the baseline runs until its date
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,13 +64,14 @@ class Outcome:
     problems: tuple[str, ...] = ()
     oversubscribed: bool = False
     tolerances: dict[str, float] = field(default_factory=dict)  # @pytest.mark.scaling_tolerance overrides
+    quarantined: str = ""  # the baseline's quarantine of the case (reason, until): reported, never failing
     # filled in by the session, not by the judge: the median launch and its resources, for records and plots
     result: "CaseResult | None" = None
     resources: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
-        return self.status in (REGRESSED, FAILED)
+        return self.status in (REGRESSED, FAILED) and not self.quarantined
 
     @property
     def decided(self) -> bool:
