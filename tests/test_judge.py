@@ -79,7 +79,8 @@ def test_undecided_at_the_budget_is_noisy_and_strict_fails_it(baseline):
 def _recorded_on(baseline: baselines.BaselineFile, host_id: str, **local) -> baselines.BaselineFile:
     entry = dict(baseline.cases[KEY])
     entry["provenance"] = baselines.provenance("abc", "vm", {}, host_id)
-    entry["local_efficiency"] = {**entry["local_efficiency"], **local}
+    if local:
+        entry["local_efficiency"] = {**entry["local_efficiency"], **local}
     return dataclasses.replace(baseline, cases={**baseline.cases, KEY: entry})
 
 
@@ -129,6 +130,12 @@ def test_without_a_local_baseline_the_classic_gate_decides_and_confirms(baseline
     confirmed = judge(record(slow, slow), classic_only)
     assert confirmed.status == "regressed" and confirmed.next_launches == 0
     assert "regression confirmed by relaunching the case and its reference; 2 launches judged together" in confirmed.message
+    # from another host the classic band widens by the spread between hosts: 0.60 (-14%) is no longer regressed
+    elsewhere = _recorded_on(classic_only, "vm#00000001")
+    shifted = record(launch(step_s=0.0467), host="vm#00000002")  # 0.028 / 0.0467 = 0.60
+    assert judge(dataclasses.replace(shifted, host=""), elsewhere).status == "regressed"
+    there = judge(shifted, elsewhere)
+    assert there.status != "regressed" and "baseline recorded on another host, vm#00000001" in there.message
 
 
 def test_memory_and_bytes_regress_without_a_confirmation(baseline):

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,8 +114,12 @@ def classic(record: CaseRecord, estimate: Estimate, launches: list[Estimate], ba
             overrides: Overrides) -> Timing:
     ref = reference(baseline, record, "efficiency", overrides)
     noise = (baseline.cases.get(record.key, {}).get("noise_rel", 0.0) if baseline and ref else 0.0) or 0.0
-    found = V.judge(estimate, ref, record.where, baseline_noise=noise, noisy_limit=overrides.noisy_limit)
-    message = found.message
+    spread, recorded = host_spread(baseline, record) if baseline and ref else (0.0, "")
+    # a baseline from another host: its level differs by the spread between hosts too (HOST_SPREAD)
+    found = V.judge(estimate, ref, record.where, baseline_noise=math.hypot(noise, spread),
+                    noisy_limit=max(overrides.noisy_limit, math.hypot(overrides.noisy_limit, spread)))
+    message = found.message + (f" (baseline recorded on another host, {recorded}: hosts' levels spread "
+                               f"±{spread:.1%}, in the noise)" if spread else "")
     if len(launches) > 1:
         message += f" (median of {len(launches)} launches: {', '.join(f'{e.value:.3f}' for e in launches)})"
     conduct = record.conduct
