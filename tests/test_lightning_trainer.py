@@ -61,7 +61,7 @@ def options(strategies_: tuple[str, ...]) -> Options:
                    dtype="fp32", inject_delay_ms=0.0)
 
 
-def test_trainer_strategies_run_when_named_and_parity_follows(suite):
+def test_trainer_strategies_run_when_named_and_parity_follows():
     assert not any(n.startswith("lightning-") for n in _all_strategies())
     ids = [case.id for case in parity.build(options(("lightning-ddp",)), hostinfo.detect())]
     assert ids == ["parity-fabric-ddp-vs-ddp-cnn-1x2", "parity-lightning-ddp-vs-ddp-cnn-1x2"]
@@ -83,7 +83,7 @@ def test_outside_torchrun_the_trainer_strategy_says_how_to_run_it(monkeypatch):
     for var in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(var, raising=False)
     ctx = RankContext(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0, device=torch.device("cpu"))
-    strategy = strategies.get("lightning-ddp")(ctx, CaseSpec(strategy="lightning-ddp", model="cnn", topology="1x1"))
+    strategy = strategies.get("lightning-ddp")(ctx, CaseSpec(strategy="lightning-ddp", model="cnn", topology="1x1", preset="tiny", micro_batch=8))
     with pytest.raises(SpecError) as err:
         strategy.setup(torch.nn.Linear(2, 2), lambda params: torch.optim.AdamW(params))
     assert "lightning-ddp runs inside the ranks torchrun starts" in str(err.value)
