@@ -205,3 +205,17 @@ def test_lightning_ddp_agrees_converges_and_keeps_parity_with_ddp(suite, tmp_pat
     parity_data = json.loads(record.read_text())
     assert parity_data["problems"] == [] and parity_data["max_loss_diff"] == 0.0  # the same DDP underneath
     assert (parity_data["candidate"], parity_data["baseline"], parity_data["interleaved"]) == ("lightning-ddp", "ddp", True)
+
+
+def test_the_example_lightning_module_is_a_workload_with_learnable_data(monkeypatch):
+    from pathlib import Path
+
+    from fixtures.loader import validate
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples" / "lightning_module"))
+    from lit_model import LitClassifier, LitWorkload
+
+    workload = validate(LitWorkload, "examples/lightning_module")("tiny", 1)
+    assert isinstance(workload.build_model(), LitClassifier)
+    inputs, targets = workload.dataset()
+    assert inputs.shape == (512, 32) and set(targets.tolist()) == {0, 1, 2, 3}

@@ -11,7 +11,7 @@ from harness import LightningWorkload, Preset
 class LitClassifier(pl.LightningModule):
     """An ordinary LightningModule: forward, training_step, configure_optimizers, train_dataloader."""
 
-    def __init__(self, features: int = 32, width: int = 64, classes: int = 4) -> None:
+    def __init__(self, features: int = 32, width: int = 256, classes: int = 4) -> None:
         super().__init__()
         self.features, self.classes = features, classes
         self.net = nn.Sequential(nn.Linear(features, width), nn.ReLU(), nn.Linear(width, classes))
@@ -28,7 +28,7 @@ class LitClassifier(pl.LightningModule):
 
     def train_dataloader(self):
         # learnable: the class is which quarter of the feature vector has the largest sum
-        x = torch.randn(512, self.features)
+        x = 4 * torch.randn(512, self.features)  # a clear signal: the loss falls within scalegate's few steps
         y = x.view(512, self.classes, -1).sum(-1).argmax(-1)
         return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=64)
 
@@ -36,5 +36,5 @@ class LitClassifier(pl.LightningModule):
 class LitWorkload(LightningWorkload):
     name = "lit_classifier"                   # test ids: lightning-ddp-lit_classifier-1x2
     module = LitClassifier                    # built as LitClassifier(**dims) on every rank
-    presets = {"tiny": Preset(micro_batch=16, dims={"features": 32, "width": 64, "classes": 4}, dataset_size=512),
+    presets = {"tiny": Preset(micro_batch=16, dims={"features": 32, "width": 256, "classes": 4}, dataset_size=512),
                "small": Preset(micro_batch=64, dims={"features": 64, "width": 256, "classes": 4}, dataset_size=512)}
