@@ -272,3 +272,10 @@ class LightningDeepSpeed(LightningTrainerStrategy):
         from harness.strategies.deepspeed_zero import gathered_parameters
 
         return gathered_parameters(self.model)
+
+    def state_bytes(self) -> dict[str, int]:
+        # Lightning's DeepSpeedStrategy hands the Trainer the engine's ZeRO optimizer (``trainer.optimizers``):
+        # its flat partitions live outside param.grad, as for deepspeed-zero*. Runs on CUDA only (not checked here)
+        from harness.state import deepspeed_state_bytes
+
+        return deepspeed_state_bytes(self.model, self.optimizer)
