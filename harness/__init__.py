@@ -15,7 +15,11 @@ def __getattr__(name: str):
         from fixtures import base
 
         return getattr(base, name)
+    if name == "LightningWorkload":  # a user's LightningModule as a workload (fixtures/lightning_module.py)
+        from fixtures.lightning_module import LightningWorkload
+
+        return LightningWorkload
     raise AttributeError(f"module 'harness' has no attribute {name!r}")
 
 
-__all__ = ["Preset", "SCHEMA_VERSION", "Workload"]
+__all__ = ["LightningWorkload", "Preset", "SCHEMA_VERSION", "Workload"]

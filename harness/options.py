@@ -29,7 +29,8 @@ ALPHA, BETA = 0.01, 0.05
 def add_options(parser) -> None:
     group = parser.getgroup("scaling", "scalegate scaling benchmarks")
     add = group.addoption
-    add("--scaling-strategies", default="all", help="comma-separated strategies to run (default: %(default)s)")
+    add("--scaling-strategies", default="all", help="comma-separated strategies to run (default: %(default)s; "
+        "all leaves out lightning-ddp, lightning-fsdp and lightning-deepspeed, which run when named)")
     add("--scaling-models", default="all",
         help="comma-separated workloads to run: built-in or registered names, or a Workload class as "
              "package.module:Class (docs/your-model.md) (default: %(default)s)")
@@ -173,6 +174,10 @@ def _names(option: str, text: str, known: list[str], catalog: "Catalog | None" =
         items = tuple(catalog.model(n, f"{option} {n}") if ":" in n else n for n in items)
         known = catalog.names()
     if text.strip() == "all":
+        if option == "--scaling-strategies":  # the opt-in ones run only when named
+            from harness.strategies import OPT_IN
+
+            return tuple(n for n in known if n not in OPT_IN)
         return tuple(known)
     names = tuple(dict.fromkeys(items))
     unknown = [n for n in names if n not in known]

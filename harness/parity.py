@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import atomic, matrix, metrics, stats
+from harness import atomic, matrix, metrics, stats, strategies
 from harness.errors import ScalegateError
 from harness.judge import sequential
 from harness.hostinfo import HostInfo
@@ -50,7 +50,9 @@ from harness.spec import CaseSpec
 if TYPE_CHECKING:
     from harness.launch import warm
 
-PAIRS = (("fabric-ddp", "ddp"),)  # (candidate, baseline): the candidate is held to the baseline
+# (candidate, baseline): the candidate is held to the baseline. The Trainer's fit loop steps beside its companion
+# too: it runs in a thread paced step by step (harness/strategies/lightning_trainer.py).
+PAIRS = (("fabric-ddp", "ddp"), ("lightning-ddp", "ddp"))
 TOPOLOGIES = ("1x2",)
 LOSS_ATOL = 1e-6  # fp32, same seed and data: any larger difference is a different computation
 THROUGHPUT_TOLERANCE = 0.10
@@ -104,6 +106,8 @@ class ParityOutcome:
 def build(options: Options, host: HostInfo, pairs=PAIRS, topologies=TOPOLOGIES) -> list[ParityCase]:
     cases = []
     for candidate, baseline in pairs:
+        if candidate in strategies.OPT_IN and candidate not in options.strategies:
+            continue  # an opt-in front end is held to parity when its strategy is named
         for model in options.models:
             for topology in topologies:
                 # parity judges losses and the paired steps only: the same-launch local window would be idle time

@@ -269,6 +269,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     extra = _local_window(spec, ctx, strategy, workload, full_state, first, beat)
     series = {k: extra.pop(k) for k in ("pair_step_times_s", "local_step_times_s") if k in extra}
     extra.update(_profile_window(spec, ctx, strategy, workload, first + 1 + spec.local_steps, beat))
+    extra.update(strategy.extra_results())
     beat(first, "teardown")
     if companion is not None:
         series.update(companion.result())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:
     import torch
@@ -151,6 +151,10 @@ class Strategy:
 
         assert self.model is not None
         return module_state_bytes(list(self.model.parameters()), self.optimizer)
+
+    def extra_results(self) -> dict[str, Any]:
+        """Strategy-specific figures for the rank's ``extra`` results (the Lightning Trainer's own step clock)."""
+        return {}
 
     def teardown(self) -> None:
         pass
