@@ -15,7 +15,7 @@ launch a slow phase of the host slows both halves of a step, and it cancels in t
 Throughput parity is judged on those pairs: r_i = baseline step i / candidate step i (the candidate's
 throughput relative to the baseline's), estimated per launch as exp of the 20%-trimmed mean of ln r_i with
 a seeded bootstrap 95% interval (``harness.stats.paired_ratio_estimate``). The verdict is the gate's
-sequential test (``harness/judge/sequential.py``) over launches: no shortfall (ratio 1, exactly: there is
+sequential test (``harness/judge/sequential.py``) over launches: an overhead of at most half the tolerance (``decide``; the reference is exact: there is
 no baseline to estimate, both front ends ran in the same steps) against a shortfall of the tolerance
 (``THROUGHPUT_TOLERANCE``, 10%, unless ``--scaling-tolerance`` overrides it), sigma the launches' own
 standard error from their intervals. The case launches again while undecided, up to
@@ -182,16 +182,21 @@ MIN_LAUNCHES_REGRESSED = 3
 
 
 def decide(ratios: list[stats.Estimate], tolerance: float, design: sequential.Design) -> sequential.Decision:
-    """No shortfall (ratio 1) against a shortfall of ``tolerance``, over the launches so far. The baseline is
-    exact (``math.inf`` launches: no error of its own); sigma pools the launches' standard errors, or, from three
+    """An overhead of at most half the tolerance (ratio 1 - tolerance/2: acceptable) against a shortfall of the
+    whole ``tolerance``, over the launches so far. The contract is "at most ``tolerance`` below": with the
+    acceptable side at ratio 1 the test's boundary sat at a 5% shortfall, and a front end with a real 6% overhead
+    on one workload (fabric-ddp on resnet read 0.915-0.961 in CI) failed half the time. The reference is exact
+    (``math.inf`` launches: no error of its own); sigma pools the launches' standard errors, or, from three
     launches on, their own spread between launches where that is wider."""
     errors = [e for e in map(standard_error, ratios) if e is not None]
     sigma = math.sqrt(sum(e * e for e in errors) / len(errors)) if errors else 0.05
     if len(ratios) >= 3:
         sigma = max(sigma, statistics.stdev(math.log(r.value) for r in ratios))
-    design = dataclasses.replace(design, detect=tolerance, drift=0.0,
+    acceptable = 1 - tolerance / 2
+    design = dataclasses.replace(design, detect=1 - (1 - tolerance) / acceptable, drift=0.0,
                                  min_launches_regressed=max(design.min_launches_regressed, MIN_LAUNCHES_REGRESSED))
-    return sequential.decide([r.value for r in ratios], 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
+    found = sequential.decide([r.value for r in ratios], acceptable, sigma, math.inf, design)  # type: ignore[arg-type]
+    return dataclasses.replace(found, change=(1 + found.change) * acceptable - 1)  # against ratio 1, as reported
 
 
 def throughput_problem(case_id: str, result: CaseResult, ratios: list[stats.Estimate],
@@ -203,7 +208,7 @@ def throughput_problem(case_id: str, result: CaseResult, ratios: list[stats.Esti
     each = ", ".join(f"{r.value:.3f} ({r.low:.3f}-{r.high:.3f})" for r in ratios)
     return (f"throughput parity failed [{case_id}]: {cs} runs at {pooled(ratios).value:.3f}x {bs}'s throughput over "
             f"{len(ratios)} launches ({each}; 95% intervals): a {design.detect:.0%} shortfall explains it better than "
-            f"none (sequential test: caught with probability {1 - design.beta:.0%}, false alarms {design.alpha:.0%}; "
+            f"an overhead of {design.detect / 2:.0%} or less (sequential test: caught with probability {1 - design.beta:.0%}, false alarms {design.alpha:.0%}; "
             f"per-launch spread ±{found.sigma:.1%}); {cs} {result.throughput:.1f} vs {bs} "
             f"{baseline_throughput(result):.1f} samples/s in the last launch, both trained interleaved step by step "
             f"in each: {cs}'s framework overhead is a regression")

@@ -67,11 +67,14 @@ def ratio(value: float, half: float = 0.06) -> stats.Estimate:
 def test_a_clean_launch_decides_ok_at_once_and_a_shortfall_needs_three_launches():
     design = sequential.Design(max_launches=6)
     assert parity.decide([ratio(1.0)], 0.10, design).status == sequential.OK
-    first = parity.decide([ratio(0.9)], 0.10, design)
+    first = parity.decide([ratio(0.85)], 0.10, design)
     assert first.status == sequential.UNDECIDED and first.llr >= first.upper  # a lone slow launch is confirmed
-    assert parity.decide([ratio(0.9), ratio(0.91)], 0.10, design).status == sequential.UNDECIDED  # back to back
-    assert parity.decide([ratio(0.9), ratio(0.91), ratio(0.9)], 0.10, design).status == sequential.REGRESSED
+    assert parity.decide([ratio(0.85), ratio(0.86)], 0.10, design).status == sequential.UNDECIDED  # back to back
+    assert parity.decide([ratio(0.85), ratio(0.86), ratio(0.85)], 0.10, design).status == sequential.REGRESSED
     assert parity.decide([ratio(0.9)], 0.25, design).status == sequential.OK  # --scaling-tolerance 0.25
+    # a real overhead under half the tolerance is acceptable: fabric-ddp on resnet read 0.915-0.961 in CI
+    overhead = [ratio(0.94), ratio(0.93), ratio(0.95), ratio(0.94)]
+    assert parity.decide(overhead, 0.10, design).status != sequential.REGRESSED
 
 
 def test_halfway_stays_undecided_and_the_pooled_ratio_keeps_every_launch():
@@ -123,7 +126,7 @@ def test_a_slowed_candidate_fails_throughput_parity_naming_both_and_the_toleranc
     [problem] = outcome.problems
     assert re.match(rf"throughput parity failed \[{CASE}\]: fabric-ddp runs at [\d.]+x ddp's throughput over 3 launches "
                     r"\([\d.]+ \([\d.]+-[\d.]+\), [\d.]+ \([\d.]+-[\d.]+\), [\d.]+ \([\d.]+-[\d.]+\); 95% intervals\): a 10% shortfall explains it "
-                    r"better than none \(sequential test: caught with probability 95%, false alarms 1%; per-launch "
+                    r"better than an overhead of 5% or less \(sequential test: caught with probability 95%, false alarms 1%; per-launch "
                     r"spread ±[\d.]+%\); fabric-ddp [\d.]+ vs ddp [\d.]+ samples/s in the last launch, both trained "
                     r"interleaved step by step in each: fabric-ddp's framework overhead is a regression$", problem), problem
     assert outcome.status == "regressed" and len(outcome.launch_ratios) == 3  # a shortfall is confirmed by two more
