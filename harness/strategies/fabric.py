@@ -18,6 +18,28 @@ from typing import Any, ClassVar
 from harness.strategies.base import Strategy
 
 
+class SummonedFsdp:
+    """Full gradients and parameters of a Lightning FSDP1 wrapper (``_fsdp_root``), for the agreement checks:
+    Fabric's and the Trainer's FSDP share this (both wrap with use_orig_params=True)."""
+
+    model: Any
+
+    def _fsdp_root(self):
+        raise NotImplementedError
+
+    def full_gradients(self) -> dict[str, Any]:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        with FullyShardedDataParallel.summon_full_params(self._fsdp_root(), with_grads=True, writeback=False):
+            return {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
+
+    def full_parameters(self) -> dict[str, Any]:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        with FullyShardedDataParallel.summon_full_params(self._fsdp_root(), writeback=False):
+            return {n: p.detach().clone() for n, p in self.model.named_parameters()}
+
+
 class FabricStrategy(Strategy):
     fabric_strategy: ClassVar[str]  # Lightning's strategy name
     packages = ("lightning",)
@@ -50,7 +72,7 @@ class FabricDDP(FabricStrategy):
     wire_factor = 2.0  # the same DistributedDataParallel ring all-reduce as ddp
 
 
-class FabricFSDP(FabricStrategy):
+class FabricFSDP(SummonedFsdp, FabricStrategy):
     name = "fabric-fsdp"
     fabric_strategy = "fsdp"
     needs_cuda = ("fabric-fsdp: Lightning refuses CPU: \"You selected the FSDP strategy but FSDP is only available "
@@ -59,17 +81,6 @@ class FabricFSDP(FabricStrategy):
     def _fsdp_root(self):
         return self.wrapped._forward_module  # Fabric's FullyShardedDataParallel (use_orig_params=True)
 
-    def full_gradients(self) -> dict[str, Any]:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        with FullyShardedDataParallel.summon_full_params(self._fsdp_root(), with_grads=True, writeback=False):
-            return {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
-
-    def full_parameters(self) -> dict[str, Any]:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        with FullyShardedDataParallel.summon_full_params(self._fsdp_root(), writeback=False):
-            return {n: p.detach().clone() for n, p in self.model.named_parameters()}
 
 
 class FabricDeepSpeed(FabricStrategy):

@@ -39,6 +39,7 @@ import torch
 
 from harness.errors import SpecError
 from harness.strategies.base import Strategy
+from harness.strategies.fabric import SummonedFsdp
 
 class StepBatch:
     """One step's batch, filled when the step starts; unpacks like ``(inputs, targets)``."""
@@ -233,7 +234,7 @@ class LightningDDP(LightningTrainerStrategy):
     wire_factor = 2.0  # Lightning's DDPStrategy wraps the module in DistributedDataParallel: a ring all-reduce
 
 
-class LightningFSDP(LightningTrainerStrategy):
+class LightningFSDP(SummonedFsdp, LightningTrainerStrategy):
     name = "lightning-fsdp"
     trainer_strategy = "fsdp"
     needs_cuda = ("lightning-fsdp: Lightning refuses CPU: \"The strategy `fsdp` requires a GPU accelerator, but received "
@@ -242,18 +243,6 @@ class LightningFSDP(LightningTrainerStrategy):
 
     def _fsdp_root(self):
         return self.trainer.strategy.model  # FullyShardedDataParallel around the module (use_orig_params=True)
-
-    def full_gradients(self) -> dict[str, Any]:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        with FullyShardedDataParallel.summon_full_params(self._fsdp_root(), with_grads=True, writeback=False):
-            return {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
-
-    def full_parameters(self) -> dict[str, Any]:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        with FullyShardedDataParallel.summon_full_params(self._fsdp_root(), writeback=False):
-            return {n: p.detach().clone() for n, p in self.model.named_parameters()}
 
 
 class LightningDeepSpeed(LightningTrainerStrategy):
