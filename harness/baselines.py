@@ -20,7 +20,7 @@ from typing import Any, Iterator
 from harness import SCHEMA_VERSION, atomic
 from harness.errors import BaselineError
 
-METRICS = ("efficiency", "local_efficiency", "throughput", "final_loss", "peak_memory_bytes", "bytes_per_step")
+METRICS = ("efficiency", "local_efficiency", "throughput", "mfu", "final_loss", "peak_memory_bytes", "bytes_per_step")
 
 
 def case_key(case_id: str, preset: str) -> str:

@@ -44,6 +44,9 @@ class Row:
     launches: int = 0
     messages: list[str] = field(default_factory=list)
     quarantined: str = ""  # the baseline's quarantine (reason, until): reported, never failing
+    tokens_per_s: float | None = None
+    mfu: float | None = None  # model FLOPs utilization against one device's peak (harness/peaks.py)
+    achieved_flops: float | None = None  # per device, FLOP/s
 
     @property
     def delta(self) -> float | None:
@@ -120,7 +123,8 @@ def judge_case(case: dict[str, Any], baseline: BaselineFile | None, tolerance: f
                peak_mib=max(peaks) / 2**20 if peaks else None, bytes_per_step=wire.get("bytes_per_step"),
                status=outcome.status, local_efficiency=outcome.local_efficiency,
                baseline_local_efficiency=outcome.baseline_local_efficiency, gate=outcome.gate,
-               launches=outcome.launches, quarantined=outcome.quarantined,
+               launches=outcome.launches, quarantined=outcome.quarantined, tokens_per_s=outcome.tokens_per_s,
+               mfu=outcome.mfu, achieved_flops=outcome.achieved_flops,
                messages=[line for line in outcome.message.splitlines()[:1] if outcome.status != V.OK]
                or ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []))
 
@@ -161,16 +165,16 @@ def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
     verdict = "FAIL" if failed else (f"PASS, {undecided} UNDECIDED" if undecided else "PASS")
     head = f"### scalegate: {title}\n\n**{verdict}** — " + ", ".join(
         f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: SEVERITY.index(kv[0])))
-    lines = [head, "", "| case | W | samples/s | efficiency (95% CI) | local eff | gated on | baseline | delta | launches "
-                       "| peak MiB/rank | MB/step | verdict |",
-             "|---|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|---|"]
+    lines = [head, "", "| case | W | samples/s | MFU | efficiency (95% CI) | local eff | gated on | baseline | delta "
+                       "| launches | peak MiB/rank | MB/step | verdict |",
+             "|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|---|"]
     for r in rows:
         ci = "" if r.efficiency_low is None else (
             f" ({r.efficiency_low:.3f}–{_fmt(r.efficiency_high, '.3f')})")
         gated = r.baseline_local_efficiency if r.gate in (LOCAL, AB) else r.baseline_efficiency
         base = "–" if gated is None else f"{gated:.3f}" + ("" if r.tolerance is None else f" ±{r.tolerance:.0%}") + (
             " (base commit)" if r.gate == AB else "")
-        lines.append(f"| `{r.key}` | {_fmt(r.world_size, 'd')} | {_fmt(r.throughput, '.1f')} | "
+        lines.append(f"| `{r.key}` | {_fmt(r.world_size, 'd')} | {_fmt(r.throughput, '.1f')} | {_fmt(r.mfu, '.1%')} | "
                      f"{_fmt(r.efficiency, '.3f')}{ci} | {_fmt(r.local_efficiency, '.3f')} | {r.gate or '–'} | {base} | "
                      f"{_fmt(r.delta, '+.1%')} | {r.launches} | {_fmt(r.peak_mib, '.0f')} | "
                      f"{_fmt(r.bytes_per_step, '.2f', 1e-6)} | {ICON.get(r.status, '')} {r.status}"

@@ -175,6 +175,9 @@ def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
         speedup=outcome.speedup, efficiency=outcome.efficiency, noise_rel=outcome.noise_rel,
         local_efficiency=outcome.local_efficiency, gated_on=outcome.gate, launches=outcome.launches,
         verdict=outcome.status, profile=profile,
+        tokens_per_s=outcome.tokens_per_s, flops_per_step=outcome.flops_per_step,
+        achieved_flops_per_device=outcome.achieved_flops, mfu=outcome.mfu, peak_flops=outcome.peak_flops,
+        peak_source=outcome.peak_source, mfu_unavailable=outcome.mfu_unavailable,
         peak_memory_bytes=[r.peak_memory_bytes for r in result.ranks],
         memory_source=result.ranks[0].memory_source,
     )

@@ -2,7 +2,8 @@
 
 Plots (matplotlib, Agg backend, so no display is needed): speedup against world size per strategy
 with the ideal line; efficiency per case with its 95% interval against the baseline band; peak
-memory per rank; bytes per step where the run measured them. The page adds the compare table and the
+memory per rank; bytes per step where the run measured them; achieved FLOP/s per device and MFU where the
+device's peak is known. The page adds the compare table and the
 alpha-beta projection (``harness/extrapolate.py``) with its assumptions.
 """
 
@@ -110,6 +111,22 @@ def bytes_plot(cases: list[dict[str, Any]], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def mfu_plot(rows: list[compare.Row], path: Path) -> Path | None:
+    """Achieved TFLOP/s per device (bar) and MFU (label) where the device's peak is known (harness/peaks.py)."""
+    found = [r for r in rows if r.achieved_flops]
+    if not found:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(found) + 2), 4.4))
+    ax.bar(range(len(found)), [r.achieved_flops / 1e12 for r in found], color="tab:green")
+    for x, r in enumerate(found):
+        if r.mfu is not None:
+            ax.annotate(f"{r.mfu:.1%}", (x, r.achieved_flops / 1e12), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(found)), [r.case_id for r in found], rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel="achieved TFLOP/s per device", title="Model FLOPs per device (label: MFU against the peak)")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -123,7 +140,8 @@ def write(cases: list[dict[str, Any]], out_dir: Path, run: str, baseline: Baseli
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = compare.compare(cases, baseline)
     plots = [speedup_plot(cases, out_dir / "speedup.png"), efficiency_plot(rows, out_dir / "efficiency.png"),
-             memory_plot(cases, out_dir / "memory.png"), bytes_plot(cases, out_dir / "bytes.png")]
+             memory_plot(cases, out_dir / "memory.png"), bytes_plot(cases, out_dir / "bytes.png"),
+             mfu_plot(rows, out_dir / "mfu.png")]
     projections = [p for p in (extrapolate.from_case(c, link) for c in cases) if p is not None]
     page = [f"# scalegate report: {run}", "",
             f"Profile: {cases[0].get('profile', '?')}; commit {cases[0].get('commit', '?')}; "

@@ -51,6 +51,12 @@ class RankResult:
     companion_step_times_s: list[float] = field(default_factory=list)  # measured steps only
     companion_losses: list[float] = field(default_factory=list)
     companion_warmup_losses: list[float] = field(default_factory=list)
+    # FLOPs of one forward and backward of the whole global batch by the single-process model, counted by torch
+    # on rank 0 (harness/flopcount.py); None elsewhere, with the reason
+    flops_per_step: int | None = None
+    flops_by_op: dict[str, int] = field(default_factory=dict)
+    flops_unavailable: str = ""
+    tokens_per_sample: int | None = None  # token workloads: tokens/s = samples/s x this (Workload.tokens_per_sample)
 
     @classmethod
     def read(cls, path: Path) -> "RankResult":

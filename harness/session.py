@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import fixtures
-from harness import atomic, baselines, checks, resources, sharding, tensorboard
+from harness import atomic, baselines, checks, peaks, resources, sharding, tensorboard
 from harness.errors import LaunchError, ScalegateError
 from harness.hostinfo import HostInfo, commit
 from harness.launch import emulated, run_case, warm
@@ -163,7 +163,7 @@ class ScalingSession:
             oversubscribed_why=(f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at {spec.cpu_threads} "
                                 f"thread(s) per rank: timing is not judged") if case.oversubscribed else "",
             tolerances=tolerances, note=next((r.launch["note"] for r in results if r.launch.get("note")), ""),
-            host=self.host.host_id,
+            host=self.host.host_id, **self._peak(spec),
             reference_itself=spec == self.reference_spec(spec),
             conduct=Conduct(launches=opts.launches, confirm=opts.confirm, max_launches=opts.max_launches,
                             alpha=opts.alpha, beta=opts.beta, tolerance=opts.tolerance))
@@ -171,6 +171,13 @@ class ScalingSession:
             return CaseRecord(case_id=spec.case_id, key=key, profile=self.profile, world_size=spec.world_size,
                               global_batch=spec.global_batch_size, steps=spec.steps, warmup=spec.warmup, **fields)
         return from_results(results, references, key=key, profile=self.profile, **fields)
+
+    def _peak(self, spec: CaseSpec) -> dict[str, Any]:
+        """One rank's device peak at the case's dtype (harness/peaks.py): the GPU table, or measured on CPU once
+        per session (between cases, when nothing else of the session runs)."""
+        device = "cuda" if spec.device == "cuda" or (spec.device == "auto" and self.host.device == "cuda") else "cpu"
+        found = peaks.peak_for(device, self.host.device_name, spec.dtype, spec.cpu_threads)
+        return {"peak_flops": found.flops, "peak_source": found.source}
 
     def _write(self, outcome: Outcome, record: CaseRecord, spec: CaseSpec) -> None:
         data: dict[str, Any] = {k: v for k, v in dataclasses.asdict(outcome).items() if k != "result"}

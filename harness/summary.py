@@ -1,4 +1,5 @@
-"""The terminal table: case, samples/s, speedup, both efficiencies, the gated one's baseline and delta, launches,
+"""The terminal table: case, samples/s, tokens/s (token workloads), MFU (``n/a`` where the device has no known
+peak or nothing was counted: the case JSON says why), speedup, both efficiencies, the gated one's baseline and delta, launches,
 memory, bytes, verdict. ``efficiency`` is DESIGN.md's (against the separate 1x1 launch); ``local eff`` is the
 same-launch one (docs/gate.md); ``gated on`` says which one the verdict was decided on."""
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-HEADER = ("case", "preset", "W", "samples/s", "speedup", "efficiency", "local eff", "gated on", "baseline", "delta",
+HEADER = ("case", "preset", "W", "samples/s", "tokens/s", "MFU", "speedup", "efficiency", "local eff", "gated on", "baseline", "delta",
           "launches", "peak MiB/rank", "MB/step", "verdict")
 
 
@@ -19,6 +20,13 @@ def _mb_per_step(case: dict[str, Any]) -> str:
     wire = (case.get("resources") or {}).get("wire") or {}
     sent = wire.get("bytes_per_step")
     return "n/a" if sent is None else f"{sent / 1e6:.2f}"
+
+
+def _mfu(case: dict[str, Any]) -> str:
+    value = case.get("mfu")
+    if value is not None:
+        return f"{value:.1%}" if value >= 0.001 else f"{value:.2e}"
+    return "n/a" if case.get("result") else "-"
 
 
 def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -35,6 +43,7 @@ def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
         world = len(result.get("ranks", [])) or None
         out.append((
             case["case_id"], spec.get("preset", "?"), _fmt(world, "d"), _fmt(result.get("throughput"), ".1f"),
+            _fmt(case.get("tokens_per_s"), ".0f"), _mfu(case),
             _fmt(case.get("speedup"), ".2f"), _fmt(eff, ".3f"), _fmt(local, ".3f"), gate or "-", _fmt(base, ".3f"),
             "-" if delta is None else f"{delta:+.1f}%", str(case.get("launches") or "-"),
             _fmt(max(peaks) / 2**20 if peaks else None, ".0f"), _mb_per_step(case), case["status"],

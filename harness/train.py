@@ -19,7 +19,7 @@ import torch
 
 import fixtures
 from harness import companion as companions
-from harness import gradcheck, localstep, profiling, strategies
+from harness import flopcount, gradcheck, localstep, profiling, strategies
 from harness import state as model_state
 from harness.memory import MemorySampler, cuda_peaks
 from harness.wire import WireCounter
@@ -213,6 +213,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         spec, ctx, workload, make_optimizer_factory(spec),
         lambda other, i, faulted: _step(spec, ctx, other, workload, i, full_state, faults=faulted))
     unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
+    flops = flopcount.StepFlops(enabled=ctx.rank == 0 and reference is not None)  # harness/flopcount.py
     times: list[float] = []
     losses: list[float] = []
     warmup_losses: list[float] = []
@@ -241,7 +242,9 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
             nonlocal held
             _inject_grad_fault(spec, ctx, strategy)
             if reference is not None:
-                ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device), _autocast(spec, ctx.device))
+                with flops.counting() if step == 0 else contextlib.nullcontext():  # the single process's step
+                    ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device),
+                                               _autocast(spec, ctx.device))
                 if step == 0:
                     check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
             paused = 0.0
@@ -283,7 +286,8 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         wall_s=time.perf_counter() - started, grad_check=check or None,
         memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
         state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
-        wire=wire.result(spec.steps), extra=extra, **series, **_promises(strategy, ctx),
+        wire=wire.result(spec.steps), extra=extra, **series, **_promises(strategy, ctx), **flops.result(),
+        tokens_per_sample=workload.tokens_per_sample(),
     )
 
 

@@ -51,6 +51,8 @@ def entries_from_run(cases: list[dict[str, Any]], tolerance: float,
             **({"local_efficiency": local_entry(case["launch_local_efficiencies"], local_tolerance)}
                if case.get("launch_local_efficiencies") else {}),
             "throughput": {"value": round(result["throughput"], 2), "tolerance": tolerance, "unit": "samples/s"},
+            **({"mfu": {"value": case["mfu"], "tolerance": tolerance, "peak": case.get("peak_source", "")}}
+               if case.get("mfu") else {}),
             "final_loss": {"value": round(result["losses"][-1], 5), "tolerance": 0.25},
             "peak_memory_bytes": {"value": peaks, "tolerance": resources.DEFAULT_MEMORY_TOLERANCE},
             **_resource_entries(case.get("resources") or {}),

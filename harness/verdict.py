@@ -86,7 +86,7 @@ def judge_upper(value: float, reference: Reference | None, metric: str, where: s
     return Verdict(status=OK, message=text)
 
 
-TOLERANCE_METRICS = ("efficiency", "throughput", "peak_memory_bytes", "bytes_per_step", "final_loss")
+TOLERANCE_METRICS = ("efficiency", "throughput", "mfu", "peak_memory_bytes", "bytes_per_step", "final_loss")
 
 
 def tolerance_overrides(args: tuple, kwargs: dict) -> dict[str, float]:

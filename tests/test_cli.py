@@ -101,7 +101,7 @@ def test_compare_fails_an_injected_regression_and_names_it(tmp_path, baseline_di
     assert done.returncode == 1, done.stdout + done.stderr
     assert "**FAIL**" in done.stdout and "❌ regressed" in done.stdout
     assert "efficiency 0.583 is below baseline 0.700 (tolerance 5%" in done.stdout
-    assert "| `ddp-cnn-1x2:tiny` | 2 | 1777.8 | 0.583" in done.stdout and "| classic |" in done.stdout
+    assert "| `ddp-cnn-1x2:tiny` | 2 | 1777.8 | – | 0.583" in done.stdout and "| classic |" in done.stdout
 
 
 def test_compare_fails_more_bytes_per_step_tightly(tmp_path, baseline_dir):

@@ -118,6 +118,22 @@ def test_every_rank_reports_peak_timeline_source_and_cpu(ddp_result):
         assert rank.cpu_user_s > 0 and rank.wall_s > 0 and rank.cuda_memory == {}
 
 
+def test_rank_0_counts_the_flops_of_the_single_process_step_on_the_global_batch(ddp_result):
+    import fixtures
+    from harness import flopcount
+
+    spec = ddp_result.spec
+    workload = fixtures.resolve(spec)(spec.preset, spec.seed)
+    inputs, targets = workload.global_batch(0, spec.global_batch_size)
+    counter = flopcount.StepFlops(enabled=True)
+    with counter.counting():  # the same model, batch and loss as the reference step the rank counted
+        workload.loss(workload.build_model()(inputs), targets).backward()
+    first, second = ddp_result.ranks
+    assert first.flops_per_step == counter.total > 0 and first.flops_by_op == counter.by_op
+    assert second.flops_per_step is None and second.flops_unavailable == "counted on rank 0 only"
+    assert first.tokens_per_sample is None  # images: no tokens/s
+
+
 def test_ddp_holds_exactly_the_analytic_replica(ddp_result):
     # This is why a sharded case needs no DDP run: the analytic replica is what DDP measurably holds.
     for rank in ddp_result.ranks:

@@ -1,8 +1,10 @@
 """Verdicts on what does not need a noise model: peak memory, bytes on the wire, final loss; and throughput
-when a test opts in. Memory and bytes are judged on the first launch: they repeat to ~0.1% (bytes) and
+when a test opts in; MFU where the baseline has it. Memory and bytes are judged on the first launch: they repeat to ~0.1% (bytes) and
 a few % (RSS), so a relaunch confirms nothing (docs/memory-and-wire.md)."""
 
 from __future__ import annotations
+
+import math
 
 from harness import verdict as V
 from harness.baselines import BaselineFile, Reference
@@ -85,3 +87,23 @@ def throughput(record: CaseRecord, estimate: Estimate | None, baseline: Baseline
     ref = reference(baseline, record, "throughput")
     found = V.judge(estimate, ref, record.where, noisy_limit=overrides.noisy_limit, metric="throughput")
     return [MetricVerdict(metric="throughput", status=found.status, message=found.message)]
+
+
+def mfu(record: CaseRecord, estimate: Estimate | None, baseline: BaselineFile | None,
+        overrides: Overrides) -> list[MetricVerdict]:
+    """MFU against the baseline's, where it has one: noise-aware like the classic efficiency (the baseline's own
+    noise, and the spread between hosts when it was recorded on another). MFU is throughput over a fixed count
+    and the device's peak: on a GPU the table's, on a CPU one measured in each session, which takes out part of
+    a host's own speed (harness/peaks.py)."""
+    ref = reference(baseline, record, "mfu")
+    if ref is None or estimate is None or baseline is None:
+        return []
+    from harness.judge.timing import host_spread  # timing imports this module
+
+    noise = float(baseline.cases.get(record.key, {}).get("noise_rel", 0.0) or 0.0)
+    spread, recorded = host_spread(baseline, record)
+    found = V.judge(estimate, ref, record.where, baseline_noise=math.hypot(noise, spread),
+                    noisy_limit=max(overrides.noisy_limit, math.hypot(overrides.noisy_limit, spread)), metric="MFU")
+    peak = f" (peak: {record.peak_source})" if found.status in (V.REGRESSED, V.IMPROVED) else ""
+    other = f" (baseline recorded on another host, {recorded}: hosts' levels spread ±{spread:.1%})" if spread else ""
+    return [MetricVerdict(metric="mfu", status=found.status, message=found.message + peak + other)]

@@ -23,7 +23,7 @@ import dataclasses
 import math
 import statistics
 
-from harness import metrics, stats
+from harness import metrics, peaks, stats
 from harness import verdict as V
 from harness.baselines import BaselineFile
 from harness.judge import ab, budgets, estimates, quarantine, timing
@@ -77,6 +77,8 @@ def _verdict(record: CaseRecord, baseline: BaselineFile | None, overrides: Overr
         if not resources_regressed:  # memory and bytes need no confirmation: decided already
             more, needs_reference = decided.next_launches, decided.needs_reference
         found += budgets.throughput(record, _throughput(record), baseline, overrides)
+    if not record.oversubscribed:
+        found += budgets.mfu(record, _mfu(record), baseline, overrides)
     status, message = _combine(found, overrides)
     if record.note:
         message = f"{message} [{record.note}]"
@@ -129,6 +131,7 @@ def _estimates(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | No
         pooled_local = stats.pooled_estimate(local)  # type: ignore[arg-type]
         values.update(local_efficiency=pooled_local.value, launch_local_efficiencies=tuple(e.value for e in local),  # type: ignore[union-attr]
                       local_ci=(pooled_local.low, pooled_local.high) if math.isfinite(pooled_local.high) else None)
+    values.update(_flops(record))
     ref = budgets.reference(baseline, record, "efficiency")
     entry = timing.local_baseline(baseline, record)
     base_local = float(entry["value"]) if entry else None
@@ -145,6 +148,31 @@ def _throughput(record: CaseRecord) -> Estimate | None:
     per_launch = [stats.throughput_estimate(launch.step_times_s, record.global_batch) for launch in record.launches
                   if len(launch.step_times_s) >= stats.MIN_VALUES]
     return stats.pooled_estimate(per_launch) if per_launch else None
+
+
+def _mfu(record: CaseRecord) -> Estimate | None:
+    """MFU with the throughput's interval: counted FLOPs per sample x samples/s, per device, over its peak."""
+    samples = _throughput(record)
+    if samples is None or not record.flops_per_step or not record.peak_flops:
+        return None
+    scale = record.flops_per_step / record.global_batch / record.world_size / record.peak_flops
+    return Estimate(value=samples.value * scale, low=samples.low * scale, high=samples.high * scale)
+
+
+def _flops(record: CaseRecord) -> dict:
+    """tokens/s, achieved FLOP/s per device and MFU for the table and the records; why MFU is n/a where it is."""
+    samples = _throughput(record)
+    if samples is None:
+        return {"mfu_unavailable": "n/a: too few measured steps"}
+    achieved, value = peaks.mfu(record.flops_per_step, samples.value, record.global_batch, record.world_size,
+                                record.peak_flops)
+    estimate = _mfu(record)
+    why = "" if value is not None else (f"n/a: FLOPs {record.flops_unavailable}" if not record.flops_per_step
+                                        else record.peak_source or "n/a: no peak for this device")
+    return {"tokens_per_s": samples.value * record.tokens_per_sample if record.tokens_per_sample else None,
+            "flops_per_step": record.flops_per_step, "achieved_flops": achieved, "mfu": value,
+            "mfu_ci": (estimate.low, estimate.high) if estimate and math.isfinite(estimate.high) else None,
+            "peak_flops": record.peak_flops, "peak_source": record.peak_source, "mfu_unavailable": why}
 
 
 def _combine(found: list[MetricVerdict], overrides: Overrides) -> tuple[str, str]:

@@ -31,7 +31,7 @@ class Overrides:
 
 @dataclass(frozen=True, kw_only=True)
 class MetricVerdict:
-    metric: str  # efficiency, local_efficiency, peak_memory_bytes, bytes_per_step, final_loss, throughput
+    metric: str  # efficiency, local_efficiency, peak_memory_bytes, bytes_per_step, final_loss, throughput, mfu
     status: str
     message: str
 
@@ -57,6 +57,16 @@ class Outcome:
     local_ci: tuple[float, float] | None = None
     baseline_local_efficiency: float | None = None
     launch_local_efficiencies: tuple[float, ...] = ()
+    # FLOPs and MFU (harness/peaks.py): counted FLOPs of one step at the measured throughput, per device, over
+    # the device's peak; None with the reason in mfu_unavailable (n/a: no count, or no peak for the device)
+    tokens_per_s: float | None = None
+    flops_per_step: float | None = None
+    achieved_flops: float | None = None  # per device, FLOP/s
+    mfu: float | None = None
+    mfu_ci: tuple[float, float] | None = None
+    peak_flops: float | None = None
+    peak_source: str = ""
+    mfu_unavailable: str = ""
     sequential: dict[str, Any] = field(default_factory=dict)  # the sequential test's state (harness/judge/sequential.py)
     metrics: tuple[MetricVerdict, ...] = ()
     next_launches: int = 0  # > 0: the verdict is undecided and that many more launches could decide it

@@ -68,6 +68,13 @@ class CaseRecord:
     note: str = ""  # e.g. emulated links that could not be shaped
     reference_itself: bool = False  # the single-process 1x1 reference: its efficiency is 1 by definition
     host: str = ""  # HostInfo.host_id of the run; "" (hand-built records in unit tests) judges as the baseline's host
+    # MFU's inputs (harness/flopcount.py, harness/peaks.py): the single-process model's FLOPs for one global batch,
+    # counted by torch on rank 0; one device's peak at the case's dtype and where that figure comes from
+    flops_per_step: float | None = None
+    flops_unavailable: str = ""
+    peak_flops: float | None = None
+    peak_source: str = ""
+    tokens_per_sample: int | None = None
     version: int = RECORD_VERSION
 
     @property
@@ -130,4 +137,14 @@ def from_results(results: Sequence[CaseResult], references: Sequence[CaseResult]
         launches=tuple(launch_record(r, resources.wire(r)) for r in results),
         reference_step_times_s=pooled_steps(references),
         reference_global_batch=references[0].spec.global_batch_size if references else 0,
-        reference_launches=len(references), **fields)
+        reference_launches=len(references), **_flops(results), **fields)
+
+
+def _flops(results: Sequence[CaseResult]) -> dict[str, Any]:
+    """The counted FLOPs and tokens of the first launch that has them (rank 0 counts; every launch counts the same)."""
+    ranks = [r for result in results for r in result.ranks]
+    counted = next((r for r in ranks if r.flops_per_step), None)
+    why = next((r.flops_unavailable for r in ranks if r.flops_unavailable and r.rank == 0), "not counted")
+    return {"flops_per_step": counted.flops_per_step if counted else None,
+            "flops_unavailable": "" if counted else why,
+            "tokens_per_sample": next((r.tokens_per_sample for r in ranks if r.tokens_per_sample), None)}
