@@ -45,7 +45,8 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
         strategy=strategy, model=model, preset=preset_name, topology=topology, micro_batch=preset.micro_batch,
         workload=found.ref, import_paths=found.import_paths,
         steps=options.steps, warmup=options.warmup, dtype=options.dtype, seed=options.seed,
-        cpu_threads=options.cpu_threads, cpu_binding=options.cpu_binding, timeout_s=options.timeout_s, memory_interval_ms=options.memory_interval_ms,
+        cpu_threads=options.cpu_threads, cpu_binding=options.cpu_binding,
+        tp_sequence_parallel=options.tp_sequence_parallel, timeout_s=options.timeout_s, memory_interval_ms=options.memory_interval_ms,
         faults=Faults(delay_ms=options.inject_delay_ms, slowdown=options.inject_slowdown,
                       **dict(options.inject_faults)),
         scaling=options.scaling, global_batch=options.global_batch,
@@ -70,7 +71,7 @@ def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
     workload = fixtures.resolve(spec)
     for strategy in filter(None, (strategies.get(spec.strategy), companion(spec))):
         reason = (strategy.unavailable(topo, host.device, host.devices_per_node)
-                  or strategy.workload_unavailable(workload, topo))
+                  or strategy.workload_unavailable(workload, topo) or strategy.case_unavailable(spec, workload))
         if reason:
             return reason
     reason = workload.unavailable()

@@ -63,6 +63,9 @@ def add_options(parser) -> None:
     add("--scaling-cpu-binding", default="off", choices=("on", "off"),
         help="CPU devices: bind each local rank's main thread to cores of its own (harness/affinity.py); faster, "
              "steadier DDP, but a process group created later shares the rank's core (default: %(default)s)")
+    add("--scaling-tp-sequence-parallel", action="store_true", default=False,
+        help="tp, fsdp-tp: shard the norms along the sequence (SequenceParallel), so the row-wise all-reduces become "
+             "reduce-scatters and the column-wise inputs all-gathers (default: off)")
     add("--scaling-timeout", type=float, default=300.0, help="seconds before a case is killed (default: %(default)s)")
     add("--scaling-cpu-threads", type=int, default=1, help="torch threads per rank on CPU: one rank is one 'device' "
                                                            "of this many cores (default: %(default)s)")
@@ -139,6 +142,7 @@ class Options:
     memory_interval_ms: float = 50.0
     launches: int = 1  # launches per case (and reference) judged together (harness/session.py)
     cpu_binding: bool = False
+    tp_sequence_parallel: bool = False
     inject_faults: tuple[tuple[str, int], ...] = ()  # Faults field values from --scaling-inject-fault
     scaling: str = "weak"
     global_batch: int | None = None
@@ -369,6 +373,7 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         confirm=_confirm(getoption("--scaling-confirm")),
         launches=_launches(_optional(getoption, "--scaling-launches", 1)),
         cpu_binding=_optional(getoption, "--scaling-cpu-binding", "off") == "on",
+        tp_sequence_parallel=bool(_optional(getoption, "--scaling-tp-sequence-parallel", False)),
         memory_interval_ms=getoption("--scaling-memory-interval-ms"),
         inject_faults=_faults(getoption),
         scaling=scaling,

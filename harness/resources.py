@@ -20,6 +20,9 @@ DEFAULT_BYTES_TOLERANCE = 0.05  # byte counts repeat to ~0.1% on a private loopb
 
 
 def analytic_bytes_per_rank(result: CaseResult) -> float | None:
+    tensor_parallel = result.ranks[0].extra.get("tp")  # activations, not parameters (harness/strategies/tp.py)
+    if tensor_parallel and tensor_parallel.get("analytic_bytes_per_rank") is not None:
+        return float(tensor_parallel["analytic_bytes_per_rank"])
     factor = result.ranks[0].wire_factor  # the strategy's, for the ranks' backend (harness/train.py)
     world = result.spec.world_size
     full = result.ranks[0].full_state_bytes.get("params")

@@ -52,9 +52,11 @@ def check(result: CaseResult, promised: tuple[str, ...] | None = None,
     declared, declared_granularity = promise(result)
     promised = declared if promised is None else promised
     granularity = granularity or declared_granularity
-    if not promised or spec.world_size < 2:
+    if spec.world_size < 2:
         return None
-    problems = []
+    problems = _check_subset(result)
+    if not promised:
+        return "\n".join(problems) or None
     for kind in promised:
         problems += _check_kind(result, kind, granularity)
     return "\n".join(problems) or None
@@ -85,6 +87,27 @@ def _check_kind(result: CaseResult, kind: str, granularity: str) -> list[str]:
         out.append(f"{kind} state duplicated {where}: all ranks together hold {_mb(total)}, "
                    f"{total / full[kind]:.2f} copies of the {_mb(full[kind])} a DDP replica holds; "
                    f"expected {copies:g} copy(ies) (1/{group} per rank)")
+    return out
+
+
+def _check_subset(result: CaseResult) -> list[str]:
+    """Tensor parallelism promises 1/S of the parameters its plan shards (``extra["tp"]``, harness/strategies/tp.py),
+    not of the whole state: embeddings, norms and the head stay replicated. Each rank's share of that subset's
+    parameters, gradients and AdamW moments is judged with the same padding allowance."""
+    out = []
+    for r in result.ranks:
+        found = r.extra.get("tp")
+        if not found:
+            continue
+        full = found["full_params_bytes"]
+        group = r.shard_group
+        subset = {"params": full, "grads": full, "optimizer": 2 * full, "tensors": found["sharded_params"]}
+        for kind in KINDS:
+            held, bound = found["held"].get(kind, 0), limit(subset, kind, group, "element")
+            if held > bound:
+                out.append(f"{kind} of the tensor-parallel weights not sharded [{result.spec.strategy} "
+                           f"{result.spec.case_id}] rank {r.rank}: holds {_mb(held)} of {_mb(subset[kind])}; expected "
+                           f"1/{group} = {_mb(subset[kind] / group)} (limit {_mb(bound)})")
     return out
 
 

@@ -98,6 +98,7 @@ class CaseSpec:
     device: str = "auto"
     cpu_threads: int = 1
     cpu_binding: bool = False  # CPU devices: each local rank on cores of its own (harness/affinity.py)
+    tp_sequence_parallel: bool = False  # tp, fsdp-tp: the norms run on sequence shards (harness/strategies/tp.py)
     lr: float = 1e-3
     grad_check: bool = True
     timeout_s: float = 300.0

@@ -27,6 +27,8 @@ _REGISTRY: dict[str, str] = {
     "fabric-ddp": "harness.strategies.fabric:FabricDDP",
     "fabric-fsdp": "harness.strategies.fabric:FabricFSDP",
     "fabric-deepspeed": "harness.strategies.fabric:FabricDeepSpeed",
+    "tp": "harness.strategies.tp:TP",
+    "fsdp-tp": "harness.strategies.tp:FSDPTP",
     "lightning-ddp": "harness.strategies.lightning_trainer:LightningDDP",
     "lightning-fsdp": "harness.strategies.lightning_trainer:LightningFSDP",
     "lightning-deepspeed": "harness.strategies.lightning_trainer:LightningDeepSpeed",

@@ -80,6 +80,11 @@ class Strategy:
         """
         return None
 
+    @classmethod
+    def case_unavailable(cls, spec: "CaseSpec", workload: type) -> str | None:
+        """Why this strategy cannot run this case's preset (its dims) of ``workload``, or None (tp: whole heads)."""
+        return None
+
     def __init__(self, ctx: RankContext, spec: "CaseSpec", workload: "Workload | None" = None) -> None:
         self.ctx = ctx
         self.spec = spec

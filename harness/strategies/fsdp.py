@@ -14,7 +14,8 @@ from torch.distributed.tensor import DTensor
 from harness.strategies.base import Strategy
 
 
-def _full(tensor):
+def full(tensor):
+    """The whole tensor of a DTensor (a collective all-gather), else the tensor itself."""
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
@@ -44,7 +45,7 @@ class FSDP(Strategy):
         return loss.detach()
 
     def full_gradients(self):
-        return {n: _full(p.grad).detach() for n, p in self.model.named_parameters() if p.grad is not None}
+        return {n: full(p.grad).detach() for n, p in self.model.named_parameters() if p.grad is not None}
 
     def full_parameters(self):
-        return {n: _full(p.detach()) for n, p in self.model.named_parameters()}
+        return {n: full(p.detach()) for n, p in self.model.named_parameters()}

@@ -17,10 +17,7 @@ class HSDP(FSDP):
     wire_factor = None  # intra- and inter-node volumes differ; measured per node, not predicted here
 
     def shard_group_size(self) -> int:
-        return self.ctx.local_world_size  # state is sharded within a node, replicated across nodes
-
-    def shard_group_size(self):
-        return self.ctx.local_world_size  # one full copy per node
+        return self.ctx.local_world_size  # state is sharded within a node, replicated across nodes: a copy per node
 
     def device_mesh(self):
         return init_device_mesh(self.ctx.device.type, (self.ctx.nodes, self.ctx.local_world_size),
