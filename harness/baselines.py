@@ -23,8 +23,9 @@ from harness.errors import BaselineError
 METRICS = ("efficiency", "local_efficiency", "throughput", "mfu", "final_loss", "peak_memory_bytes", "bytes_per_step")
 
 
-def case_key(case_id: str, preset: str) -> str:
-    return f"{case_id}:{preset}"
+def case_key(case_id: str, preset: str, compiled: bool = False) -> str:
+    """``ddp-cnn-1x2:tiny``; a compiled run is another program with a baseline of its own: ``...:tiny+compile``."""
+    return f"{case_id}:{preset}{'+compile' if compiled else ''}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,12 +46,13 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
         workload=found.ref, import_paths=found.import_paths,
         steps=options.steps, warmup=options.warmup, dtype=options.dtype, seed=options.seed,
         cpu_threads=options.cpu_threads, cpu_binding=options.cpu_binding,
-        tp_sequence_parallel=options.tp_sequence_parallel, timeout_s=options.timeout_s, memory_interval_ms=options.memory_interval_ms,
+        tp_sequence_parallel=options.tp_sequence_parallel, compile=options.compile, timeout_s=options.timeout_s, memory_interval_ms=options.memory_interval_ms,
         faults=Faults(delay_ms=options.inject_delay_ms, slowdown=options.inject_slowdown,
                       **dict(options.inject_faults)),
         scaling=options.scaling, global_batch=options.global_batch,
         # the same-launch reference, where a launch has more than one rank and its timing means something
-        local_steps=options.local_steps if Topology.parse(topology).world_size > 1 and not oversubscribed(
+        # (not under --scaling-compile: the local copy runs eager, so the ratio would measure the compiler)
+        local_steps=options.local_steps if not options.compile and Topology.parse(topology).world_size > 1 and not oversubscribed(
             Topology.parse(topology), host, options.cpu_threads) else 0,
     )
 

@@ -63,6 +63,9 @@ def add_options(parser) -> None:
     add("--scaling-cpu-binding", default="off", choices=("on", "off"),
         help="CPU devices: bind each local rank's main thread to cores of its own (harness/affinity.py); faster, "
              "steadier DDP, but a process group created later shares the rank's core (default: %(default)s)")
+    add("--scaling-compile", action="store_true", default=False,
+        help="run each workload block under torch.compile (single, ddp, fsdp, hsdp, zero1-torch, tp, fsdp-tp); "
+             "compile time is reported apart from step time; baselines keyed '<case>:<preset>+compile' (default: off)")
     add("--scaling-tp-sequence-parallel", action="store_true", default=False,
         help="tp, fsdp-tp: shard the norms along the sequence (SequenceParallel), so the row-wise all-reduces become "
              "reduce-scatters and the column-wise inputs all-gathers (default: off)")
@@ -143,6 +146,7 @@ class Options:
     launches: int = 1  # launches per case (and reference) judged together (harness/session.py)
     cpu_binding: bool = False
     tp_sequence_parallel: bool = False
+    compile: bool = False
     inject_faults: tuple[tuple[str, int], ...] = ()  # Faults field values from --scaling-inject-fault
     scaling: str = "weak"
     global_batch: int | None = None
@@ -374,6 +378,7 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         launches=_launches(_optional(getoption, "--scaling-launches", 1)),
         cpu_binding=_optional(getoption, "--scaling-cpu-binding", "off") == "on",
         tp_sequence_parallel=bool(_optional(getoption, "--scaling-tp-sequence-parallel", False)),
+        compile=bool(_optional(getoption, "--scaling-compile", False)),
         memory_interval_ms=getoption("--scaling-memory-interval-ms"),
         inject_faults=_faults(getoption),
         scaling=scaling,

@@ -185,7 +185,7 @@ def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
     wire = found.get("wire") or {}
     benchmark.extra_info.update(
         state_bytes=found.get("state_bytes"), ddp_state_bytes=found.get("ddp_state_bytes"),
-        cuda_memory=found.get("cuda_memory"), cpu_s=found.get("cpu_s"),
+        cuda_memory=found.get("cuda_memory"), cpu_s=found.get("cpu_s"), compile_s=found.get("compile_s"),
         bytes_per_step=wire.get("bytes_per_step"), analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
         wire_source=wire.get("source"), wire_unavailable=wire.get("unavailable"),
     )

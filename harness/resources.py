@@ -80,4 +80,6 @@ def summary(result: CaseResult) -> dict[str, Any]:
         "cpu_s": [{"user": round(r.cpu_user_s, 3), "system": round(r.cpu_system_s, 3), "wall": round(r.wall_s, 3)}
                   for r in result.ranks],
         "wire": wire(result),
+        # --scaling-compile: the slowest rank's first, compiling forward and backward (not in any step time)
+        "compile_s": max((r.compile_s for r in result.ranks if r.compile_s is not None), default=None),
     }

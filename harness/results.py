@@ -56,6 +56,7 @@ class RankResult:
     flops_per_step: int | None = None
     flops_by_op: dict[str, int] = field(default_factory=dict)
     flops_unavailable: str = ""
+    compile_s: float | None = None  # --scaling-compile: the first (compiling) forward and backward, untimed
     tokens_per_sample: int | None = None  # token workloads: tokens/s = samples/s x this (Workload.tokens_per_sample)
 
     @classmethod

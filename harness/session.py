@@ -98,7 +98,7 @@ class ScalingSession:
     def _run_other_node(self, case: Case) -> Outcome:
         """Nodes 1.. of a SLURM allocation run their agent; node 0 judges, writes and records."""
         spec, node = case.spec, self.slurm.node_id  # type: ignore[union-attr]
-        key = baselines.case_key(spec.case_id, spec.preset)
+        key = baselines.case_key(spec.case_id, spec.preset, spec.compile)
         if node >= spec.topo.nodes:
             return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
                            message=f"node {node} has no part in a {spec.topo.nodes}-node case; node 0 reports it")
@@ -118,7 +118,7 @@ class ScalingSession:
     def run(self, case: Case, tolerances: dict[str, float] | None = None) -> Outcome:
         """Launch, judge, and launch again while the judge says more launches could decide (sequential gate)."""
         spec = case.spec
-        key = baselines.case_key(spec.case_id, spec.preset)
+        key = baselines.case_key(spec.case_id, spec.preset, spec.compile)
         if self.slurm is not None and self.slurm.node_id > 0:
             return self._run_other_node(case)
         tolerances = dict(tolerances or {})

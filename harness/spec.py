@@ -99,6 +99,8 @@ class CaseSpec:
     cpu_threads: int = 1
     cpu_binding: bool = False  # CPU devices: each local rank on cores of its own (harness/affinity.py)
     tp_sequence_parallel: bool = False  # tp, fsdp-tp: the norms run on sequence shards (harness/strategies/tp.py)
+    # --scaling-compile: the workload's blocks run under torch.compile (harness/compiling.py); a baseline of its own
+    compile: bool = False
     lr: float = 1e-3
     grad_check: bool = True
     timeout_s: float = 300.0

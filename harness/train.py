@@ -19,7 +19,7 @@ import torch
 
 import fixtures
 from harness import companion as companions
-from harness import flopcount, gradcheck, localstep, profiling, strategies
+from harness import compiling, flopcount, gradcheck, localstep, profiling, strategies
 from harness import state as model_state
 from harness.memory import MemorySampler, cuda_peaks
 from harness.wire import WireCounter
@@ -206,7 +206,12 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     strategy = strategies.get(spec.strategy)(ctx, spec, workload=workload)  # its FSDP units, pipeline cuts
     beat(-1, "setup")
     full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
+    if spec.compile:  # in place, before the strategy wraps the blocks; the reference above stays eager
+        compiling.compile_blocks(workload, model)
     strategy.setup(model, make_optimizer_factory(spec))
+    compile_s = compiling.compile_step(strategy, workload.global_batch(0, spec.global_batch_size), workload.loss,
+                                       ctx.device, lambda: _sync(ctx.device), _autocast(spec, ctx.device)) \
+        if spec.compile else None
     # parity's second strategy, stepping beside this one (None otherwise); its model counts in this launch's
     # memory and bytes, which parity does not judge
     companion = companions.build(
@@ -287,7 +292,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
         state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
         wire=wire.result(spec.steps), extra=extra, **series, **_promises(strategy, ctx), **flops.result(),
-        tokens_per_sample=workload.tokens_per_sample(),
+        tokens_per_sample=workload.tokens_per_sample(), compile_s=compile_s,
     )
 
 

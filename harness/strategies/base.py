@@ -55,6 +55,8 @@ class Strategy:
     # A dict keys it by backend: gloo runs reduce-scatter as an all-reduce (measured: 2x the bytes).
     # None: no simple formula (activations on the wire); the measurement is still recorded.
     wire_factor: ClassVar[float | dict[str, float] | None] = None
+    # --scaling-compile applies: the workload's blocks compiled in place before setup wraps them (harness/compiling.py)
+    compiles: ClassVar[bool] = False
 
     @classmethod
     def unavailable(cls, topology: "Topology", device: str, devices_per_node: int) -> str | None:
@@ -83,6 +85,9 @@ class Strategy:
     @classmethod
     def case_unavailable(cls, spec: "CaseSpec", workload: type) -> str | None:
         """Why this strategy cannot run this case's preset (its dims) of ``workload``, or None (tp: whole heads)."""
+        if spec.compile and not cls.compiles:
+            return (f"{cls.name}: --scaling-compile does not apply (it runs its own engine or stage wrappers); "
+                    "compiled: single, ddp, fsdp, hsdp, zero1-torch, tp, fsdp-tp")
         return None
 
     def __init__(self, ctx: RankContext, spec: "CaseSpec", workload: "Workload | None" = None) -> None:

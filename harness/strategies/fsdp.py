@@ -21,6 +21,7 @@ def full(tensor):
 
 class FSDP(Strategy):
     name = "fsdp"
+    compiles = True
     shards = ("params", "grads", "optimizer")
     # all-gather in forward and backward (1 + 1) + reduce-scatter (1); gloo's reduce-scatter moves an
     # all-reduce's bytes (2), measured on loopback

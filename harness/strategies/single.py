@@ -7,6 +7,7 @@ from harness.strategies.base import Strategy
 
 class Single(Strategy):
     name = "single"
+    compiles = True
     max_world = 1
 
     def setup(self, model, make_optimizer):

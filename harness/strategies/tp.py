@@ -28,6 +28,7 @@ class TP(Strategy):
     name = "tp"
     min_world = 2
     shards = ()  # the promise is on the TP-sharded subset (extra_results), not on the whole state
+    compiles = True
 
     @classmethod
     def workload_unavailable(cls, workload, topology):
@@ -45,6 +46,9 @@ class TP(Strategy):
     @classmethod
     def case_unavailable(cls, spec, workload) -> str | None:
         """The case's own preset (its dims): whole heads and MLP columns per rank, or a skip naming each size."""
+        why = super().case_unavailable(spec, workload)
+        if why:
+            return why
         try:
             ParallelDims.of(spec.topo).check_divides(
                 workload(spec.preset, spec.seed, dims=spec.dims).tensor_parallel_divisors(), workload.name)

@@ -15,6 +15,7 @@ from harness.strategies.base import Strategy
 
 class Zero1Torch(Strategy):
     name = "zero1-torch"
+    compiles = True
     shards = ("optimizer",)
     shard_granularity = "tensor"  # ZeroRedundancyOptimizer assigns whole parameters to ranks
     wire_factor = 3.0  # DDP's all-reduce (2) + each rank broadcasting its updated shard (1)

@@ -1,0 +1,34 @@
+"""``--scaling-compile``: a real compiled DDP job agrees with the eager single process; where it does not apply
+the case skips with the reason; a compiled run keeps a baseline of its own."""
+
+from __future__ import annotations
+
+from harness import baselines, checks
+from harness.hostinfo import detect
+from harness.launch import run_case
+from harness.matrix import skip_reason
+from harness.resources import summary
+from harness.spec import CaseSpec
+
+
+def spec(strategy: str, **fields) -> CaseSpec:
+    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=2, warmup=1,
+                    compile=True, **fields)
+
+
+def test_a_compiled_ddp_step_computes_what_the_eager_single_process_does(tmp_path):
+    result = run_case(spec("ddp"), tmp_path / "case")
+    assert checks.agreement(result) is None and checks.loss_curve(result) is None
+    assert all(r.compile_s and r.compile_s > 0 for r in result.ranks)
+    assert summary(result)["compile_s"] == max(r.compile_s for r in result.ranks)  # reported apart from steps
+
+
+def test_strategies_with_their_own_engine_skip_compile_with_the_reason():
+    reason = skip_reason(spec("deepspeed-zero2"), detect()) or ""
+    assert reason.startswith("deepspeed-zero2: --scaling-compile does not apply")
+    assert skip_reason(spec("fsdp"), detect()) is None
+
+
+def test_a_compiled_run_has_a_baseline_key_of_its_own():
+    assert baselines.case_key("ddp-cnn-1x2", "tiny") == "ddp-cnn-1x2:tiny"
+    assert baselines.case_key("ddp-cnn-1x2", "tiny", compiled=True) == "ddp-cnn-1x2:tiny+compile"
