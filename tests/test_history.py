@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -210,3 +212,37 @@ def test_report_writes_a_page_with_a_plot_per_case_and_metric(tmp_path):
             assert f"src='{name}'" in page and (tmp_path / "page" / name).stat().st_size > 5000
     assert "1 new regression" not in page and "new regression(s)" in page  # ddp: efficiency, local, throughput
     assert "<code>commit15</code>..<code>commit16</code>" in page
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def screenshot(page: Path, png: Path) -> subprocess.CompletedProcess:
+    """The page as a real headless browser draws it (.ci/run installs Debian's chromium)."""
+    browser = next(filter(None, map(shutil.which, BROWSERS)), None)
+    if browser is None and os.environ.get("SCALEGATE_REQUIRE_BROWSER"):  # .ci/run installed one: it must be there
+        pytest.fail(f"SCALEGATE_REQUIRE_BROWSER is set but none of {', '.join(BROWSERS)} is on PATH")
+    if browser is None:
+        pytest.skip(f"no headless browser ({', '.join(BROWSERS)}) on PATH: apt-get install -y chromium "
+                    "(.ci/run does this in CI)")
+    return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={png.parent / 'profile'}", f"--screenshot={png}",
+                           "--window-size=1280,2000", page.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_page_draws_in_a_headless_browser(tmp_path):
+    import matplotlib.image
+
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 12, slow_from=8, cases=("ddp-cnn-1x2",)))
+    assert run("history", "report", "--db", db, "--out", tmp_path / "page", "--baseline-dir", tmp_path).returncode == 0
+    done = screenshot(tmp_path / "page" / "index.html", tmp_path / "shot.png")
+    assert done.returncode == 0 and (tmp_path / "shot.png").exists(), done.stderr[-2000:]
+    pixels = (matplotlib.image.imread(tmp_path / "shot.png")[..., :3] * 255).astype(np.uint8).reshape(-1, 3)
+    colors = np.unique(pixels[:, 0].astype(np.int32) << 16 | pixels[:, 1].astype(np.int32) << 8 | pixels[:, 2])
+    assert len(colors) > 500, f"only {len(colors)} distinct colors: the page drew blank or without its plots"
+    red = np.all(np.abs(pixels.astype(int) - (214, 39, 40)) < 30, axis=1).sum()  # the regression's line and text
+    assert red > 200, f"{red} red pixels: the new regression is not marked"
+    assert (pixels.min(axis=1) < 200).mean() > 0.02  # ink on the page, not a white sheet
