@@ -21,6 +21,7 @@ import pytest
 
 from harness import __main__ as harness_main
 from harness.history import ingest, store
+from tests.conftest import ROOT
 from tests.test_cli import PROFILE, cli, make_case, write_run
 
 QUARANTINE = {"reason": "shared runner, #17", "until": "2999-12-31"}
@@ -246,3 +247,35 @@ def test_the_page_draws_in_a_headless_browser(tmp_path):
     red = np.all(np.abs(pixels.astype(int) - (214, 39, 40)) < 30, axis=1).sum()  # the regression's line and text
     assert red > 200, f"{red} red pixels: the new regression is not marked"
     assert (pixels.min(axis=1) < 200).mean() > 0.02  # ink on the page, not a white sheet
+
+
+STUB_SRUN = """#!/usr/bin/env bash
+# stands in for `srun pytest ...`: the run the nightly would have made is copied where pytest would write it
+while [ $# -gt 0 ]; do [ "$1" = --scaling-results-dir ] && dir=$2; shift; done
+mkdir -p "$dir/slurm-$SLURM_JOB_ID.0" && cp "$STUB_RUN"/*.json "$dir/slurm-$SLURM_JOB_ID.0/"
+"""
+
+
+def test_the_nightly_sbatch_adds_its_run_and_fails_on_a_new_regression(tmp_path):
+    """slurm/nightly.sbatch end to end, with srun stubbed: tonight's run is the fourth slow one in a row."""
+    runs = series_runs(tmp_path / "past", 20, slow_from=16, cases=("ddp-cnn-1x2",))
+    db = tmp_path / "shared" / "history.sqlite"
+    add_all(db, runs[:-1])
+    submit = tmp_path / "submit"
+    (submit / "bin").mkdir(parents=True)
+    (submit / ".venv").symlink_to(ROOT / ".venv")
+    (submit / "slurm").symlink_to(ROOT / "slurm")
+    (submit / "bin" / "srun").write_text(STUB_SRUN)
+    (submit / "bin" / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{submit / 'bin'}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
+           "SLURM_JOB_NODELIST": "node1", "SLURM_SUBMIT_DIR": str(submit), "SCALEGATE_TOPOLOGIES": "1x2",
+           "SCALEGATE_HISTORY_DB": str(db), "STUB_RUN": str(runs[-1])}
+    done = subprocess.run(["bash", str(ROOT / "slurm" / "nightly.sbatch")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "added slurm-4242.0" in done.stdout
+    assert "ddp-cnn-1x2:tiny efficiency [cpu-test-2c-torch2.13.0]: regression" in done.stdout
+    assert "history check exit code 1" in done.stdout
+    assert (submit / "results" / "nightly-4242" / "history" / "index.html").exists()
+    with store.connect(db) as conn:
+        assert len(store.runs(conn)) == 20
