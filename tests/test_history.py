@@ -179,6 +179,18 @@ def test_an_old_regression_no_longer_fails_and_a_wide_tolerance_makes_it_suspici
     assert wide.returncode == 0 and "suspicious -1" in wide.stdout and "min effect 30%" in wide.stdout
 
 
+def test_a_case_dropped_from_the_nightlies_does_not_fail_them_forever(tmp_path):
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 20, slow_from=16))
+    assert run("history", "check", "--db", db, "--baseline-dir", tmp_path).returncode == 1
+    later = [write_run(tmp_path / f"later-{i}", case("fsdp-cnn-1x2", 0.8, commit=f"later{i}", written=1.9e9 + i))
+             for i in range(5)]  # ddp-cnn-1x2 is no longer in the matrix
+    add_all(db, later)
+    done = run("history", "check", "--db", db, "--baseline-dir", tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert "ddp-cnn-1x2:tiny efficiency [cpu-test-2c-torch2.13.0]: regression" in done.stdout and "old)" in done.stdout
+
+
 def _baseline(directory: Path, **entry) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     cases = {"ddp-cnn-1x2:tiny": {"efficiency": {"value": 0.8, "tolerance": 0.25}, **entry}}

@@ -9,15 +9,18 @@ For every (profile, case, metric) series of the history, oldest run first:
   throughput or MFU is worse; higher peak memory or bytes per step is worse. A shift smaller than the minimum
   effect (the case's tolerance for that metric in the baseline, else ``DEFAULT_MIN_EFFECT``) is
   ``suspicious``: statistically there, too small to act on. Otherwise ``regression`` or ``improvement``;
-- a change point is *new* when its first run is one of the series' last ``recent`` runs. Only a new,
-  unquarantined regression fails the check (exit 1): an old one has already failed ``recent`` nightlies
-  and is then history (it stays on the page and in ``history check``'s table, marked old).
+- a change point is *new* when its first run is one of the series' last ``recent`` runs, and the case is
+  still being run (its latest run is one of the profile's last ``recent`` runs: a case dropped from the
+  matrix must not fail every later nightly). Only a new, unquarantined regression fails the check (exit 1):
+  an old one has already failed the nightlies after it and is then history (it stays on the page and in
+  ``history check``'s table, marked old).
 
 Each change names the commit range to look in: last good commit .. first bad commit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,11 +144,22 @@ def quarantined(baseline: baselines.BaselineFile | None, case_key: str, today: s
     return held.describe() if held is not None and held.active(today) else ""
 
 
+def _last(conn, recent: int) -> dict[str, list[str]]:
+    """Each profile's last ``recent`` run ids."""
+    from harness.history import store
+
+    by_profile: dict[str, list[str]] = {}
+    for run, _ in store.runs(conn):  # oldest first
+        by_profile.setdefault(run.profile, []).append(run.run_id)
+    return {p: ids[-recent:] for p, ids in by_profile.items()}
+
+
 def check(conn, *, baseline_dir: Path, settings: Settings, cases: list[str] | None = None) -> list[SeriesVerdict]:
     """Every checked series of the history (or only ``cases``, by id or key), judged."""
     from harness.history import store
 
     loaded: dict[str, baselines.BaselineFile | None] = {}
+    latest = {p: set(ids) for p, ids in _last(conn, settings.recent).items()}
     out = []
     for profile, key, case_id, metric in store.series_keys(conn):
         if metric not in CHECKED or (cases and key not in cases and case_id not in cases):
@@ -157,6 +171,8 @@ def check(conn, *, baseline_dir: Path, settings: Settings, cases: list[str] | No
         effect = min_effect_for(baseline, key, metric, settings)
         changes, status = judge_series(points, metric, min_effect=effect, settings=settings,
                                        name=f"{profile}/{key}/{metric}")
+        if points and points[-1].run_id not in latest.get(profile, ()):  # no longer run: nothing of it is new
+            changes = tuple(dataclasses.replace(c, new=False) for c in changes)
         out.append(SeriesVerdict(profile=profile, case_key=key, case_id=case_id, metric=metric, points=tuple(points),
                                  changes=changes, status=status, min_effect=effect,
                                  quarantined=quarantined(baseline, key, settings.today)))
