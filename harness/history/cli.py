@@ -121,7 +121,8 @@ def _judging(p: argparse.ArgumentParser, baseline_dir: str) -> None:
                         f"else {check.DEFAULT_MIN_EFFECT})")
     p.add_argument("--pvalue", type=float, default=changepoint.DEFAULT_PVALUE, help="permutation test level "
                                                                                     "(default: %(default)s)")
-    p.add_argument("--permutations", type=int, default=changepoint.DEFAULT_PERMUTATIONS, help="(default: %(default)s)")
+    p.add_argument("--permutations", type=int, default=changepoint.DEFAULT_PERMUTATIONS,
+                   help="shuffles in the permutation test (default: %(default)s)")
     p.add_argument("--min-size", type=int, default=changepoint.DEFAULT_MIN_SIZE,
                    help="fewest runs on each side of a change point (default: %(default)s)")
 

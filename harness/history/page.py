@@ -43,8 +43,14 @@ def plot(v: C.SeriesVerdict, path: Path) -> Path:
         ax.axvline(c.index - 0.5, color=COLORS[c.kind], ls="--" if not c.new else "-", lw=2)
         ax.annotate(f"{c.kind} {c.effect:+.1%}", (c.index - 0.5, 1.0), xycoords=("data", "axes fraction"),
                     color=COLORS[c.kind], fontsize=8, ha="left", va="top", xytext=(3, -2), textcoords="offset points")
+    if ys and statistics.median(ys) != 0:  # at least +-min effect around the median: noise must not look like a cliff
+        mid, low, high = statistics.median(ys), min(ys), max(ys)
+        pad = abs(mid) * v.min_effect
+        low, high = min(low, mid - pad), max(high, mid + pad)
+        ax.set_ylim(low - 0.06 * (high - low), high + 0.06 * (high - low))
     step = max(1, len(xs) // 12)
-    ax.set_xticks(xs[::step], [p.commit[:8] for p in v.points][::step], rotation=40, ha="right", fontsize=7)
+    labels = [p.commit if len(p.commit) <= 14 else p.commit[:12] + "…" for p in v.points]
+    ax.set_xticks(xs[::step], labels[::step], rotation=40, ha="right", fontsize=7)
     ax.set(ylabel=label, title=f"{v.case_key}: {v.metric}")
     ax.title.set_fontsize(10)
     ax.grid(alpha=0.3)
