@@ -58,19 +58,21 @@ def test_rejects_non_finite_values():
         cp.e_divisive([1.0, float("nan"), 1.0])
 
 
-@settings(max_examples=25, deadline=None)
-@given(n_before=st.integers(3, 15), n_after=st.integers(3, 15), step=st.floats(0.3, 3.0),
+@settings(max_examples=15, deadline=None)
+@given(n_before=st.integers(3, 12), n_after=st.integers(3, 12), step=st.floats(0.3, 3.0),
        scale=st.floats(0.01, 1e6), shift=st.floats(-1e3, 1e3), seed=st.integers(0, 2**16))
 def test_a_clean_step_is_found_exactly_whatever_the_units(n_before, n_after, step, scale, shift, seed):
-    """Noise ten times smaller than the step: the split is exact, in any units (energy distance is shift- and
-    scale-free), and reversing the series mirrors it."""
+    """Noise ten times smaller than the step: the split is found exactly, in any units (energy distance is shift-
+    and scale-free), and reversing the series mirrors it. (Only "found", not "alone": a segment of pure noise is
+    split again by chance at the test's level, 1 in 100; the verdict's minimum effect makes such a split
+    ``suspicious`` rather than a regression: see the false-alarm test below.)"""
     rng = np.random.default_rng(seed)
     z = np.concatenate([rng.uniform(0, step / 10, n_before), step + rng.uniform(0, step / 10, n_after)])
     z = shift + scale * z
     if math.comb(n_before + n_after, n_before) >= 2000:  # fewer arrangements: chance alone rebuilds the split
         # often enough that p <= 0.01 is out of reach (e.g. 3 of 10: 1 in 120), a limit of any permutation test
-        assert indices(z, seed=seed) == [n_before]
-        assert indices(z[::-1], seed=seed) == [n_after]
+        assert n_before in indices(z, seed=seed)
+        assert n_after in indices(z[::-1], seed=seed)
 
 
 def points(values) -> list[Point]:
@@ -103,3 +105,13 @@ def test_too_few_runs_are_insufficient_data_and_a_late_step_is_new():
     changes, status = C.judge_series(points(noisy(20, 4, step_at=16, step=-0.15)), "efficiency", min_effect=0.05,
                                      settings=C.Settings(), name="x")
     assert status == C.REGRESSION and changes[-1].index == 16 and changes[-1].new
+
+
+def test_steady_noisy_nightlies_rarely_hold_a_regression():
+    """100 steady series of 20 runs with 3% noise: p <= 0.01 and then the 5% minimum effect leave at most 2 of
+    them with a regression anywhere (1 here: three low runs at the end, -5.1%); the rate per nightly check is
+    lower still (benchmarks/history_false_alarms.py: ~0.1% per series at 3% noise, none with a 10% minimum)."""
+    kinds = [c.kind for s in range(100) for c in C.judge_series(points(noisy(20, 500 + s)), "efficiency",
+                                                                 min_effect=0.05, settings=C.Settings(),
+                                                                 name=f"flat{s}")[0]]
+    assert kinds.count(C.REGRESSION) <= 2, kinds

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import baselines
-from harness.history import changepoint
+from harness.history import changepoint, store
 from harness.history.store import Point
 from harness.judge import quarantine
 
@@ -146,8 +146,6 @@ def quarantined(baseline: baselines.BaselineFile | None, case_key: str, today: s
 
 def _last(conn, recent: int) -> dict[str, list[str]]:
     """Each profile's last ``recent`` run ids."""
-    from harness.history import store
-
     by_profile: dict[str, list[str]] = {}
     for run, _ in store.runs(conn):  # oldest first
         by_profile.setdefault(run.profile, []).append(run.run_id)
@@ -156,8 +154,6 @@ def _last(conn, recent: int) -> dict[str, list[str]]:
 
 def check(conn, *, baseline_dir: Path, settings: Settings, cases: list[str] | None = None) -> list[SeriesVerdict]:
     """Every checked series of the history (or only ``cases``, by id or key), judged."""
-    from harness.history import store
-
     loaded: dict[str, baselines.BaselineFile | None] = {}
     latest = {p: set(ids) for p, ids in _last(conn, settings.recent).items()}
     out = []
@@ -195,4 +191,8 @@ def text(verdicts: list[SeriesVerdict], settings: Settings) -> str:
                  f"{quiet} without change; new regressions (first bad run among the last {settings.recent}): "
                  f"{len(failing)}" + (f" in {', '.join(sorted({f'{v.case_key} {v.metric}' for v in failing}))}"
                                       if failing else ""))
+    for v in failing:  # the next step: the first bad commit inside the range
+        for c in v.new_regressions:
+            good, bad = (x.removesuffix("-dirty") for x in (c.last_good.commit, c.first_bad.commit))
+            lines.append(f"  next: python -m harness bisect {good} {bad} -k {v.case_id}   # {v.metric}")
     return "\n".join(lines) + "\n"
