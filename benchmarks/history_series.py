@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/history_series.py --runs 20 --inject-from 12              # ~10 min on 2 quiet cores
     .venv/bin/python benchmarks/history_series.py --runs 6 --inject-from 4 --work /tmp/hs # a quick try
     .venv/bin/python benchmarks/history_series.py --analyze-only --work results/history-series  # re-judge the runs
+    .venv/bin/python benchmarks/history_series.py --runs 20 --inject-from 12 --strategies single,ddp  # a leaner run
 
 Each run is one real ``pytest scaling_tests/test_scaling.py`` session (the CNN, ``single`` on 1x1 as the
 control plus ``ddp`` and ``fsdp`` on 1x2, 10 measured steps after 2 warm-up steps, 10 same-launch pairs for
@@ -19,6 +20,10 @@ machine's committed ones) and this script prints, per case and metric, the chang
 ``hit`` (exactly one, at K, a regression), ``miss``, ``false`` (a change point where none was injected) or
 ``off`` (found, at the wrong run). ``WORK/summary.json`` keeps the table and each run's wall time;
 ``WORK/page/index.html`` is the history page.
+
+Run time: one run took 56-90 s on the project's 2 cores while other jobs shared them (the quick try below,
+three launches and the pytest session each); on a quiet machine expect less. Over budget, drop fsdp
+(``--strategies single,ddp``) or shorten ``--local-steps``; check the first run's time before waiting for 20.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ def one_run(args: argparse.Namespace, i: int, work: Path) -> dict:
            "-k", "single-cnn-1x1 or 1x2",  # the control and the 1x2 cases, not the other strategies' 1x1
            "--scaling-steps", str(args.steps), "--scaling-warmup", "2", "--scaling-max-launches", "1",
            "--scaling-local-steps", str(args.local_steps),
-           "--scaling-results-dir", str(work / "results"), "--scaling-inject-slowdown", str(slow)]
+           "--scaling-results-dir", str(work / "results"), "--scaling-inject-slowdown", str(slow), *args.pytest_args]
     env = {**os.environ, "SCALEGATE_RUN_ID": run_id}
     env.pop("PYTEST_ADDOPTS", None)
     start = time.monotonic()
@@ -112,6 +117,8 @@ def main() -> int:
     p.add_argument("--min-effect", type=float, default=0.05)
     p.add_argument("--work", default="results/history-series", help="where runs, history and page go")
     p.add_argument("--analyze-only", action="store_true", help="judge the history already in --work, run nothing")
+    p.add_argument("pytest_args", nargs="*", help="more pytest options for every run, after --, e.g. "
+                                                  "-- --scaling-launcher torchrun")
     args = p.parse_args()
     if not 0 < args.inject_from < args.runs:
         p.error(f"--inject-from {args.inject_from} must be inside 1..{args.runs - 1}")
