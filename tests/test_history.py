@@ -117,6 +117,21 @@ def test_two_processes_adding_at_once_lose_nothing(tmp_path):
         assert len(store.series(conn, "p", "k:tiny", "efficiency")) == 30
 
 
+def test_a_database_locked_past_the_busy_timeout_exits_2_and_says_so(tmp_path, monkeypatch):
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 1))
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another job in the middle of its add
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.3)
+    try:
+        done = run("history", "add", write_run(tmp_path / "tonight", case("ddp-cnn-1x2", 0.8)), "--db", db)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert done.returncode == 2 and "cannot be used: database is locked" in done.stderr, done.stderr
+    assert "no job holds it locked" in done.stderr
+
+
 @pytest.mark.parametrize("make, said", [
     (lambda p: None, "does not exist"),
     (lambda p: p.write_text("not a database at all, just text" * 50), "is not a readable SQLite file"),

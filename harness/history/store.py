@@ -85,22 +85,32 @@ def connect(path: Path, *, create: bool = False) -> Iterator[sqlite3.Connection]
             raise ScalegateError(f"history database {path} does not exist",
                                  "add a run first: python -m harness history add results/<run> [--db FILE]")
         path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise _unusable(path, exc) from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         try:
             _check_schema(conn, path, create)
+        except sqlite3.OperationalError as exc:
+            raise _unusable(path, exc) from None
         except sqlite3.DatabaseError as exc:
             raise _bad(path, f"is not a readable SQLite file ({exc})") from None
         try:
             yield conn
-        except sqlite3.OperationalError as exc:  # locked past the busy timeout, read-only, disk full
-            raise ScalegateError(f"history database {path}: {exc}",
-                                 "check that the file is writable and that no job holds it locked for minutes") from None
+        except sqlite3.OperationalError as exc:
+            raise _unusable(path, exc) from None
         except sqlite3.DatabaseError as exc:
             raise _bad(path, f"is damaged ({exc})") from None
     finally:
         conn.close()
+
+
+def _unusable(path: Path, exc: Exception) -> ScalegateError:
+    """Locked past the busy timeout, read-only, unreachable, disk full: the file may be fine, its place is not."""
+    return ScalegateError(f"history database {path} cannot be used: {exc}",
+                          "check that its directory is writable from this job and that no job holds it locked for minutes")
 
 
 def _check_schema(conn: sqlite3.Connection, path: Path, create: bool) -> None:
