@@ -173,9 +173,13 @@ def test_check_passes_a_steady_history_and_reports_short_ones(tmp_path):
 def test_check_fails_a_new_regression_and_names_the_commit_range(tmp_path):
     db = tmp_path / "h.sqlite"
     add_all(db, series_runs(tmp_path, 20, slow_from=16, grow_from=15))
-    done = run("history", "check", "--db", db, "--baseline-dir", tmp_path)
+    done = run("history", "check", "--db", db, "--baseline-dir", tmp_path, "--json", tmp_path / "check.json")
     assert done.returncode == 1, done.stdout + done.stderr
     out = done.stdout
+    data = json.loads((tmp_path / "check.json").read_text())
+    slow = next(s for s in data["series"] if s["case"] == "ddp-cnn-1x2:tiny" and s["metric"] == "efficiency")
+    assert data["failed"] and slow["failed"] and slow["changes"][0]["first_bad"] == {"run": "nightly-16",
+                                                                                      "commit": "commit16"}
     assert "ddp-cnn-1x2:tiny efficiency [cpu-test-2c-torch2.13.0]: regression -1" in out
     assert "from run nightly-16, commits commit15..commit16" in out and "NEW" in out
     assert "fsdp-cnn-1x2:tiny peak_memory_bytes [cpu-test-2c-torch2.13.0]: regression +2" in out

@@ -196,3 +196,16 @@ def text(verdicts: list[SeriesVerdict], settings: Settings) -> str:
             good, bad = (x.removesuffix("-dirty") for x in (c.last_good.commit, c.first_bad.commit))
             lines.append(f"  next: python -m harness bisect {good} {bad} -k {v.case_id}   # {v.metric}")
     return "\n".join(lines) + "\n"
+
+
+def to_json(verdicts: list[SeriesVerdict], settings: Settings) -> dict:
+    """The verdicts as data, for a dashboard or a bot: every series with its status and change points."""
+    def change(c: Change) -> dict:
+        return {"index": c.index, "kind": c.kind, "effect": c.effect, "before": c.before, "after": c.after,
+                "pvalue": c.pvalue, "new": c.new, "last_good": {"run": c.last_good.run_id, "commit": c.last_good.commit},
+                "first_bad": {"run": c.first_bad.run_id, "commit": c.first_bad.commit}}
+
+    return {"settings": dataclasses.asdict(settings), "failed": any(v.failed for v in verdicts),
+            "series": [{"profile": v.profile, "case": v.case_key, "metric": v.metric, "runs": len(v.points),
+                        "status": v.status, "min_effect": v.min_effect, "quarantined": v.quarantined,
+                        "failed": v.failed, "changes": [change(c) for c in v.changes]} for v in verdicts]}

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -98,6 +99,8 @@ def _verdicts(args: argparse.Namespace) -> tuple[list[check.SeriesVerdict], chec
 def cmd_check(args: argparse.Namespace) -> int:
     verdicts, settings = _verdicts(args)
     print(check.text(verdicts, settings), end="")
+    if args.json:
+        Path(args.json).write_text(json.dumps(check.to_json(verdicts, settings), indent=2) + "\n")
     return EXIT_REGRESSION if any(v.failed for v in verdicts) else EXIT_OK
 
 
@@ -146,6 +149,7 @@ def add_parser(sub, baseline_dir: str) -> None:
     s.set_defaults(func=cmd_show)
     c = hs.add_parser("check", parents=[db], help="change points per case and metric; exit 1 on a new regression")
     _judging(c, baseline_dir)
+    c.add_argument("--json", help="also write every series' verdict and change points as JSON to this file")
     c.set_defaults(func=cmd_check)
     r = hs.add_parser("report", parents=[db], help="DIR/index.html: a plot per case and metric, the verdicts")
     r.add_argument("--out", required=True)

@@ -32,7 +32,7 @@ def metrics_of(case: dict[str, Any]) -> dict[str, float]:
         "efficiency": case.get("efficiency"),
         "local_efficiency": case.get("local_efficiency"),
         "throughput": result.get("throughput"),
-        "mfu": case.get("mfu"),
+        "mfu": case.get("mfu", resources.get("mfu")),  # where a run reports model FLOPs utilisation
         "peak_memory_bytes": max(peaks) if peaks else None,
         "bytes_per_step": (resources.get("wire") or {}).get("bytes_per_step"),
         "final_loss": losses[-1] if losses else None,
