@@ -186,7 +186,8 @@ def test_check_fails_a_new_regression_and_names_the_commit_range(tmp_path):
     assert "commits commit14..commit15" in out
     assert "new regressions (first bad run among the last 5): 4 in ddp-cnn-1x2:tiny efficiency" in out
     assert "fsdp-cnn-1x2:tiny efficiency" not in out  # the untouched metrics stay quiet
-    assert "next: python -m harness bisect commit15 commit16 -k ddp-cnn-1x2   # efficiency" in out
+    assert "next: python -m harness bisect commit15 commit16 -k ddp-cnn-1x2   # efficiency, local_efficiency, " \
+           "throughput" in out
 
 
 def test_an_old_regression_no_longer_fails_and_a_wide_tolerance_makes_it_suspicious(tmp_path):

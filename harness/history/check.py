@@ -191,10 +191,13 @@ def text(verdicts: list[SeriesVerdict], settings: Settings) -> str:
                  f"{quiet} without change; new regressions (first bad run among the last {settings.recent}): "
                  f"{len(failing)}" + (f" in {', '.join(sorted({f'{v.case_key} {v.metric}' for v in failing}))}"
                                       if failing else ""))
-    for v in failing:  # the next step: the first bad commit inside the range
+    steps: dict[tuple[str, str, str], list[str]] = {}  # the next step: the first bad commit inside each range
+    for v in failing:
         for c in v.new_regressions:
             good, bad = (x.removesuffix("-dirty") for x in (c.last_good.commit, c.first_bad.commit))
-            lines.append(f"  next: python -m harness bisect {good} {bad} -k {v.case_id}   # {v.metric}")
+            steps.setdefault((good, bad, v.case_id), []).append(v.metric)
+    lines += [f"  next: python -m harness bisect {good} {bad} -k {case}   # {', '.join(metrics)}"
+              for (good, bad, case), metrics in steps.items()]
     return "\n".join(lines) + "\n"
 
 
