@@ -7,6 +7,7 @@
     python -m harness gate [--base REF] [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]
     python -m harness record-baselines --rounds N [pytest args]   # launches spread in time (harness/rounds.py)
     python -m harness bisect GOOD BAD -k CASE [pytest args]       # the first bad commit (harness/bisect.py)
+    python -m harness history add|list|show|check|report [--db FILE]  # results history, change points (docs/history.md)
 
 compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with
 --strict), 2 on bad input (missing run, malformed file, unusable baseline) with a one-line error.
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from harness import baselines, bisect, gate, rounds, runfiles
 from harness.errors import ScalegateError
+from harness.history import cli as history_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
@@ -147,6 +149,7 @@ def parser() -> argparse.ArgumentParser:
     gate.add_parser(sub)
     rounds.add_parser(sub, str(ROOT / "baselines"))
     bisect.add_parser(sub)
+    history_cli.add_parser(sub, str(ROOT / "baselines"))
     return p
 
 

@@ -1,0 +1,157 @@
+"""``python -m harness history ...``: the results history and its change-point verdicts (docs/history.md).
+
+    python -m harness history add results/nightly-123 [RUN ...] [--db FILE]   # idempotent per run id
+    python -m harness history list [--db FILE]
+    python -m harness history show ddp-cnn-1x2 [--db FILE]
+    python -m harness history check [--db FILE] [--case CASE ...] [--recent 5] [--min-effect 0.05]
+    python -m harness history report --out DIR [--db FILE]                    # DIR/index.html
+
+--db defaults to $SCALEGATE_HISTORY_DB, else results/history.sqlite. check exits 0 without a new regression,
+1 with one (a change point whose first bad run is among the last --recent runs, case not quarantined),
+2 on bad input (missing or corrupt database, unknown case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from harness.errors import ScalegateError
+from harness.history import changepoint, check, ingest, store
+
+EXIT_OK, EXIT_REGRESSION = 0, 1
+
+
+def db_path(args: argparse.Namespace) -> Path:
+    return Path(args.db or os.environ.get("SCALEGATE_HISTORY_DB") or "results/history.sqlite")
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    if (args.commit or args.date) and len(args.run) > 1:
+        raise ScalegateError("--commit/--date name one run's commit and date, but several runs were given",
+                             "add such runs one at a time")
+    loaded = [ingest.from_directory(Path(r), commit=args.commit, date=args.date, note=args.note, partial=args.partial)
+              for r in args.run]
+    with store.connect(db_path(args), create=True) as conn:
+        for run, cases in loaded:
+            added = store.add(conn, run, cases)
+            print(f"history: {'added' if added else 'already there, unchanged:'} {run.run_id} (commit {run.commit}, "
+                  f"{run.date}, {run.profile}, {len(cases)} cases) to {db_path(args)}")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with store.connect(db_path(args)) as conn:
+        rows = store.runs(conn)
+    print(f"{'run':32} {'commit':16} {'date':25} {'cases':>5}  profile")
+    for run, n in rows:
+        print(f"{run.run_id:32} {run.commit:20} {run.date:25} {n:5}  {run.profile}"
+              + (f"  ({run.note})" if run.note else ""))
+    print(f"{len(rows)} runs in {db_path(args)}")
+    return EXIT_OK
+
+
+def _unknown(conn, names: list[str]) -> None:
+    known = store.known_cases(conn)
+    ids = {k.split(":")[0] for k in known}
+    missing = [n for n in names if n not in known and n not in ids]
+    if missing:
+        raise ScalegateError(f"case {', '.join(missing)} is not in the history",
+                             f"known cases: {', '.join(known) or 'none (add a run first)'}")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with store.connect(db_path(args)) as conn:
+        _unknown(conn, [args.case])
+        rows = store.case_runs(conn, args.case)
+    metrics = sorted({m for _, c in rows for m in c.metrics})
+    print(f"{'run':28} {'commit':14} {'date':25} {'case':24} {'status':10} " + " ".join(f"{m:>17}" for m in metrics))
+    for run, case in rows:
+        values = " ".join(f"{check.fmt(m, case.metrics[m]) if m in case.metrics else '-':>17}" for m in metrics)
+        print(f"{run.run_id:28} {run.commit:20} {run.date:25} {case.case_key:24} {case.status:10} {values}")
+    return EXIT_OK
+
+
+def _settings(args: argparse.Namespace) -> check.Settings:
+    for name, low, high in (("pvalue", 0, 1), ("min_effect", 0, 10)):
+        value = getattr(args, name)
+        if value is not None and not low < value < high:
+            raise ScalegateError(f"--{name.replace('_', '-')} {value} is not in ({low}, {high})",
+                                 "e.g. --pvalue 0.01 --min-effect 0.05")
+    if args.recent < 1 or args.min_size < 2 or args.permutations < 19:
+        raise ScalegateError(f"--recent {args.recent}, --min-size {args.min_size}, --permutations {args.permutations}: "
+                             "need --recent >= 1, --min-size >= 2, --permutations >= 19",
+                             "the defaults are --recent 5 --min-size 3 --permutations 199")
+    return check.Settings(pvalue=args.pvalue, permutations=args.permutations, min_size=args.min_size,
+                          recent=args.recent, min_effect=args.min_effect)
+
+
+def _verdicts(args: argparse.Namespace) -> tuple[list[check.SeriesVerdict], check.Settings]:
+    settings = _settings(args)
+    with store.connect(db_path(args)) as conn:
+        if args.case:
+            _unknown(conn, args.case)
+        return check.check(conn, baseline_dir=Path(args.baseline_dir), settings=settings, cases=args.case), settings
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    verdicts, settings = _verdicts(args)
+    print(check.text(verdicts, settings), end="")
+    if args.json:
+        Path(args.json).write_text(json.dumps(check.to_json(verdicts, settings), indent=2) + "\n")
+    return EXIT_REGRESSION if any(v.failed for v in verdicts) else EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.history import page
+
+    verdicts, settings = _verdicts(args)
+    index = page.write(verdicts, Path(args.out), db_path(args), settings)
+    print(f"history report: {index} ({len(verdicts)} plots)")
+    return EXIT_OK
+
+
+def _judging(p: argparse.ArgumentParser, baseline_dir: str) -> None:
+    p.add_argument("--case", action="append", help="only this case (id or id:preset); repeat for more")
+    p.add_argument("--baseline-dir", default=baseline_dir,
+                   help="baselines lend each case's tolerance (the minimum effect) and quarantine (default: %(default)s)")
+    p.add_argument("--recent", type=int, default=check.DEFAULT_RECENT,
+                   help="a change point is new when its first bad run is among the last N runs (default: %(default)s)")
+    p.add_argument("--min-effect", type=float, default=None,
+                   help=f"smallest relative change that counts, for every case (default: the baseline's tolerance, "
+                        f"else {check.DEFAULT_MIN_EFFECT})")
+    p.add_argument("--pvalue", type=float, default=changepoint.DEFAULT_PVALUE, help="permutation test level "
+                                                                                    "(default: %(default)s)")
+    p.add_argument("--permutations", type=int, default=changepoint.DEFAULT_PERMUTATIONS,
+                   help="shuffles in the permutation test (default: %(default)s)")
+    p.add_argument("--min-size", type=int, default=changepoint.DEFAULT_MIN_SIZE,
+                   help="fewest runs on each side of a change point (default: %(default)s)")
+
+
+def add_parser(sub, baseline_dir: str) -> None:
+    h = sub.add_parser("history", help="results history: add runs, list, show, change-point check, HTML report",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    hs = h.add_subparsers(dest="history_command", required=True)
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument("--db", help="history database (default: $SCALEGATE_HISTORY_DB, else results/history.sqlite)")
+    a = hs.add_parser("add", parents=[db], help="append finished runs (adding a run twice changes nothing)")
+    a.add_argument("run", nargs="+")
+    a.add_argument("--commit", help="record this commit instead of the run's own (one run)")
+    a.add_argument("--date", help="record this ISO date instead of the run's own (one run)")
+    a.add_argument("--note", default="", help="a note kept with the run, e.g. why its commit or date was set")
+    a.add_argument("--partial", action="store_true", help="also take an interrupted run's finished cases")
+    a.set_defaults(func=cmd_add)
+    hs.add_parser("list", parents=[db], help="the runs in the history").set_defaults(func=cmd_list)
+    s = hs.add_parser("show", parents=[db], help="one case's metrics over the runs")
+    s.add_argument("case")
+    s.set_defaults(func=cmd_show)
+    c = hs.add_parser("check", parents=[db], help="change points per case and metric; exit 1 on a new regression")
+    _judging(c, baseline_dir)
+    c.add_argument("--json", help="also write every series' verdict and change points as JSON to this file")
+    c.set_defaults(func=cmd_check)
+    r = hs.add_parser("report", parents=[db], help="DIR/index.html: a plot per case and metric, the verdicts")
+    r.add_argument("--out", required=True)
+    _judging(r, baseline_dir)
+    r.set_defaults(func=cmd_report)

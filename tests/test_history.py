@@ -1,0 +1,314 @@
+"""``python -m harness history``: the store, the check's verdicts and exit codes, quarantine, the page.
+
+Run directories are synthetic, in the session's result format (one as tests/test_cli.py's make_case writes it,
+the rest minimal); the commands run as real subprocesses, as a nightly job runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import __main__ as harness_main
+from harness.history import ingest, store
+from tests.conftest import ROOT
+from tests.test_cli import PROFILE, cli, make_case, write_run
+
+QUARANTINE = {"reason": "shared runner, #17", "until": "2999-12-31"}
+
+
+def run(*args) -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` in this process (the subprocess start costs ~1 s; ``cli`` is the real one)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = harness_main.main([str(a) for a in args])
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def case(case_id: str, efficiency: float, *, memory: float = 400e6, wire: float = 9.8e6, status: str = "ok",
+         commit: str = "c", written: float = 0.0) -> dict:
+    """The fields of results/<run>/<case>.json that the history reads."""
+    return {"case_id": case_id, "key": f"{case_id}:tiny", "status": status, "efficiency": efficiency,
+            "local_efficiency": efficiency * 1.1, "profile": PROFILE, "commit": commit, "written": written,
+            "oversubscribed": False, "resources": {"wire": {"bytes_per_step": wire}},
+            "result": {"throughput": 1000 * efficiency, "losses": [2.0, 1.5],
+                       "ranks": [{"peak_memory_bytes": memory}, {"peak_memory_bytes": memory * 0.99}]}}
+
+
+def series_runs(tmp_path: Path, n: int = 20, *, slow_from: int | None = None, grow_from: int | None = None,
+                cases: tuple[str, ...] = ("ddp-cnn-1x2", "fsdp-cnn-1x2")) -> list[Path]:
+    """n nightly runs with ~3% noise; ddp-cnn-1x2 loses 15% efficiency from run ``slow_from`` on and
+    fsdp-cnn-1x2 gains 20% peak memory from run ``grow_from`` on."""
+    rng = np.random.default_rng(0)
+    dirs = []
+    for i in range(n):
+        made = []
+        for cid in cases:
+            eff = 0.8 * (1 + 0.03 * rng.standard_normal())
+            if cid == "ddp-cnn-1x2" and slow_from is not None and i >= slow_from:
+                eff *= 0.85
+            mem = 400e6 * (1 + 0.005 * rng.standard_normal())
+            if cid == "fsdp-cnn-1x2" and grow_from is not None and i >= grow_from:
+                mem *= 1.2
+            made.append(case(cid, eff, memory=mem, commit=f"commit{i:02d}", written=1.8e9 + 86400 * i))
+        dirs.append(write_run(tmp_path / f"nightly-{i:02d}", *made))
+    return dirs
+
+
+def add_all(db: Path, runs: list[Path]) -> None:
+    done = run("history", "add", *runs, "--db", db)
+    assert done.returncode == 0, done.stderr
+
+
+def test_add_is_idempotent_and_list_and_show_read_it_back(tmp_path):
+    db = tmp_path / "h.sqlite"
+    real = write_run(tmp_path / "run-a", make_case("ddp-cnn-1x2", bytes_per_step=9.8e6))
+    first = cli("history", "add", real, "--db", db)
+    again = cli("history", "add", real, "--db", db)
+    assert first.returncode == again.returncode == 0, first.stderr
+    assert "added run-a (commit abc123" in first.stdout and "already there, unchanged: run-a" in again.stdout
+    listed = cli("history", "list", "--db", db)
+    assert listed.returncode == 0 and "run-a" in listed.stdout and "1 runs in" in listed.stdout
+    shown = cli("history", "show", "ddp-cnn-1x2", "--db", db)
+    assert shown.returncode == 0 and "ddp-cnn-1x2:tiny" in shown.stdout and "9.80 MB" in shown.stdout
+    assert "efficiency" in shown.stdout and "peak_memory_bytes" in shown.stdout
+
+
+def test_a_failed_case_keeps_its_status_but_no_metrics_and_a_partial_run_is_refused(tmp_path):
+    _, rows = ingest.from_directory(write_run(tmp_path / "r", case("ddp-cnn-1x2", 0.8, status="failed")))
+    assert rows[0].status == "failed" and rows[0].metrics == {}
+    partial = write_run(tmp_path / "p", case("ddp-cnn-1x2", 0.8))
+    (partial / "run.json").write_text(json.dumps({"status": "partial"}))
+    refused = run("history", "add", partial, "--db", tmp_path / "h.sqlite")
+    assert refused.returncode == 2 and "partial run" in refused.stderr and "HINT: " in refused.stderr
+    assert run("history", "add", partial, "--partial", "--db", tmp_path / "h.sqlite").returncode == 0
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from harness.history import store
+with store.connect(Path(sys.argv[1]), create=True) as conn:
+    for i in range(15):
+        run = store.Run(run_id=f"{sys.argv[2]}-{i}", commit="c", date=f"2026-11-{i + 1:02d}", profile="p")
+        store.add(conn, run, [store.CaseRow(case_key="k:tiny", case_id="k", status="ok", metrics={"efficiency": 0.8})])
+        store.add(conn, run, [])  # the same run again: a no-op, inside the same race
+"""
+
+
+def test_two_processes_adding_at_once_lose_nothing(tmp_path):
+    db = tmp_path / "shared" / "h.sqlite"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), name], stderr=subprocess.PIPE, text=True)
+             for name in ("job-a", "job-b")]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    with store.connect(db) as conn:
+        assert len(store.runs(conn)) == 30
+        assert len(store.series(conn, "p", "k:tiny", "efficiency")) == 30
+
+
+def test_a_database_locked_past_the_busy_timeout_exits_2_and_says_so(tmp_path, monkeypatch):
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 1))
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another job in the middle of its add
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.3)
+    try:
+        done = run("history", "add", write_run(tmp_path / "tonight", case("ddp-cnn-1x2", 0.8)), "--db", db)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert done.returncode == 2 and "cannot be used: database is locked" in done.stderr, done.stderr
+    assert "no job holds it locked" in done.stderr
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda p: None, "does not exist"),
+    (lambda p: p.write_text("not a database at all, just text" * 50), "is not a readable SQLite file"),
+    (lambda p: sqlite3.connect(p).execute("CREATE TABLE other (x)").connection.commit(), "is not a scalegate history")])
+def test_a_missing_or_corrupt_database_exits_2_with_a_hint(tmp_path, make, said):
+    db = tmp_path / "h.sqlite"
+    make(db)
+    for command in (("list",), ("check",), ("show", "ddp-cnn-1x2"), ("report", "--out", tmp_path / "page")):
+        done = (cli if command == ("list",) else run)("history", *command, "--db", db)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert said in done.stderr and "HINT: " in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bad_input_to_the_commands_exits_2(tmp_path):
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 3))
+    for args, said in ((("show", "nope-cnn-1x2"), "case nope-cnn-1x2 is not in the history"),
+                       (("check", "--case", "nope"), "known cases: ddp-cnn-1x2:tiny, fsdp-cnn-1x2:tiny"),
+                       (("check", "--pvalue", "2"), "--pvalue 2.0 is not in (0, 1)"),
+                       (("check", "--recent", "0"), "need --recent >= 1"),
+                       (("add", tmp_path / "missing"), "does not exist"),
+                       (("add", tmp_path / "nightly-00", "--date", "yesterday"), "is not an ISO date")):
+        done = run("history", *args, "--db", db)
+        assert done.returncode == 2 and said in done.stderr and "HINT: " in done.stderr, (args, done.stderr)
+
+
+def test_check_passes_a_steady_history_and_reports_short_ones(tmp_path):
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 4))
+    short = run("history", "check", "--db", db)
+    assert short.returncode == 0 and "efficiency [cpu-test-2c-torch2.13.0]: insufficient data (4 runs, need 6)" \
+        in short.stdout
+    add_all(db, series_runs(tmp_path / "more", 20))
+    steady = run("history", "check", "--db", db, "--baseline-dir", tmp_path)
+    assert steady.returncode == 0, steady.stdout
+    assert "new regressions (first bad run among the last 5): 0" in steady.stdout
+
+
+def test_check_fails_a_new_regression_and_names_the_commit_range(tmp_path):
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 20, slow_from=16, grow_from=15))
+    done = run("history", "check", "--db", db, "--baseline-dir", tmp_path, "--json", tmp_path / "check.json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    data = json.loads((tmp_path / "check.json").read_text())
+    slow = next(s for s in data["series"] if s["case"] == "ddp-cnn-1x2:tiny" and s["metric"] == "efficiency")
+    assert data["failed"] and slow["failed"] and slow["changes"][0]["first_bad"] == {"run": "nightly-16",
+                                                                                      "commit": "commit16"}
+    assert "ddp-cnn-1x2:tiny efficiency [cpu-test-2c-torch2.13.0]: regression -1" in out
+    assert "from run nightly-16, commits commit15..commit16" in out and "NEW" in out
+    assert "fsdp-cnn-1x2:tiny peak_memory_bytes [cpu-test-2c-torch2.13.0]: regression +2" in out
+    assert "commits commit14..commit15" in out
+    assert "new regressions (first bad run among the last 5): 4 in ddp-cnn-1x2:tiny efficiency" in out
+    assert "fsdp-cnn-1x2:tiny efficiency" not in out  # the untouched metrics stay quiet
+    assert "next: python -m harness bisect commit15 commit16 -k ddp-cnn-1x2   # efficiency, local_efficiency, " \
+           "throughput" in out
+
+
+def test_an_old_regression_no_longer_fails_and_a_wide_tolerance_makes_it_suspicious(tmp_path):
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 20, slow_from=10))
+    old = run("history", "check", "--db", db, "--case", "ddp-cnn-1x2", "--baseline-dir", tmp_path)
+    assert old.returncode == 0 and "regression" in old.stdout and "old)" in old.stdout, old.stdout
+    assert run("history", "check", "--db", db, "--recent", "10", "--baseline-dir", tmp_path).returncode == 1
+    wide = run("history", "check", "--db", db, "--recent", "10", "--min-effect", "0.3", "--baseline-dir", tmp_path)
+    assert wide.returncode == 0 and "suspicious -1" in wide.stdout and "min effect 30%" in wide.stdout
+
+
+def test_a_case_dropped_from_the_nightlies_does_not_fail_them_forever(tmp_path):
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 20, slow_from=16))
+    assert run("history", "check", "--db", db, "--baseline-dir", tmp_path).returncode == 1
+    later = [write_run(tmp_path / f"later-{i}", case("fsdp-cnn-1x2", 0.8, commit=f"later{i}", written=1.9e9 + i))
+             for i in range(5)]  # ddp-cnn-1x2 is no longer in the matrix
+    add_all(db, later)
+    done = run("history", "check", "--db", db, "--baseline-dir", tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert "ddp-cnn-1x2:tiny efficiency [cpu-test-2c-torch2.13.0]: regression" in done.stdout and "old)" in done.stdout
+
+
+def _baseline(directory: Path, **entry) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    cases = {"ddp-cnn-1x2:tiny": {"efficiency": {"value": 0.8, "tolerance": 0.25}, **entry}}
+    (directory / f"{PROFILE}.json").write_text(json.dumps({"schema_version": 1, "profile": PROFILE, "cases": cases}))
+
+
+def test_the_baseline_lends_the_tolerance_and_its_quarantine_holds_the_failure(tmp_path):
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 20, slow_from=16, cases=("ddp-cnn-1x2",)))
+    _baseline(tmp_path / "b1")
+    tolerant = run("history", "check", "--db", db, "--baseline-dir", tmp_path / "b1")
+    assert "efficiency [cpu-test-2c-torch2.13.0]: suspicious" in tolerant.stdout and "min effect 25%" in tolerant.stdout
+    _baseline(tmp_path / "b2", quarantine=QUARANTINE)
+    held = run("history", "check", "--db", db, "--baseline-dir", tmp_path / "b2", "--min-effect", "0.05")
+    assert held.returncode == 0, held.stdout
+    assert "regression -1" in held.stdout and "quarantined, not failing: shared runner, #17 (until 2999-12-31)" \
+        in held.stdout
+    _baseline(tmp_path / "b3", quarantine={**QUARANTINE, "until": "2000-01-01"})
+    expired = run("history", "check", "--db", db, "--baseline-dir", tmp_path / "b3", "--min-effect", "0.05")
+    assert expired.returncode == 1 and "quarantined" not in expired.stdout
+
+
+def test_report_writes_a_page_with_a_plot_per_case_and_metric(tmp_path):
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 20, slow_from=16))
+    done = run("history", "report", "--db", db, "--out", tmp_path / "page", "--baseline-dir", tmp_path)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "page" / "index.html").read_text()
+    for cid in ("ddp-cnn-1x2", "fsdp-cnn-1x2"):
+        for metric in ("efficiency", "local_efficiency", "throughput", "peak_memory_bytes", "bytes_per_step"):
+            name = f"{PROFILE}__{cid}_tiny__{metric}.png"
+            assert f"src='{name}'" in page and (tmp_path / "page" / name).stat().st_size > 5000
+    assert "1 new regression" not in page and "new regression(s)" in page  # ddp: efficiency, local, throughput
+    assert "<code>commit15</code>..<code>commit16</code>" in page
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def screenshot(page: Path, png: Path) -> subprocess.CompletedProcess:
+    """The page as a real headless browser draws it (.ci/run installs Debian's chromium)."""
+    browser = next(filter(None, map(shutil.which, BROWSERS)), None)
+    if browser is None and os.environ.get("SCALEGATE_REQUIRE_BROWSER"):  # .ci/run installed one: it must be there
+        pytest.fail(f"SCALEGATE_REQUIRE_BROWSER is set but none of {', '.join(BROWSERS)} is on PATH")
+    if browser is None:
+        pytest.skip(f"no headless browser ({', '.join(BROWSERS)}) on PATH: apt-get install -y chromium "
+                    "(.ci/run does this in CI)")
+    return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={png.parent / 'profile'}", f"--screenshot={png}",
+                           "--window-size=1280,2000", page.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_page_draws_in_a_headless_browser(tmp_path):
+    import matplotlib.image
+
+    db = tmp_path / "h.sqlite"
+    add_all(db, series_runs(tmp_path, 12, slow_from=8, cases=("ddp-cnn-1x2",)))
+    assert run("history", "report", "--db", db, "--out", tmp_path / "page", "--baseline-dir", tmp_path).returncode == 0
+    done = screenshot(tmp_path / "page" / "index.html", tmp_path / "shot.png")
+    assert done.returncode == 0 and (tmp_path / "shot.png").exists(), done.stderr[-2000:]
+    pixels = (matplotlib.image.imread(tmp_path / "shot.png")[..., :3] * 255).astype(np.uint8).reshape(-1, 3)
+    colors = np.unique(pixels[:, 0].astype(np.int32) << 16 | pixels[:, 1].astype(np.int32) << 8 | pixels[:, 2])
+    assert len(colors) > 500, f"only {len(colors)} distinct colors: the page drew blank or without its plots"
+    red = np.all(np.abs(pixels.astype(int) - (214, 39, 40)) < 30, axis=1).sum()  # the regression's line and text
+    assert red > 200, f"{red} red pixels: the new regression is not marked"
+    assert (pixels.min(axis=1) < 200).mean() > 0.02  # ink on the page, not a white sheet
+
+
+STUB_SRUN = """#!/usr/bin/env bash
+# stands in for `srun pytest ...`: the run the nightly would have made is copied where pytest would write it
+while [ $# -gt 0 ]; do [ "$1" = --scaling-results-dir ] && dir=$2; shift; done
+mkdir -p "$dir/slurm-$SLURM_JOB_ID.0" && cp "$STUB_RUN"/*.json "$dir/slurm-$SLURM_JOB_ID.0/"
+"""
+
+
+def test_the_nightly_sbatch_adds_its_run_and_fails_on_a_new_regression(tmp_path):
+    """slurm/nightly.sbatch end to end, with srun stubbed: tonight's run is the fourth slow one in a row."""
+    runs = series_runs(tmp_path / "past", 20, slow_from=16, cases=("ddp-cnn-1x2",))
+    db = tmp_path / "shared" / "history.sqlite"
+    add_all(db, runs[:-1])
+    submit = tmp_path / "submit"
+    (submit / "bin").mkdir(parents=True)
+    (submit / ".venv").symlink_to(ROOT / ".venv")
+    (submit / "slurm").symlink_to(ROOT / "slurm")
+    (submit / "bin" / "srun").write_text(STUB_SRUN)
+    (submit / "bin" / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{submit / 'bin'}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
+           "SLURM_JOB_NODELIST": "node1", "SLURM_SUBMIT_DIR": str(submit), "SCALEGATE_TOPOLOGIES": "1x2",
+           "SCALEGATE_HISTORY_DB": str(db), "STUB_RUN": str(runs[-1])}
+    done = subprocess.run(["bash", str(ROOT / "slurm" / "nightly.sbatch")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "added slurm-4242.0" in done.stdout
+    assert "ddp-cnn-1x2:tiny efficiency [cpu-test-2c-torch2.13.0]: regression" in done.stdout
+    assert "history check exit code 1" in done.stdout
+    assert (submit / "results" / "nightly-4242" / "history" / "index.html").exists()
+    with store.connect(db) as conn:
+        assert len(store.runs(conn)) == 20
