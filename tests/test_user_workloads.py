@@ -114,7 +114,7 @@ def test_a_conftest_hook_registers_classes(pytester):
     pytester.makepyfile(my_workloads=workload_module())
     pytester.makeconftest("from my_workloads import MyW\n\ndef pytest_scaling_workloads():\n    return [MyW]\n")
     result = _run(pytester, "--co", "-q", "--scaling-strategies", "ddp", "--scaling-topologies", "1x2")
-    assert _ids(result) == ["ddp-cnn-1x2", "ddp-rnn_mnist-1x2", "ddp-resnet-1x2", "ddp-bert_qa-1x2", "ddp-gpt-1x2",
+    assert _ids(result) == ["ddp-cnn-1x2", "ddp-rnn_mnist-1x2", "ddp-resnet-1x2", "ddp-bert_qa-1x2",
                             "ddp-my_w-1x2"]  # "all" now includes it
     selected = _run(pytester, "--co", "-q", "--scaling-strategies", "ddp", "--scaling-models", "my_w")
     assert _ids(selected) == ["ddp-my_w-1x1", "ddp-my_w-1x2"]

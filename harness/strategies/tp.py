@@ -34,7 +34,7 @@ class TP(Strategy):
     def workload_unavailable(cls, workload, topology):
         if not callable(getattr(workload, "tensor_parallel_plan", None)):
             return (f"{cls.name}: workload {workload.name!r} has no tensor_parallel_plan() (which modules to split "
-                    "column- and row-wise; fixtures/gpt.py has one)")
+                    "column- and row-wise): run it on the decoder LM, --scaling-models gpt (docs/llm.md)")
         return cls.topology_unavailable(topology)
 
     @classmethod
