@@ -56,6 +56,8 @@ class RankResult:
     flops_per_step: int | None = None
     flops_by_op: dict[str, int] = field(default_factory=dict)
     flops_unavailable: str = ""
+    forward_s: list[float] = field(default_factory=list)  # measured steps: step start to loss (harness/arrival.py)
+    forward_collectives: bool = False  # the strategy communicates inside its forward (Strategy.forward_collectives)
     compile_s: float | None = None  # --scaling-compile: the first (compiling) forward and backward, untimed
     tokens_per_sample: int | None = None  # token workloads: tokens/s = samples/s x this (Workload.tokens_per_sample)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import fixtures
-from harness import atomic, baselines, checks, peaks, resources, sharding, tensorboard
+from harness import atomic, baselines, checks, peaks, resources, sharding, stragglers, tensorboard
 from harness.errors import LaunchError, ScalegateError
 from harness.hostinfo import HostInfo, commit
 from harness.launch import emulated, run_case, warm
@@ -146,7 +146,10 @@ class ScalingSession:
                 outcome = dataclasses.replace(outcome, message=f"{outcome.message}\n(a further launch failed: {exc})")
                 break
         chosen = _median_launch(results, outcome)
-        outcome = dataclasses.replace(outcome, result=chosen, resources=resources.summary(chosen))
+        late = stragglers.attribute(chosen) or {}
+        message = f"{outcome.message}\n{late['message']}" if late.get("message") else outcome.message  # named in the verdict
+        outcome = dataclasses.replace(outcome, result=chosen, resources=resources.summary(chosen), stragglers=late,
+                                      message=message)
         self._write(outcome, record, spec)
         return outcome
 

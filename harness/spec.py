@@ -38,6 +38,9 @@ class Faults:
     # this many extra gradient-sized all-reduces in every step (a duplicated collective: the bytes gate)
     extra_allreduce: int = 0
     hold_memory_mb: int = 0  # every rank holds this much more memory through the measured steps (memory gate)
+    # this rank sleeps this long in every forward, before its loss (a straggler: harness/stragglers.py names it)
+    straggler_rank: int = -1
+    straggler_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.delay_ms < 0:
@@ -50,12 +53,15 @@ class Faults:
     def any(self) -> bool:
         return (self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0 or self.slowdown > 0
                 or max(self.hang_rank, self.crash_rank, self.no_result_rank, self.bad_result_rank) >= 0
-                or self.extra_allreduce > 0 or self.hold_memory_mb > 0)
+                or self.extra_allreduce > 0 or self.hold_memory_mb > 0 or (self.straggler_rank >= 0 and self.straggler_ms > 0))
 
 
-FAULT_SYNTAX = "hang:rank=R,step=K | crash:rank=R[,step=K] | no-result:rank=R | bad-result:rank=R"
+FAULT_SYNTAX = ("hang:rank=R,step=K | crash:rank=R[,step=K] | no-result:rank=R | bad-result:rank=R | "
+                "straggler:rank=R,ms=M")
 _FAULT_KEYS = {"hang": ("hang", ("rank", "step")), "crash": ("crash", ("rank", "step")),
-               "no-result": ("no_result", ("rank",)), "bad-result": ("bad_result", ("rank",))}
+               "no-result": ("no_result", ("rank",)), "bad-result": ("bad_result", ("rank",)),
+               "straggler": ("straggler", ("rank", "ms"))}
+_FAULT_REQUIRED = {"hang": ("rank", "step"), "straggler": ("rank", "ms")}  # the others need only a rank
 
 
 def parse_fault(text: str) -> dict[str, int]:
@@ -76,7 +82,7 @@ def parse_fault(text: str) -> dict[str, int]:
         if not (value.isascii() and value.isdigit()) or len(value) > 6:
             raise SpecError(f"--scaling-inject-fault {text!r}: {key}={value!r} is not a whole number >= 0", hint)
         values[key] = int(value)
-    missing = [key for key in (("rank", "step") if kind == "hang" else ("rank",)) if key not in values]
+    missing = [key for key in _FAULT_REQUIRED.get(kind, ("rank",)) if key not in values]
     if missing:
         raise SpecError(f"--scaling-inject-fault {text!r}: missing {' and '.join(missing)}", hint)
     return {f"{prefix}_{key}": value for key, value in values.items()}

@@ -20,6 +20,7 @@ import torch
 import fixtures
 from harness import companion as companions
 from harness import compiling, flopcount, gradcheck, localstep, profiling, strategies
+from harness.arrival import ForwardClock
 from harness import state as model_state
 from harness.memory import MemorySampler, cuda_peaks
 from harness.wire import WireCounter
@@ -145,19 +146,23 @@ def _profile_window(spec: CaseSpec, ctx: RankContext, strategy, workload, first_
 
 def _step(spec: CaseSpec, ctx: RankContext, strategy, workload, step: int, full_state: dict[str, int],
           between: Callable[[torch.Tensor, torch.Tensor], tuple[float, bool]] | None = None,
-          faults: bool = True) -> tuple[float, float]:
+          faults: bool = True, clock: ForwardClock | None = None) -> tuple[float, float]:
     """One distributed optimizer step between device syncs: (seconds, loss).
 
     ``between(inputs, targets)`` runs after forward/backward, before the optimizer step (the gradient
     check, state bytes); it returns (seconds to leave out of the step's time, skip this rank's update).
-    ``faults=False`` leaves out the injected step faults: a parity companion is the clean baseline.
+    ``faults=False`` leaves out the injected step faults: a parity companion is the clean baseline. ``clock``
+    times the forward (harness/arrival.py); the injected straggler sleeps there.
     """
     inputs, targets = workload.global_batch(step, spec.global_batch_size)
     local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
+    loss_fn = workload.loss if clock is None else clock.wrap(workload.loss, faults)
     _sync(ctx.device)
     t0 = time.perf_counter()
+    if clock is not None:
+        clock.start(t0)
     with _autocast(spec, ctx.device):
-        loss = strategy.forward_backward(local_x, local_y, workload.loss)
+        loss = strategy.forward_backward(local_x, local_y, loss_fn)
     skip = False
     if between is not None:
         paused, skip = between(inputs, targets)
@@ -219,6 +224,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         lambda other, i, faulted: _step(spec, ctx, other, workload, i, full_state, faults=faulted))
     unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
     flops = flopcount.StepFlops(enabled=ctx.rank == 0 and reference is not None)  # harness/flopcount.py
+    clock = ForwardClock(ctx.rank, spec.faults.straggler_rank, spec.faults.straggler_ms)  # harness/arrival.py
     times: list[float] = []
     losses: list[float] = []
     warmup_losses: list[float] = []
@@ -260,9 +266,10 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
             return paused, step == spec.faults.skip_step and ctx.rank == spec.faults.skip_step_rank
 
         def main(step: int = step, between=between) -> tuple[float, float]:
-            return _step(spec, ctx, strategy, workload, step, full_state, between=between)
+            return _step(spec, ctx, strategy, workload, step, full_state, between=between, clock=clock)
 
         elapsed, value = companion.interleave(step, main, step >= unmeasured) if companion else main()
+        clock.keep(step >= unmeasured)
         if step >= unmeasured:
             times.append(elapsed)
             losses.append(value)
@@ -292,7 +299,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
         state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
         wire=wire.result(spec.steps), extra=extra, **series, **_promises(strategy, ctx), **flops.result(),
-        tokens_per_sample=workload.tokens_per_sample(), compile_s=compile_s,
+        tokens_per_sample=workload.tokens_per_sample(), compile_s=compile_s, forward_s=clock.times,
     )
 
 
@@ -302,4 +309,5 @@ def _promises(strategy, ctx: RankContext) -> dict[str, Any]:
     factor = strategy.wire_factor
     if isinstance(factor, dict):  # by backend: NCCL on CUDA ranks, gloo elsewhere
         factor = factor.get("nccl" if ctx.device.type == "cuda" else "gloo")
-    return {"shards": list(strategy.shards), "shard_granularity": strategy.shard_granularity, "wire_factor": factor}
+    return {"shards": list(strategy.shards), "shard_granularity": strategy.shard_granularity, "wire_factor": factor,
+            "forward_collectives": strategy.forward_collectives}

@@ -78,6 +78,7 @@ class Outcome:
     # filled in by the session, not by the judge: the median launch and its resources, for records and plots
     result: "CaseResult | None" = None
     resources: dict[str, Any] = field(default_factory=dict)
+    stragglers: dict[str, Any] = field(default_factory=dict)  # which rank arrives last (harness/stragglers.py)
 
     @property
     def failed(self) -> bool:

@@ -55,6 +55,9 @@ class Strategy:
     # A dict keys it by backend: gloo runs reduce-scatter as an all-reduce (measured: 2x the bytes).
     # None: no simple formula (activations on the wire); the measurement is still recorded.
     wire_factor: ClassVar[float | dict[str, float] | None] = None
+    # It gathers or exchanges inside the forward (FSDP, ZeRO-3, TP, pipelines): forward times then do not show which
+    # rank arrives last at the collectives (harness/stragglers.py)
+    forward_collectives: ClassVar[bool] = False
     # --scaling-compile applies: the workload's blocks compiled in place before setup wraps them (harness/compiling.py)
     compiles: ClassVar[bool] = False
 

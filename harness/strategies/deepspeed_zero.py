@@ -114,6 +114,7 @@ class DeepSpeedZero2(DeepSpeedZero):
 
 
 class DeepSpeedZero3(DeepSpeedZero):
+    forward_collectives = True  # parameters are gathered inside the forward
     name = "deepspeed-zero3"
     stage = 3
     shards = ("params", "grads", "optimizer")

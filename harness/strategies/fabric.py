@@ -21,6 +21,7 @@ from harness.strategies.base import Strategy
 class SummonedFsdp:
     """Full gradients and parameters of a Lightning FSDP1 wrapper (``_fsdp_root``), for the agreement checks:
     Fabric's and the Trainer's FSDP share this (both wrap with use_orig_params=True)."""
+    forward_collectives = True  # FSDP gathers parameters inside the forward
 
     model: Any
 

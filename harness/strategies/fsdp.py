@@ -20,6 +20,7 @@ def full(tensor):
 
 
 class FSDP(Strategy):
+    forward_collectives = True  # parameters are gathered inside the forward
     name = "fsdp"
     compiles = True
     shards = ("params", "grads", "optimizer")

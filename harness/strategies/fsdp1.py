@@ -17,6 +17,7 @@ TORCH_REFUSAL = "FSDP needs a non-CPU accelerator device, but no accelerator dev
 
 
 class FSDP1(Strategy):
+    forward_collectives = True  # parameters are gathered inside the forward
     name = "fsdp1"
     shards = ("params", "grads", "optimizer")  # FULL_SHARD
 

@@ -22,6 +22,7 @@ from harness.strategies.base import Strategy
 
 
 class Pipeline(Strategy):
+    forward_collectives = True  # activations cross ranks inside the forward
     min_world = 2  # one stage per rank; a single stage is not a pipeline
     schedule_class: ClassVar[type]
 

@@ -25,6 +25,7 @@ from harness.strategies.fsdp import FSDP, full as _full
 
 
 class TP(Strategy):
+    forward_collectives = True  # activations cross ranks inside the forward
     name = "tp"
     min_world = 2
     shards = ()  # the promise is on the TP-sharded subset (extra_results), not on the whole state
