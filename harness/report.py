@@ -127,6 +127,23 @@ def mfu_plot(rows: list[compare.Row], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def breakdown_plot(cases: list[dict[str, Any]], path: Path) -> Path | None:
+    """Per case and rank, a stacked bar: compute and exposed communication of the median step (harness/breakdown.py)."""
+    bars = [(f"{c['case_id']} r{r['rank']}", r["compute_s"] * 1e3, r["exposed_comm_s"] * 1e3)
+            for c in cases for r in ((c.get("resources") or {}).get("breakdown") or {}).get("per_rank", [])]
+    if not bars:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.6 * len(bars) + 2), 4.4))
+    x = range(len(bars))
+    ax.bar(x, [b[1] for b in bars], color="tab:blue", label="compute (the local step)")
+    ax.bar(x, [b[2] for b in bars], bottom=[b[1] for b in bars], color="tab:red", label="exposed communication")
+    ax.set_xticks(list(x), [b[0] for b in bars], rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel="ms per step (median of same-launch pairs)", title="Where each rank's step went")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -141,7 +158,7 @@ def write(cases: list[dict[str, Any]], out_dir: Path, run: str, baseline: Baseli
     rows = compare.compare(cases, baseline)
     plots = [speedup_plot(cases, out_dir / "speedup.png"), efficiency_plot(rows, out_dir / "efficiency.png"),
              memory_plot(cases, out_dir / "memory.png"), bytes_plot(cases, out_dir / "bytes.png"),
-             mfu_plot(rows, out_dir / "mfu.png")]
+             mfu_plot(rows, out_dir / "mfu.png"), breakdown_plot(cases, out_dir / "breakdown.png")]
     projections = [p for p in (extrapolate.from_case(c, link) for c in cases) if p is not None]
     page = [f"# scalegate report: {run}", "",
             f"Profile: {cases[0].get('profile', '?')}; commit {cases[0].get('commit', '?')}; "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness import breakdown
 from harness.results import CaseResult
 
 DEFAULT_MEMORY_TOLERANCE = 0.25  # RSS moves with the allocator and the Python heap
@@ -82,4 +83,5 @@ def summary(result: CaseResult) -> dict[str, Any]:
         "wire": wire(result),
         # --scaling-compile: the slowest rank's first, compiling forward and backward (not in any step time)
         "compile_s": max((r.compile_s for r in result.ranks if r.compile_s is not None), default=None),
+        "breakdown": breakdown.summary(result),  # compute and exposed communication per rank (harness/breakdown.py)
     }

@@ -1,4 +1,5 @@
-"""The terminal table: case, samples/s, tokens/s (token workloads), MFU (``n/a`` where the device has no known
+"""The terminal table: case, samples/s, tokens/s (token workloads), ``comm exp`` (the step's share of exposed
+communication, harness/breakdown.py), MFU (``n/a`` where the device has no known
 peak or nothing was counted: the case JSON says why), speedup, both efficiencies, the gated one's baseline and delta, launches,
 memory, bytes, verdict. ``efficiency`` is DESIGN.md's (against the separate 1x1 launch); ``local eff`` is the
 same-launch one (docs/gate.md); ``gated on`` says which one the verdict was decided on."""
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-HEADER = ("case", "preset", "W", "samples/s", "tokens/s", "MFU", "speedup", "efficiency", "local eff", "gated on", "baseline", "delta",
+HEADER = ("case", "preset", "W", "samples/s", "tokens/s", "MFU", "comm exp", "speedup", "efficiency", "local eff", "gated on", "baseline", "delta",
           "launches", "peak MiB/rank", "MB/step", "verdict")
 
 
@@ -20,6 +21,12 @@ def _mb_per_step(case: dict[str, Any]) -> str:
     wire = (case.get("resources") or {}).get("wire") or {}
     sent = wire.get("bytes_per_step")
     return "n/a" if sent is None else f"{sent / 1e6:.2f}"
+
+
+def _exposed(case: dict[str, Any]) -> str:
+    """The share of the step spent in communication the compute did not hide (harness/breakdown.py)."""
+    share = ((case.get("resources") or {}).get("breakdown") or {}).get("exposed_share")
+    return "-" if share is None else f"{share:.0%}"
 
 
 def _mfu(case: dict[str, Any]) -> str:
@@ -43,7 +50,7 @@ def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
         world = len(result.get("ranks", [])) or None
         out.append((
             case["case_id"], spec.get("preset", "?"), _fmt(world, "d"), _fmt(result.get("throughput"), ".1f"),
-            _fmt(case.get("tokens_per_s"), ".0f"), _mfu(case),
+            _fmt(case.get("tokens_per_s"), ".0f"), _mfu(case), _exposed(case),
             _fmt(case.get("speedup"), ".2f"), _fmt(eff, ".3f"), _fmt(local, ".3f"), gate or "-", _fmt(base, ".3f"),
             "-" if delta is None else f"{delta:+.1f}%", str(case.get("launches") or "-"),
             _fmt(max(peaks) / 2**20 if peaks else None, ".0f"), _mb_per_step(case), case["status"],

@@ -62,3 +62,24 @@ def test_a_real_rank_sleeping_in_its_forward_is_named(tmp_path):
     assert found["rank"] == 1, found
     assert found["message"].startswith("straggler: rank 1 reaches its first collective")
     assert found["excess_s"] == pytest.approx(0.040, abs=0.025)  # the injected sleep, give or take the host
+
+
+def test_the_breakdown_splits_each_ranks_step_into_compute_and_exposed_communication():
+    from harness import breakdown
+
+    ranks = [RankResult(rank=i, world_size=2, node_rank=0, host="h", device="cpu", step_times_s=[0.05] * 5,
+                        losses=[1.0] * 5, warmup_losses=[1.0], loss_weight=0.5, pair_step_times_s=[0.050] * 4,
+                        local_step_times_s=[local] * 4) for i, local in ((0, 0.030), (1, 0.040))]
+    found = breakdown.summary(aggregate(spec(), ranks))
+    assert [(r["rank"], r["compute_s"], round(r["exposed_comm_s"], 6)) for r in found["per_rank"]] == [
+        (0, 0.030, 0.020), (1, 0.040, 0.010)]
+    assert found["exposed_share"] == pytest.approx((0.050 - 0.035) / 0.050)  # slowest step, ranks' mean compute
+
+
+def test_an_extra_blocking_all_reduce_shows_as_exposed_communication(tmp_path):
+    from harness import breakdown
+
+    clean = breakdown.summary(run_case(spec(local_steps=8), tmp_path / "clean"))
+    faulted = breakdown.summary(run_case(spec(local_steps=8, faults=Faults(extra_allreduce=4)), tmp_path / "faulted"))
+    assert faulted["exposed_share"] > clean["exposed_share"] + 0.1, (clean, faulted)
+    assert all(r["exposed_comm_s"] > 0 for r in faulted["per_rank"])
