@@ -120,6 +120,7 @@ def test_hf_references_call_hf_workload_lazily_once_per_model_type(monkeypatch):
     stand_in = types.ModuleType("fixtures.hf")
     stand_in.hf_workload = hf_workload
     monkeypatch.setitem(sys.modules, "fixtures.hf", stand_in)
+    monkeypatch.setattr(fixtures, "hf", stand_in, raising=False)  # `from fixtures import hf` reads it once imported
     monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name, *a: object())
     loader._hf_class.cache_clear()
     try:
