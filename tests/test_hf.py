@@ -72,6 +72,8 @@ def test_generic_dims_land_in_each_configs_own_fields_with_dropout_off():
     t5 = hf_config.build_config("t5", d)
     assert (t5.d_model, t5.d_kv, t5.d_ff, t5.num_decoder_layers, t5.dropout_rate) == (64, 16, 256, 2, 0.0)
     assert t5.decoder_start_token_id == t5.pad_token_id  # an encoder-decoder's decoder starts somewhere
+    assert hf_config.build_config("gemma", d).head_dim == 256  # set apart from hidden / heads: kept
+    assert hf_config.build_config("gptj", d).rotary_dim == 4  # 64 of 256 in GPT-J's head, 4 of 16 here
 
 
 @pytest.mark.parametrize("model_type", ["gpt2", "bert", "t5"])
