@@ -2,7 +2,7 @@
 
 In this process: names, presets, the task each model type gets, the generic dims written to each config's own
 fields, deterministic data, a forward/backward and a few learning steps for GPT-2 and Llama, the frozen
-zero-gradient parameters, skips and usage errors. One real torchrun job (``slow``): GPT-2 under FSDP on 1x2
+zero-gradient parameters, pipeline cuts of rotary decoders, skips and usage errors. One real torchrun job (``slow``): GPT-2 under FSDP on 1x2
 against a single process. The whole sweep (ddp, fsdp, deepspeed-zero3 for several model types) is behind
 SCALEGATE_HEAVY_TESTS=1.
 """
@@ -166,8 +166,26 @@ def test_without_transformers_the_cases_skip_naming_it(monkeypatch):
     loader.validate(cls, "hf:gpt2")  # still a well-formed workload: its cases exist and skip
 
 
-def test_no_pipeline_cases():
-    assert not hf.hf_workload("gpt2").supports_pipeline()
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_rotary_decoders_cut_into_pipeline_stages_that_chain_to_the_model(model_type):
+    workload, model = _model(model_type)
+    assert workload.supports_pipeline() and workload.max_pipeline_stages() == 3
+    x, _ = workload.global_batch(0, 4)
+    with torch.no_grad():
+        want = model(x)  # the transformers forward
+        params = {id(p) for p in model.parameters()}
+        for count in (1, 2, 3):
+            stages = workload.pipeline_stages(model, count)
+            out = x
+            for stage in stages:
+                assert {id(p) for p in stage.parameters()} <= params, "stages must reuse the model's parameters"
+                out = stage(out)
+            assert len(stages) == count and torch.equal(out, want)
+
+
+def test_models_whose_forward_does_more_than_the_chain_have_no_pipeline_cases():
+    assert not hf.hf_workload("gpt2").supports_pipeline()  # not a rotary decoder; tied embeddings
+    assert not hf.hf_workload("gemma").supports_pipeline()  # scales its embeddings in its forward
 
 
 # --- real torchrun jobs ------------------------------------------------------------------------
@@ -193,8 +211,9 @@ def test_fsdp_gpt2_on_two_ranks_agrees_with_a_single_process(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("SCALEGATE_HEAVY_TESTS"),
                     reason="several minutes of torchrun jobs: set SCALEGATE_HEAVY_TESTS=1 (CI stays under 30 minutes)")
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed-zero3"])
-@pytest.mark.parametrize("model_type", ["gpt2", "llama", "bert", "opt"])
+@pytest.mark.parametrize("model_type, strategy", [(m, s) for m in ("gpt2", "llama", "bert", "opt")
+                                                   for s in ("ddp", "fsdp", "deepspeed-zero3")]
+                         + [("llama", "pipeline-gpipe")])
 def test_heavy_agreement_and_convergence(tmp_path, model_type, strategy):
     result = _run(tmp_path, model_type, strategy, steps=20, warmup=5)
     assert checks.agreement(result) is None
