@@ -4,8 +4,8 @@ Ranks are other processes (torchrun, srun, the warm agent's forkserver, maybe an
 carries the reference and the absolute directories to import it from (``CaseSpec.workload``,
 ``CaseSpec.import_paths``) and ``fixtures.resolve`` is the one resolver both sides use. Real processes:
 a fresh interpreter elsewhere, and a cold torchrun job of the example's workload (the warm launcher runs
-it in tests/test_example.py). ``hf:`` references go to ``fixtures/hf.py``, written elsewhere: here only
-the dispatch to it is checked, with a stand-in module.
+it in tests/test_example.py). ``hf:`` references go to ``fixtures/hf.py``: here only the dispatch to it is
+checked, with a stand-in module; tests/test_hf.py tests the real one.
 """
 
 from __future__ import annotations
@@ -116,10 +116,11 @@ def test_hf_references_call_hf_workload_lazily_once_per_model_type(monkeypatch):
         calls.append(model_type)
         return Gpt2
 
-    # fixtures/hf.py is another engineer's: a stand-in with its one function shows the resolver's dispatch
+    # a stand-in with fixtures/hf.py's one function shows the resolver's dispatch on its own
     stand_in = types.ModuleType("fixtures.hf")
     stand_in.hf_workload = hf_workload
     monkeypatch.setitem(sys.modules, "fixtures.hf", stand_in)
+    monkeypatch.setattr(fixtures, "hf", stand_in, raising=False)  # `from fixtures import hf` reads it once imported
     monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name, *a: object())
     loader._hf_class.cache_clear()
     try:
