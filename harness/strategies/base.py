@@ -133,7 +133,11 @@ class Strategy:
         raise NotImplementedError
 
     def forward_backward(self, inputs: "torch.Tensor", targets: "torch.Tensor", loss_fn: LossFn) -> "torch.Tensor":
-        raise NotImplementedError
+        """The model's forward, the loss, its backward; the loss for the record. A strategy whose model is wrapped
+        (DDP, an engine, pipeline stages) overrides this."""
+        loss = loss_fn(self.model(inputs), targets)
+        loss.backward()
+        return loss.detach()
 
     def optimizer_step(self) -> None:
         assert self.optimizer is not None

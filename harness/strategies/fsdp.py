@@ -8,6 +8,8 @@ for correctness checks are their ``full_tensor()`` (a collective all-gather).
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -19,7 +21,19 @@ def full(tensor):
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-class FSDP(Strategy):
+class FullTensors:
+    """Full gradients and parameters of a model whose parameters are DTensors (FSDP2, TP): their ``full_tensor()``."""
+
+    model: Any
+
+    def full_gradients(self):
+        return {n: full(p.grad).detach() for n, p in self.model.named_parameters() if p.grad is not None}
+
+    def full_parameters(self):
+        return {n: full(p.detach()) for n, p in self.model.named_parameters()}
+
+
+class FSDP(FullTensors, Strategy):
     forward_collectives = True  # parameters are gathered inside the forward
     name = "fsdp"
     compiles = True
@@ -41,13 +55,3 @@ class FSDP(Strategy):
         fully_shard(self.model, **kwargs)
         self.optimizer = make_optimizer(self.model.parameters())
 
-    def forward_backward(self, inputs, targets, loss_fn):
-        loss = loss_fn(self.model(inputs), targets)
-        loss.backward()
-        return loss.detach()
-
-    def full_gradients(self):
-        return {n: full(p.grad).detach() for n, p in self.model.named_parameters() if p.grad is not None}
-
-    def full_parameters(self):
-        return {n: full(p.detach()) for n, p in self.model.named_parameters()}

@@ -13,8 +13,3 @@ class Single(Strategy):
     def setup(self, model, make_optimizer):
         self.model = model.to(self.ctx.device)
         self.optimizer = make_optimizer(self.model.parameters())
-
-    def forward_backward(self, inputs, targets, loss_fn):
-        loss = loss_fn(self.model(inputs), targets)
-        loss.backward()
-        return loss.detach()

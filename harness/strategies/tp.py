@@ -21,10 +21,10 @@ from typing import Any
 from harness.errors import SpecError
 from harness.parallel_dims import ParallelDims
 from harness.strategies.base import Strategy
-from harness.strategies.fsdp import FSDP, full as _full
+from harness.strategies.fsdp import FSDP, FullTensors, full as _full
 
 
-class TP(Strategy):
+class TP(FullTensors, Strategy):
     forward_collectives = True  # activations cross ranks inside the forward
     name = "tp"
     min_world = 2
@@ -85,16 +85,6 @@ class TP(Strategy):
     def wrap_data_parallel(self, mesh) -> None:
         """Plain TP has one TP group (one node): nothing to do."""
 
-    def forward_backward(self, inputs, targets, loss_fn):
-        loss = loss_fn(self.model(inputs), targets)
-        loss.backward()
-        return loss.detach()
-
-    def full_gradients(self):
-        return {n: _full(p.grad).detach() for n, p in self.model.named_parameters() if p.grad is not None}
-
-    def full_parameters(self):
-        return {n: _full(p.detach()) for n, p in self.model.named_parameters()}
 
     def shard_group_size(self) -> int:
         return self.ctx.local_world_size
