@@ -49,7 +49,7 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
         tp_sequence_parallel=options.tp_sequence_parallel, compile=options.compile, timeout_s=options.timeout_s, memory_interval_ms=options.memory_interval_ms,
         faults=Faults(delay_ms=options.inject_delay_ms, slowdown=options.inject_slowdown,
                       **dict(options.inject_faults)),
-        scaling=options.scaling, global_batch=options.global_batch,
+        scaling="strong" if options.scaling == "both" else options.scaling, global_batch=options.global_batch,
         # the same-launch reference, where a launch has more than one rank and its timing means something
         # (not under --scaling-compile: the local copy runs eager, so the ratio would measure the compiler)
         local_steps=options.local_steps if not options.compile and Topology.parse(topology).world_size > 1 and not oversubscribed(
@@ -94,11 +94,15 @@ def _outside_matrix(spec: CaseSpec, matrix: str) -> str | None:
 
 def build(options: Options, host: HostInfo) -> list[Case]:
     cases = []
+    # --scaling-scaling both: each case weak and strong, side by side (the strong one's id ends in -strong)
+    scalings = ("weak", "strong") if options.scaling == "both" else (options.scaling,)
     for strategy in options.strategies:
         for model in options.models:
             for topology in options.topologies:
-                spec = spec_for(strategy, model, topology, options, host)
-                skip = _outside_matrix(spec, options.matrix) or skip_reason(spec, host)
-                cases.append(Case(id=spec.case_id, spec=spec, skip=skip,
-                                  oversubscribed=oversubscribed(spec.topo, host, options.cpu_threads)))
+                for scaling in scalings:
+                    spec = spec_for(strategy, model, topology, options, host).replace(
+                        scaling=scaling, global_batch=None if scaling == "weak" else options.global_batch)
+                    skip = _outside_matrix(spec, options.matrix) or skip_reason(spec, host)
+                    cases.append(Case(id=spec.case_id, spec=spec, skip=skip,
+                                      oversubscribed=oversubscribed(spec.topo, host, options.cpu_threads)))
     return cases

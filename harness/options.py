@@ -87,7 +87,8 @@ def add_options(parser) -> None:
     add("--scaling-inject-fault", action="append", default=[], metavar="FAULT",
         help=f"FAULT INJECTION, repeatable: {FAULT_SYNTAX}; steps count from 0, warm-up included (default: off)")
     add("--scaling-scaling", default="weak", help="weak: fixed micro-batch per rank; strong: fixed global batch "
-                                                  "(needs --scaling-global-batch) (default: %(default)s)")
+                                                  "(needs --scaling-global-batch); both: every case twice, side by "
+                                                  "side, the strong one as <case>-strong (default: %(default)s)")
     add("--scaling-global-batch", type=int, default=None,
         help="global batch for --scaling-scaling strong; must divide by every world size run (default: none)")
     add("--scaling-profile", action="store_true",
@@ -231,13 +232,14 @@ def _faults(getoption) -> tuple[tuple[str, int], ...]:
 def _scaling(getoption, topologies: list[str]) -> tuple[str, int | None]:
     scaling = _optional(getoption, "--scaling-scaling", "weak")
     batch = _optional(getoption, "--scaling-global-batch", None)
-    if scaling not in SCALINGS:
-        raise SpecError(f"--scaling-scaling={scaling!r} is not one of {', '.join(SCALINGS)}",
-                        "pass --scaling-scaling weak (default) or --scaling-scaling strong --scaling-global-batch N")
-    if scaling == "strong" and (batch is None or batch < 1):
-        raise SpecError(f"--scaling-scaling strong needs --scaling-global-batch N >= 1, got {batch}",
-                        "e.g. --scaling-scaling strong --scaling-global-batch 64")
-    for topology in topologies if scaling == "strong" else ():
+    if scaling not in (*SCALINGS, "both"):
+        raise SpecError(f"--scaling-scaling={scaling!r} is not one of {', '.join(SCALINGS)}, both",
+                        "pass --scaling-scaling weak (default), strong or both, with --scaling-global-batch N for "
+                        "strong and both")
+    if scaling in ("strong", "both") and (batch is None or batch < 1):
+        raise SpecError(f"--scaling-scaling {scaling} needs --scaling-global-batch N >= 1, got {batch}",
+                        f"e.g. --scaling-scaling {scaling} --scaling-global-batch 64")
+    for topology in topologies if scaling != "weak" else ():
         world = Topology.parse(topology).world_size
         if batch % world:
             raise SpecError(f"--scaling-global-batch {batch} does not divide by world size {world} of topology "

@@ -203,7 +203,8 @@ class CaseSpec:
 
     @property
     def case_id(self) -> str:
-        return f"{self.strategy}-{self.model}-{self.topology}"
+        """``ddp-cnn-1x2``; under strong scaling ``ddp-cnn-1x2-strong``: another global batch, another baseline."""
+        return f"{self.strategy}-{self.model}-{self.topology}{'-strong' if self.scaling == 'strong' else ''}"
 
     @property
     def local_batch(self) -> int:

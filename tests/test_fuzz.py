@@ -83,7 +83,7 @@ OVERRIDES = st.fixed_dictionaries({}, optional={
     "--scaling-dtype": st.sampled_from(["fp32", "bf16", "fp8", ""]),
     "--scaling-inject-delay-ms": NUMBER,
     "--scaling-inject-fault": st.lists(st.one_of(FAULT_LIKE, st.text(max_size=10)), max_size=2),
-    "--scaling-scaling": st.sampled_from(["weak", "strong", "other"]),
+    "--scaling-scaling": st.sampled_from(["weak", "strong", "both", "other"]),
     "--scaling-global-batch": st.one_of(st.none(), st.integers(-4, 4096)),
     "--scaling-update-baselines": st.booleans(),
 })
@@ -104,7 +104,7 @@ def test_options_parse_returns_valid_options_or_spec_error(overrides):
     assert math.isfinite(opts.timeout_s) and opts.timeout_s > 0
     assert math.isfinite(opts.inject_delay_ms) and opts.inject_delay_ms >= 0
     assert opts.topologies and all(Topology.parse(t) for t in opts.topologies)
-    if opts.scaling == "strong":
+    if opts.scaling in ("strong", "both"):
         assert all(opts.global_batch % Topology.parse(t).world_size == 0 for t in opts.topologies)
 
 

@@ -57,3 +57,16 @@ def test_weak_and_strong_batches():
     assert spec(topology="1x4").global_batch_size == 128
     strong = spec(topology="1x4", scaling="strong", global_batch=64)
     assert (strong.local_batch, strong.global_batch_size) == (16, 64)
+
+
+def test_strong_scaling_has_ids_and_baselines_of_its_own():
+    assert spec(scaling="strong", global_batch=64).case_id == "ddp-cnn-1x2-strong"
+    assert spec().case_id == "ddp-cnn-1x2"
+
+
+def test_both_scalings_run_side_by_side(suite):
+    done = suite("--co", "--scaling-models", "cnn", "--scaling-strategies", "single,ddp", "--scaling-topologies",
+                 "1x1,1x2", "--scaling-scaling", "both", "--scaling-global-batch", "64", "-k",
+                 "single-cnn-1x1 or ddp-cnn-1x2")
+    ids = [line.split("[")[1].rstrip("]") for line in done.stdout.splitlines() if "test_scaling[" in line]
+    assert ids == ["single-cnn-1x1", "single-cnn-1x1-strong", "ddp-cnn-1x2", "ddp-cnn-1x2-strong"], done.stdout
