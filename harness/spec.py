@@ -38,6 +38,9 @@ class Faults:
     # this many extra gradient-sized all-reduces in every step (a duplicated collective: the bytes gate)
     extra_allreduce: int = 0
     hold_memory_mb: int = 0  # every rank holds this much more memory through the measured steps (memory gate)
+    # --scaling-checkpoint's window restores the model but not the optimizer state (a resume that loses Adam's
+    # moments and step count): the round-trip parity check must fail the case (harness/checkpointing.py)
+    checkpoint_skip_optimizer: bool = False
 
     def __post_init__(self) -> None:
         if self.delay_ms < 0:
@@ -50,7 +53,7 @@ class Faults:
     def any(self) -> bool:
         return (self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0 or self.slowdown > 0
                 or max(self.hang_rank, self.crash_rank, self.no_result_rank, self.bad_result_rank) >= 0
-                or self.extra_allreduce > 0 or self.hold_memory_mb > 0)
+                or self.extra_allreduce > 0 or self.hold_memory_mb > 0 or self.checkpoint_skip_optimizer)
 
 
 FAULT_SYNTAX = "hang:rank=R,step=K | crash:rank=R[,step=K] | no-result:rank=R | bad-result:rank=R"
@@ -113,6 +116,12 @@ class CaseSpec:
     # the same-launch reference (harness/localstep.py): this many (distributed, local) step pairs after the
     # measured window, 0 = none; judged as the local efficiency (docs/gate.md)
     local_steps: int = 0
+    # --scaling-checkpoint (harness/checkpointing.py): after every other window, save and load a checkpoint into
+    # checkpoint_dir (set by the session: <case dir>/checkpoint), timed, and check that the resumed step matches
+    # the uninterrupted one; checkpoint_keep leaves the files there (tests load them at another world size)
+    checkpoint: bool = False
+    checkpoint_dir: str = ""
+    checkpoint_keep: bool = False
     # parity (harness/parity.py): a second strategy trained in the same launch, its steps interleaved with
     # ``strategy``'s, each rank running both (harness/companion.py); "" = none. The name is checked where
     # strategies are resolved (harness/matrix.py, the worker), so the spec never imports the registry
