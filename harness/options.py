@@ -96,6 +96,11 @@ def add_options(parser) -> None:
     add("--scaling-profile-steps", type=int, default=None,
         help=f"profiled steps per case with --scaling-profile, after one untraced profiler warm-up step "
              f"(default: {PROFILE_STEPS})")
+    add("--scaling-checkpoint", action="store_true", default=False,
+        help="after each case's other windows, save and load a checkpoint (torch.distributed.checkpoint; DeepSpeed's "
+             "own for ZeRO) into <case dir>/checkpoint, time both and check that training resumed from it matches "
+             "training that did not stop; off by default: it adds a save, a load and two steps to every launch "
+             "(docs/checkpoints.md) (default: off)")
     add("--scaling-launcher", default="warm", choices=("warm", "torchrun"),
         help="single-node launches: warm = one torchrun agent per session forks each launch's fresh ranks from a "
              "preloaded forkserver (~2 s a launch); torchrun = a cold torchrun per launch (~6 s) (default: %(default)s)")
@@ -147,6 +152,7 @@ class Options:
     cpu_binding: bool = False
     tp_sequence_parallel: bool = False
     compile: bool = False
+    checkpoint: bool = False  # --scaling-checkpoint: the checkpoint window (harness/checkpointing.py)
     inject_faults: tuple[tuple[str, int], ...] = ()  # Faults field values from --scaling-inject-fault
     scaling: str = "weak"
     global_batch: int | None = None
@@ -381,6 +387,7 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         cpu_binding=_optional(getoption, "--scaling-cpu-binding", "off") == "on",
         tp_sequence_parallel=bool(_optional(getoption, "--scaling-tp-sequence-parallel", False)),
         compile=bool(_optional(getoption, "--scaling-compile", False)),
+        checkpoint=bool(_optional(getoption, "--scaling-checkpoint", False)),
         memory_interval_ms=getoption("--scaling-memory-interval-ms"),
         inject_faults=_faults(getoption),
         scaling=scaling,
