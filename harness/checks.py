@@ -63,7 +63,7 @@ def checkpoint(result: CaseResult) -> str | None:
                     f"differs from the uninterrupted step: worst parameter {params['worst']!r} max abs error "
                     f"{err['abs']:.3g}, relative {err['rel']:.3g} (tolerance {tol.resume_param_rel:.1g}); loss "
                     f"{b:.8g} resumed vs {a:.8g} (relative {loss_err:.3g}, tolerance {tol.resume_loss_rel:.1g}, "
-                    f"{result.spec.dtype}); {found.get('format', '?')} checkpoint in {found.get('directory', '?')}")
+                    f"{result.spec.dtype}; saved and loaded with {found.get('format', '?')})")
     return None
 
 

@@ -202,3 +202,25 @@ def test_resume_at_another_world_size_one_rank_to_two(tmp_path):
     want = result.ranks[0].extra["checkpoint"]["loss_uninterrupted"]
     assert abs(resumed["loss"] - want) / want <= tol.loss_rel, (resumed, want)
     assert resumed["missing"] == [] and resumed["rel"] <= tol.param_rel, resumed
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("SCALEGATE_HEAVY_TESTS"),
+                    reason="the suite end to end (a case and its 1x1 reference, ~40 s on 2 cores): SCALEGATE_HEAVY_TESTS=1")
+def test_the_suite_reports_checkpoint_figures_in_the_table_the_case_json_and_extra_info(suite, tmp_path):
+    import json
+
+    done = suite("-k", "not parity", "--scaling-strategies", "ddp", "--scaling-models", "cnn", "--scaling-topologies",
+                 "1x2", "--scaling-steps", "3", "--scaling-warmup", "1", "--scaling-local-steps", "0",
+                 "--scaling-checkpoint", "--benchmark-json", str(tmp_path / "bench.json"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = next((tmp_path / "results").glob("2*"))
+    case = json.loads((run_dir / "ddp-cnn-1x2.json").read_text())
+    figures = case["resources"]["checkpoint"]
+    assert figures["format"] == "torch.distributed.checkpoint" and figures["s_per_gb"] > 0
+    assert len(figures["bytes_per_rank"]) == 2 and not (run_dir / "ddp-cnn-1x2" / "checkpoint").exists()
+    assert case["result"]["ranks"][0]["extra"]["checkpoint"]["directory"] == str(
+        (run_dir / "ddp-cnn-1x2" / "checkpoint").resolve())
+    assert "ckpt s/GB" in done.stdout and f"{figures['s_per_gb']:.3g}" in done.stdout
+    bench = json.loads((tmp_path / "bench.json").read_text())["benchmarks"]
+    assert next(b for b in bench if "ddp-cnn-1x2" in b["name"])["extra_info"]["checkpoint"] == figures
