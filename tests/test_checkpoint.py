@@ -242,3 +242,13 @@ def test_the_option_reaches_every_case_spec_and_the_session_puts_the_files_in_th
     assert session._windows(case_spec).checkpoint_dir == str((tmp_path / "run" / "ddp-cnn-1x2" / "checkpoint").resolve())
     off = matrix.spec_for("ddp", "cnn", "1x2", Options(**{**opts.__dict__, "checkpoint": False}), host)
     assert not off.checkpoint and session._windows(off).checkpoint_dir == ""  # off by default: nothing changes
+
+
+def test_the_history_tracks_checkpoint_seconds_per_gb_lower_is_better():
+    from harness.history import check, ingest
+
+    case = {"status": "ok", "result": {"ranks": []}, "resources": {"checkpoint": {"s_per_gb": 26.6}}}
+    assert ingest.metrics_of(case)["checkpoint_s_per_gb"] == 26.6
+    assert "checkpoint_s_per_gb" not in ingest.metrics_of({"status": "ok", "result": {}, "resources": {}})
+    assert check.classify("checkpoint_s_per_gb", 0.8, 0.5) == check.REGRESSION  # slower saves are worse
+    assert check.fmt("checkpoint_s_per_gb", 26.6) == "26.6 s/GB"
