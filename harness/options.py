@@ -228,6 +228,9 @@ def _faults(getoption) -> tuple[tuple[str, int], ...]:
             raise SpecError(f"--scaling-inject-fault {text!r} repeats a fault already given ({clash[0]})",
                             "inject each kind of fault once per run")
         values.update(parsed)
+    if values.get("checkpoint_skip_optimizer") and not _optional(getoption, "--scaling-checkpoint", False):
+        raise SpecError("--scaling-inject-fault checkpoint-skip-optimizer does nothing without --scaling-checkpoint",
+                        "add --scaling-checkpoint")
     if values and getoption("--scaling-update-baselines"):
         raise SpecError("--scaling-update-baselines with --scaling-inject-fault would record a faulty baseline",
                         "drop one of the two options")

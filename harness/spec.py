@@ -43,6 +43,7 @@ class Faults:
     checkpoint_skip_optimizer: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "checkpoint_skip_optimizer", bool(self.checkpoint_skip_optimizer))  # 1 from the CLI
         if self.delay_ms < 0:
             raise SpecError(f"injected delay {self.delay_ms} ms is negative", "use a delay >= 0")
         if not 0 <= self.slowdown <= 10:
@@ -56,9 +57,11 @@ class Faults:
                 or self.extra_allreduce > 0 or self.hold_memory_mb > 0 or self.checkpoint_skip_optimizer)
 
 
-FAULT_SYNTAX = "hang:rank=R,step=K | crash:rank=R[,step=K] | no-result:rank=R | bad-result:rank=R"
+FAULT_SYNTAX = ("hang:rank=R,step=K | crash:rank=R[,step=K] | no-result:rank=R | bad-result:rank=R | "
+                "checkpoint-skip-optimizer (with --scaling-checkpoint)")
 _FAULT_KEYS = {"hang": ("hang", ("rank", "step")), "crash": ("crash", ("rank", "step")),
-               "no-result": ("no_result", ("rank",)), "bad-result": ("bad_result", ("rank",))}
+               "no-result": ("no_result", ("rank",)), "bad-result": ("bad_result", ("rank",)),
+               "checkpoint-skip-optimizer": ("checkpoint_skip_optimizer", ())}  # a switch: no arguments
 
 
 def parse_fault(text: str) -> dict[str, int]:
@@ -72,6 +75,8 @@ def parse_fault(text: str) -> dict[str, int]:
     for item in filter(None, (a.strip() for a in args.split(","))):
         key, eq, value = item.partition("=")
         key = key.strip()
+        if not allowed:
+            raise SpecError(f"--scaling-inject-fault {text!r}: {kind} takes no arguments, got {item!r}", hint)
         if not eq or key not in allowed or key in values:
             raise SpecError(f"--scaling-inject-fault {text!r}: {item!r} is not one of {', '.join(allowed)}=N "
                             "(each at most once)", hint)
@@ -79,6 +84,8 @@ def parse_fault(text: str) -> dict[str, int]:
         if not (value.isascii() and value.isdigit()) or len(value) > 6:
             raise SpecError(f"--scaling-inject-fault {text!r}: {key}={value!r} is not a whole number >= 0", hint)
         values[key] = int(value)
+    if not allowed:  # a switch (checkpoint-skip-optimizer): on, with no arguments (any was refused above)
+        return {prefix: 1}
     missing = [key for key in (("rank", "step") if kind == "hang" else ("rank",)) if key not in values]
     if missing:
         raise SpecError(f"--scaling-inject-fault {text!r}: missing {' and '.join(missing)}", hint)

@@ -252,3 +252,19 @@ def test_the_history_tracks_checkpoint_seconds_per_gb_lower_is_better():
     assert "checkpoint_s_per_gb" not in ingest.metrics_of({"status": "ok", "result": {}, "resources": {}})
     assert check.classify("checkpoint_s_per_gb", 0.8, 0.5) == check.REGRESSION  # slower saves are worse
     assert check.fmt("checkpoint_s_per_gb", 26.6) == "26.6 s/GB"
+
+
+def test_the_resume_fault_is_a_command_line_switch_that_needs_the_option():
+    from harness.errors import SpecError
+    from harness.options import _faults
+    from harness.spec import parse_fault
+
+    assert parse_fault("checkpoint-skip-optimizer") == {"checkpoint_skip_optimizer": 1}
+    assert Faults(**parse_fault("checkpoint-skip-optimizer")).checkpoint_skip_optimizer is True
+    with pytest.raises(SpecError, match="takes no arguments, got 'rank=1'"):
+        parse_fault("checkpoint-skip-optimizer:rank=1")
+    given = {"--scaling-inject-fault": ["checkpoint-skip-optimizer"], "--scaling-update-baselines": False}
+    with pytest.raises(SpecError, match="does nothing without --scaling-checkpoint") as caught:
+        _faults(given.__getitem__)
+    assert caught.value.hint == "add --scaling-checkpoint"
+    assert _faults({**given, "--scaling-checkpoint": True}.__getitem__) == (("checkpoint_skip_optimizer", 1),)
