@@ -42,6 +42,31 @@ def agreement(result: CaseResult) -> str | None:
     return "\n".join(problems) or None
 
 
+def checkpoint(result: CaseResult) -> str | None:
+    """--scaling-checkpoint's round trip (harness/checkpointing.py): the step resumed from the checkpoint must give
+    the loss and parameters of the same step taken without stopping, on every rank."""
+    tol = tolerances.for_dtype(result.spec.dtype)
+    where = f"[{result.spec.strategy} {result.spec.case_id}]"
+    for rank in result.ranks:
+        found = rank.extra.get("checkpoint") or {}
+        if not found or found.get("unavailable"):
+            continue
+        a, b = found["loss_uninterrupted"], found["loss_resumed"]
+        loss_err = abs(b - a) / max(abs(a), 1e-12)
+        params = found["params"]
+        if params["missing"]:
+            return (f"checkpoint round trip failed {where} rank {rank.rank}: after loading, the strategy returned no "
+                    f"full tensor for {', '.join(params['missing'][:5])}")
+        err = params["error"] or {"abs": 0.0, "rel": 0.0}
+        if not err["rel"] <= tol.resume_param_rel or not loss_err <= tol.resume_loss_rel:  # "not <=" catches nan
+            return (f"checkpoint round trip failed {where} rank {rank.rank}: the step resumed from the checkpoint "
+                    f"differs from the uninterrupted step: worst parameter {params['worst']!r} max abs error "
+                    f"{err['abs']:.3g}, relative {err['rel']:.3g} (tolerance {tol.resume_param_rel:.1g}); loss "
+                    f"{b:.8g} resumed vs {a:.8g} (relative {loss_err:.3g}, tolerance {tol.resume_loss_rel:.1g}, "
+                    f"{result.spec.dtype}; saved and loaded with {found.get('format', '?')})")
+    return None
+
+
 MIN_CONVERGENCE_STEPS = 10
 
 

@@ -50,6 +50,7 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
         faults=Faults(delay_ms=options.inject_delay_ms, slowdown=options.inject_slowdown,
                       **dict(options.inject_faults)),
         scaling="strong" if options.scaling == "both" else options.scaling, global_batch=options.global_batch,
+        checkpoint=options.checkpoint,
         # the same-launch reference, where a launch has more than one rank and its timing means something
         # (not under --scaling-compile: the local copy runs eager, so the ratio would measure the compiler)
         local_steps=options.local_steps if not options.compile and Topology.parse(topology).world_size > 1 and not oversubscribed(

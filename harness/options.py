@@ -97,6 +97,11 @@ def add_options(parser) -> None:
     add("--scaling-profile-steps", type=int, default=None,
         help=f"profiled steps per case with --scaling-profile, after one untraced profiler warm-up step "
              f"(default: {PROFILE_STEPS})")
+    add("--scaling-checkpoint", action="store_true", default=False,
+        help="after each case's other windows, save and load a checkpoint (torch.distributed.checkpoint; DeepSpeed's "
+             "own for ZeRO) into <case dir>/checkpoint, time both and check that training resumed from it matches "
+             "training that did not stop; off by default: it adds a save, a load and two steps to every launch "
+             "(docs/checkpoints.md) (default: off)")
     add("--scaling-launcher", default="warm", choices=("warm", "torchrun"),
         help="single-node launches: warm = one torchrun agent per session forks each launch's fresh ranks from a "
              "preloaded forkserver (~2 s a launch); torchrun = a cold torchrun per launch (~6 s) (default: %(default)s)")
@@ -148,6 +153,7 @@ class Options:
     cpu_binding: bool = False
     tp_sequence_parallel: bool = False
     compile: bool = False
+    checkpoint: bool = False  # --scaling-checkpoint: the checkpoint window (harness/checkpointing.py)
     inject_faults: tuple[tuple[str, int], ...] = ()  # Faults field values from --scaling-inject-fault
     scaling: str = "weak"
     global_batch: int | None = None
@@ -223,6 +229,9 @@ def _faults(getoption) -> tuple[tuple[str, int], ...]:
             raise SpecError(f"--scaling-inject-fault {text!r} repeats a fault already given ({clash[0]})",
                             "inject each kind of fault once per run")
         values.update(parsed)
+    if values.get("checkpoint_skip_optimizer") and not _optional(getoption, "--scaling-checkpoint", False):
+        raise SpecError("--scaling-inject-fault checkpoint-skip-optimizer does nothing without --scaling-checkpoint",
+                        "add --scaling-checkpoint")
     if values and getoption("--scaling-update-baselines"):
         raise SpecError("--scaling-update-baselines with --scaling-inject-fault would record a faulty baseline",
                         "drop one of the two options")
@@ -383,6 +392,7 @@ def parse(getoption, rootdir: Path, strategy_names: list[str], model_names: list
         cpu_binding=_optional(getoption, "--scaling-cpu-binding", "off") == "on",
         tp_sequence_parallel=bool(_optional(getoption, "--scaling-tp-sequence-parallel", False)),
         compile=bool(_optional(getoption, "--scaling-compile", False)),
+        checkpoint=bool(_optional(getoption, "--scaling-checkpoint", False)),
         memory_interval_ms=getoption("--scaling-memory-interval-ms"),
         inject_faults=_faults(getoption),
         scaling=scaling,

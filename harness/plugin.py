@@ -188,6 +188,7 @@ def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
         cuda_memory=found.get("cuda_memory"), cpu_s=found.get("cpu_s"), compile_s=found.get("compile_s"),
         bytes_per_step=wire.get("bytes_per_step"), analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
         wire_source=wire.get("source"), wire_unavailable=wire.get("unavailable"),
+        checkpoint=found.get("checkpoint"),  # --scaling-checkpoint: save_s, load_s, bytes per rank, s/GB
     )
 
 

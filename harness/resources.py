@@ -70,6 +70,26 @@ def memory_source(result: CaseResult) -> str:
     return f"{source} [{launcher} launcher]" if source.startswith("rss") and launcher else source
 
 
+def checkpoint(result: CaseResult) -> dict[str, Any] | None:
+    """--scaling-checkpoint (harness/checkpointing.py): the slowest rank's save and load seconds, bytes each rank
+    wrote, and seconds per GB written: (save + load) / total bytes, one figure for the table and the baselines.
+    None where the window did not run; ``unavailable`` with the strategy's reason where it cannot."""
+    found = [r.extra.get("checkpoint") for r in result.ranks]
+    if not any(found):
+        return None
+    why = next((f["unavailable"] for f in found if f and f.get("unavailable")), "")
+    if why:
+        return {"unavailable": why}
+    save_s, load_s = max(f["save_s"] for f in found), max(f["load_s"] for f in found)
+    per_rank = [f["bytes"] for f in found]
+    total = sum(per_rank)
+    return {"format": found[0].get("format", "?"), "save_s": round(save_s, 4), "load_s": round(load_s, 4),
+            "bytes_per_rank": per_rank, "bytes": total,
+            "save_s_per_gb": round(save_s / (total / 1e9), 4) if total else None,
+            "load_s_per_gb": round(load_s / (total / 1e9), 4) if total else None,
+            "s_per_gb": round((save_s + load_s) / (total / 1e9), 4) if total else None}
+
+
 def summary(result: CaseResult) -> dict[str, Any]:
     """What the result file, pytest-benchmark's extra_info and the baselines carry."""
     return {
@@ -84,4 +104,5 @@ def summary(result: CaseResult) -> dict[str, Any]:
         # --scaling-compile: the slowest rank's first, compiling forward and backward (not in any step time)
         "compile_s": max((r.compile_s for r in result.ranks if r.compile_s is not None), default=None),
         "breakdown": breakdown.summary(result),  # compute and exposed communication per rank (harness/breakdown.py)
+        "checkpoint": checkpoint(result),
     }

@@ -86,8 +86,16 @@ class ScalingSession:
         return spec.replace(profile_steps=self.options.profile_steps,
                             profile_dir=str((self.run_dir / spec.case_id / "profile").resolve()))
 
-    def _launch(self, spec: CaseSpec) -> CaseResult:
+    def _windows(self, spec: CaseSpec) -> CaseSpec:
+        """Where the post-measurement windows write: ``--scaling-profile``'s traces and ``--scaling-checkpoint``'s
+        files go into the case's directory (a relaunch replaces them); unchanged when both are off."""
         spec = self._profiled(spec)
+        if not spec.checkpoint:
+            return spec
+        return spec.replace(checkpoint_dir=str((self.run_dir / spec.case_id / "checkpoint").resolve()))
+
+    def _launch(self, spec: CaseSpec) -> CaseResult:
+        spec = self._windows(spec)
         case_dir = self.run_dir / spec.case_id
         if self.slurm is not None and spec.topo.multi_node:  # node 0's agent (others: _run_other_node)
             return slurm_agent.run_agent(spec, case_dir, self.slurm, data_dir=self.options.data_dir)  # type: ignore[return-value]
@@ -103,7 +111,7 @@ class ScalingSession:
             return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
                            message=f"node {node} has no part in a {spec.topo.nodes}-node case; node 0 reports it")
         try:
-            slurm_agent.run_agent(self._profiled(spec), self.run_dir / spec.case_id, self.slurm,  # type: ignore[arg-type]
+            slurm_agent.run_agent(self._windows(spec), self.run_dir / spec.case_id, self.slurm,  # type: ignore[arg-type]
                                   data_dir=self.options.data_dir)
         except ScalegateError as exc:
             return Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
@@ -159,7 +167,8 @@ class ScalingSession:
         spec = case.spec
         fraction = fixtures.preset_of(fixtures.resolve(spec), spec.preset).convergence_fraction  # the workload's own bar
         problems = tuple(dict.fromkeys(p for r in results for p in (  # every launch must train correctly
-            checks.agreement(r), checks.loss_curve(r), checks.convergence(r, fraction), sharding.check(r)) if p))
+            checks.agreement(r), checks.loss_curve(r), checks.convergence(r, fraction), sharding.check(r),
+            checks.checkpoint(r)) if p))
         opts = self.options
         fields = dict(
             problems=problems, failure=failure, oversubscribed=case.oversubscribed,

@@ -41,8 +41,12 @@ class Faults:
     # this rank sleeps this long in every forward, before its loss (a straggler: harness/stragglers.py names it)
     straggler_rank: int = -1
     straggler_ms: int = 0
+    # --scaling-checkpoint's window restores the model but not the optimizer state (a resume that loses Adam's
+    # moments and step count): the round-trip parity check must fail the case (harness/checkpointing.py)
+    checkpoint_skip_optimizer: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "checkpoint_skip_optimizer", bool(self.checkpoint_skip_optimizer))  # 1 from the CLI
         if self.delay_ms < 0:
             raise SpecError(f"injected delay {self.delay_ms} ms is negative", "use a delay >= 0")
         if not 0 <= self.slowdown <= 10:
@@ -53,14 +57,16 @@ class Faults:
     def any(self) -> bool:
         return (self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0 or self.slowdown > 0
                 or max(self.hang_rank, self.crash_rank, self.no_result_rank, self.bad_result_rank) >= 0
-                or self.extra_allreduce > 0 or self.hold_memory_mb > 0 or (self.straggler_rank >= 0 and self.straggler_ms > 0))
+                or self.extra_allreduce > 0 or self.hold_memory_mb > 0 or (self.straggler_rank >= 0 and self.straggler_ms > 0)
+                or self.checkpoint_skip_optimizer)
 
 
 FAULT_SYNTAX = ("hang:rank=R,step=K | crash:rank=R[,step=K] | no-result:rank=R | bad-result:rank=R | "
-                "straggler:rank=R,ms=M")
+                "straggler:rank=R,ms=M | checkpoint-skip-optimizer (with --scaling-checkpoint)")
 _FAULT_KEYS = {"hang": ("hang", ("rank", "step")), "crash": ("crash", ("rank", "step")),
                "no-result": ("no_result", ("rank",)), "bad-result": ("bad_result", ("rank",)),
-               "straggler": ("straggler", ("rank", "ms"))}
+               "straggler": ("straggler", ("rank", "ms")),
+               "checkpoint-skip-optimizer": ("checkpoint_skip_optimizer", ())}  # a switch: no arguments
 _FAULT_REQUIRED = {"hang": ("rank", "step"), "straggler": ("rank", "ms")}  # the others need only a rank
 
 
@@ -75,6 +81,8 @@ def parse_fault(text: str) -> dict[str, int]:
     for item in filter(None, (a.strip() for a in args.split(","))):
         key, eq, value = item.partition("=")
         key = key.strip()
+        if not allowed:
+            raise SpecError(f"--scaling-inject-fault {text!r}: {kind} takes no arguments, got {item!r}", hint)
         if not eq or key not in allowed or key in values:
             raise SpecError(f"--scaling-inject-fault {text!r}: {item!r} is not one of {', '.join(allowed)}=N "
                             "(each at most once)", hint)
@@ -82,6 +90,8 @@ def parse_fault(text: str) -> dict[str, int]:
         if not (value.isascii() and value.isdigit()) or len(value) > 6:
             raise SpecError(f"--scaling-inject-fault {text!r}: {key}={value!r} is not a whole number >= 0", hint)
         values[key] = int(value)
+    if not allowed:  # a switch (checkpoint-skip-optimizer): on, with no arguments (any was refused above)
+        return {prefix: 1}
     missing = [key for key in _FAULT_REQUIRED.get(kind, ("rank",)) if key not in values]
     if missing:
         raise SpecError(f"--scaling-inject-fault {text!r}: missing {' and '.join(missing)}", hint)
@@ -119,6 +129,12 @@ class CaseSpec:
     # the same-launch reference (harness/localstep.py): this many (distributed, local) step pairs after the
     # measured window, 0 = none; judged as the local efficiency (docs/gate.md)
     local_steps: int = 0
+    # --scaling-checkpoint (harness/checkpointing.py): after every other window, save and load a checkpoint into
+    # checkpoint_dir (set by the session: <case dir>/checkpoint), timed, and check that the resumed step matches
+    # the uninterrupted one; checkpoint_keep leaves the files there (tests load them at another world size)
+    checkpoint: bool = False
+    checkpoint_dir: str = ""
+    checkpoint_keep: bool = False
     # parity (harness/parity.py): a second strategy trained in the same launch, its steps interleaved with
     # ``strategy``'s, each rank running both (harness/companion.py); "" = none. The name is checked where
     # strategies are resolved (harness/matrix.py, the worker), so the spec never imports the registry

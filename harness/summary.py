@@ -2,7 +2,8 @@
 communication, harness/breakdown.py), MFU (``n/a`` where the device has no known
 peak or nothing was counted: the case JSON says why), speedup, both efficiencies, the gated one's baseline and delta, launches,
 memory, bytes, verdict. ``efficiency`` is DESIGN.md's (against the separate 1x1 launch); ``local eff`` is the
-same-launch one (docs/gate.md); ``gated on`` says which one the verdict was decided on."""
+same-launch one (docs/gate.md); ``gated on`` says which one the verdict was decided on. ``ckpt s/GB`` (save + load
+seconds per GB written, docs/checkpoints.md) appears only when a case ran ``--scaling-checkpoint``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,29 @@ from typing import Any
 
 HEADER = ("case", "preset", "W", "samples/s", "tokens/s", "MFU", "comm exp", "speedup", "efficiency", "local eff", "gated on", "baseline", "delta",
           "launches", "peak MiB/rank", "MB/step", "verdict")
+
+
+CHECKPOINT = "ckpt s/GB"
+
+
+def header(cases: list[dict[str, Any]]) -> tuple[str, ...]:
+    """HEADER, with the checkpoint column before the verdict when any case has checkpoint figures."""
+    if not any(_checkpoint(c) for c in cases):
+        return HEADER
+    return HEADER[:-1] + (CHECKPOINT, HEADER[-1])
+
+
+def _checkpoint(case: dict[str, Any]) -> dict[str, Any] | None:
+    return (case.get("resources") or {}).get("checkpoint")
+
+
+def _ckpt(case: dict[str, Any]) -> str:
+    """Seconds per GB of save + load; "n/a" where the strategy cannot checkpoint (the case JSON says why)."""
+    found = _checkpoint(case)
+    if not found:
+        return "-"
+    value = found.get("s_per_gb")
+    return "n/a" if value is None else f"{value:.3g}"
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -38,6 +62,7 @@ def _mfu(case: dict[str, Any]) -> str:
 
 def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     out = []
+    checkpointed = len(header(cases)) > len(HEADER)
     for case in cases:
         result = case.get("result") or {}
         spec = case.get("spec", {})
@@ -53,14 +78,15 @@ def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
             _fmt(case.get("tokens_per_s"), ".0f"), _mfu(case), _exposed(case),
             _fmt(case.get("speedup"), ".2f"), _fmt(eff, ".3f"), _fmt(local, ".3f"), gate or "-", _fmt(base, ".3f"),
             "-" if delta is None else f"{delta:+.1f}%", str(case.get("launches") or "-"),
-            _fmt(max(peaks) / 2**20 if peaks else None, ".0f"), _mb_per_step(case), case["status"],
+            _fmt(max(peaks) / 2**20 if peaks else None, ".0f"), _mb_per_step(case),
+            *((_ckpt(case),) if checkpointed else ()), case["status"],
         ))
     return out
 
 
 def table(cases: list[dict[str, Any]]) -> str:
-    body = [HEADER] + rows(cases)
-    widths = [max(len(r[i]) for r in body) for i in range(len(HEADER))]
+    body = [header(cases)] + rows(cases)
+    widths = [max(len(r[i]) for r in body) for i in range(len(body[0]))]
     lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths)))
              for r in body]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -19,7 +19,7 @@ import torch
 
 import fixtures
 from harness import companion as companions
-from harness import compiling, flopcount, gradcheck, localstep, profiling, strategies
+from harness import checkpointing, compiling, flopcount, gradcheck, localstep, profiling, strategies
 from harness.arrival import ForwardClock
 from harness import state as model_state
 from harness.memory import MemorySampler, cuda_peaks
@@ -142,6 +142,18 @@ def _profile_window(spec: CaseSpec, ctx: RankContext, strategy, workload, first_
 
     path = profiling.run_window(spec.profile_steps, spec.profile_dir, ctx.rank, ctx.device, step)
     return {"profile_trace": str(path)}
+
+
+def _checkpoint_window(spec: CaseSpec, ctx: RankContext, strategy, workload, full_state: dict[str, int], batch: int,
+                       beat: Callable[[int, str], None]) -> dict[str, Any]:
+    """``--scaling-checkpoint`` (harness/checkpointing.py): save, step, load, the same step again; after every
+    other window, so neither its files nor its extra steps reach a measured figure. Steps without injected faults."""
+    if not spec.checkpoint:
+        return {}
+    beat(batch, "checkpoint")
+    return checkpointing.run_window(spec, ctx.rank, strategy,
+                                    lambda i: _step(spec, ctx, strategy, workload, i, full_state, faults=False)[1],
+                                    batch, lambda: _sync(ctx.device))
 
 
 def _step(spec: CaseSpec, ctx: RankContext, strategy, workload, step: int, full_state: dict[str, int],
@@ -284,6 +296,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     extra = _local_window(spec, ctx, strategy, workload, full_state, first, beat)
     series = {k: extra.pop(k) for k in ("pair_step_times_s", "local_step_times_s") if k in extra}
     extra.update(_profile_window(spec, ctx, strategy, workload, first + 1 + spec.local_steps, beat))
+    extra.update(_checkpoint_window(spec, ctx, strategy, workload, full_state, first + 1 + spec.local_steps, beat))
     extra.update(strategy.extra_results())
     beat(first, "teardown")
     if companion is not None:

@@ -13,6 +13,9 @@ from harness.hostinfo import commit
 from harness.spec import Faults
 
 WRITABLE = ("ok", "improved", "regressed", "no-baseline", "noisy")
+# --scaling-checkpoint's s/GB: file-system time on a shared host moves by tens of % between runs (page cache,
+# the other jobs' writes); the budget catches a save or load that became several times slower, not 20%
+CHECKPOINT_TOLERANCE = 1.0
 LOCAL_TOLERANCE = 0.10  # the drop the sequential gate is built to catch (docs/gate.md)
 
 
@@ -74,6 +77,10 @@ def _resource_entries(found: dict[str, Any]) -> dict[str, Any]:
         out["memory_source"] = found["memory_source"]
     if found.get("state_bytes"):
         out["state_bytes"] = found["state_bytes"]
+    per_gb = (found.get("checkpoint") or {}).get("s_per_gb")
+    if per_gb is not None:
+        out["checkpoint_s_per_gb"] = {"value": per_gb, "tolerance": CHECKPOINT_TOLERANCE, "unit": "s/GB",
+                                      "format": found["checkpoint"].get("format", "?")}
     sent = (found.get("wire") or {}).get("bytes_per_step")
     if sent is not None:
         out["bytes_per_step"] = {"value": sent, "tolerance": resources.DEFAULT_BYTES_TOLERANCE, "unit": "B/step",

@@ -31,7 +31,7 @@ from harness.history.store import Point
 from harness.judge import quarantine
 
 HIGHER_IS_BETTER = ("efficiency", "local_efficiency", "throughput", "mfu")
-LOWER_IS_BETTER = ("peak_memory_bytes", "bytes_per_step")
+LOWER_IS_BETTER = ("peak_memory_bytes", "bytes_per_step", "checkpoint_s_per_gb")
 CHECKED = HIGHER_IS_BETTER + LOWER_IS_BETTER
 REGRESSION, IMPROVEMENT, SUSPICIOUS = "regression", "improvement", "suspicious"
 NO_CHANGE, INSUFFICIENT = "no change", "insufficient data"
@@ -97,6 +97,8 @@ def fmt(metric: str, value: float) -> str:
         return f"{value / 1e6:.2f} MB"
     if metric == "throughput":
         return f"{value:.1f}/s"
+    if metric == "checkpoint_s_per_gb":
+        return f"{value:.3g} s/GB"
     return f"{value:.3f}"
 
 

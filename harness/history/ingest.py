@@ -35,6 +35,7 @@ def metrics_of(case: dict[str, Any]) -> dict[str, float]:
         "mfu": case.get("mfu", resources.get("mfu")),  # where a run reports model FLOPs utilisation
         "peak_memory_bytes": max(peaks) if peaks else None,
         "bytes_per_step": (resources.get("wire") or {}).get("bytes_per_step"),
+        "checkpoint_s_per_gb": (resources.get("checkpoint") or {}).get("s_per_gb"),  # --scaling-checkpoint runs
         "final_loss": losses[-1] if losses else None,
     }
     if case.get("oversubscribed"):

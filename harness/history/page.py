@@ -23,7 +23,7 @@ from harness.history import check as C  # noqa: E402
 
 COLORS = {C.REGRESSION: "#d62728", C.IMPROVEMENT: "#2ca02c", C.SUSPICIOUS: "#ff7f0e"}
 UNITS = {"peak_memory_bytes": ("peak memory (MiB)", 2**20), "bytes_per_step": ("MB on the wire per step", 1e6),
-         "throughput": ("throughput (samples/s)", 1.0)}
+         "throughput": ("throughput (samples/s)", 1.0), "checkpoint_s_per_gb": ("checkpoint save + load (s/GB)", 1.0)}
 
 
 def plot_name(v: C.SeriesVerdict) -> str:

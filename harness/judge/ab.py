@@ -40,7 +40,8 @@ OWN_SPREAD_ROUNDS = 2  # the rounds own spread only ever widens sigma, so it may
 # sixth set).
 SIGMA_FLOOR = 0.05
 MIN_ROUNDS = 2  # for either decision: one round that reads no change is confirmed as one that reads a drop is
-DEFAULT_TOLERANCES = {"peak_memory_bytes": 0.25, "bytes_per_step": 0.05, "final_loss": 0.25}
+DEFAULT_TOLERANCES = {"peak_memory_bytes": 0.25, "bytes_per_step": 0.05, "final_loss": 0.25,
+                      "checkpoint_s_per_gb": 1.0}  # harness/update.py CHECKPOINT_TOLERANCE
 
 
 def sigma_prior(baseline: BaselineFile | None, key: str) -> tuple[float, str]:
@@ -134,6 +135,8 @@ def as_baseline(base: CaseRecord, stored: BaselineFile | None) -> BaselineFile:
                      memory_source=first.memory_source)
     if first.bytes_per_step is not None:
         entry["bytes_per_step"] = {"value": first.bytes_per_step, "tolerance": tolerance("bytes_per_step")}
+    if first.checkpoint_s_per_gb is not None:
+        entry["checkpoint_s_per_gb"] = {"value": first.checkpoint_s_per_gb, "tolerance": tolerance("checkpoint_s_per_gb")}
     if first.final_loss is not None and math.isfinite(first.final_loss):
         entry["final_loss"] = {"value": first.final_loss, "tolerance": tolerance("final_loss")}
     return BaselineFile(path=Path("<the base commit>"), profile=base.profile, fingerprint={}, cases={base.key: entry})

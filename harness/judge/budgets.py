@@ -1,4 +1,4 @@
-"""Verdicts on what does not need a noise model: peak memory, bytes on the wire, final loss; and throughput
+"""Verdicts on what does not need a noise model: peak memory, bytes on the wire, checkpoint s/GB, final loss; and throughput
 when a test opts in; MFU where the baseline has it. Memory and bytes are judged on the first launch: they repeat to ~0.1% (bytes) and
 a few % (RSS), so a relaunch confirms nothing (docs/memory-and-wire.md)."""
 
@@ -60,6 +60,19 @@ def wire(record: CaseRecord, launch: LaunchRecord, baseline: BaselineFile | None
                           message=f"bytes on the wire {got / 1e6:.3f} MB/step {verb} baseline {ref.value / 1e6:.3f} "
                                   f"MB/step (tolerance {ref.tolerance:.0%}; analytic {analytic} MB/step, "
                                   f"{launch.wire_source}) [{record.where}]")]
+
+
+def checkpoint(record: CaseRecord, launch: LaunchRecord, baseline: BaselineFile | None) -> list[MetricVerdict]:
+    """--scaling-checkpoint: (save + load) seconds per GB written, an upper bound like memory and bytes."""
+    ref = reference(baseline, record, "checkpoint_s_per_gb")
+    if ref is None or launch.checkpoint_s_per_gb is None:
+        return []
+    got, limit = launch.checkpoint_s_per_gb, ref.value * (1 + ref.tolerance)
+    status = V.REGRESSED if got > limit else V.OK
+    verb = "is above" if status == V.REGRESSED else "within"
+    return [MetricVerdict(metric="checkpoint_s_per_gb", status=status,
+                          message=f"checkpoint save + load {got:.3g} s/GB {verb} baseline {ref.value:.3g} s/GB "
+                                  f"(tolerance {ref.tolerance:.0%}) [{record.where}]")]
 
 
 def final_loss(record: CaseRecord, baseline: BaselineFile | None) -> list[str]:

@@ -4,7 +4,7 @@ Order (STYLE.md: a case that fails correctness reports no performance verdict):
 
 1. no result (crash, hang, bad input): ``failed``;
 2. correctness problems found by the session, and a final loss above the baseline's: ``failed``;
-3. peak memory and bytes on the wire of the first launch against the baseline (no noise band);
+3. peak memory, bytes on the wire and checkpoint s/GB of the first launch against the baseline (no noise band);
 4. timing, unless the topology oversubscribes the host: the sequential local-efficiency test where the
    baseline has a local efficiency and every launch measured pairs, else the classic efficiency
    (``timing.py``); throughput only where the test's marker asks for it;
@@ -59,6 +59,7 @@ def _verdict(record: CaseRecord, baseline: BaselineFile | None, overrides: Overr
     found: list[MetricVerdict] = []
     found += budgets.memory(record, record.launches[0], budget)
     found += budgets.wire(record, record.launches[0], budget)
+    found += budgets.checkpoint(record, record.launches[0], budget)
     resources_regressed = any(v.status == V.REGRESSED for v in found)
     more, needs_reference, state, gate = 0, False, {}, ""
     if record.oversubscribed:

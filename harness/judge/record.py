@@ -32,6 +32,7 @@ class LaunchRecord:
     bytes_per_step: float | None = None
     analytic_bytes_per_step: float | None = None
     wire_source: str = ""
+    checkpoint_s_per_gb: float | None = None  # --scaling-checkpoint: (save + load) s per GB written
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +107,8 @@ def _tuples(launch: dict[str, Any]) -> dict[str, Any]:
 
 def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
     """One launch's numbers; ``wire`` is ``harness.resources.wire(result)``."""
-    from harness.resources import memory_source  # launch side
+    from harness import resources  # launch side
+    from harness.resources import memory_source
     unavailable = next((r.extra.get("local_unavailable") for r in result.ranks if r.extra.get("local_unavailable")), "")
     return LaunchRecord(
         step_times_s=tuple(result.step_times_s), pair_step_times_s=tuple(result.pair_step_times_s),
@@ -114,7 +116,8 @@ def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
         final_loss=result.losses[-1] if result.losses else None,
         peak_memory_bytes=tuple(r.peak_memory_bytes for r in result.ranks), memory_source=memory_source(result),
         bytes_per_step=wire.get("bytes_per_step"), analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
-        wire_source=wire.get("source") or "")
+        wire_source=wire.get("source") or "",
+        checkpoint_s_per_gb=(resources.checkpoint(result) or {}).get("s_per_gb"))
 
 
 def pooled_steps(results: Sequence[CaseResult]) -> tuple[float, ...]:

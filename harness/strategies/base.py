@@ -60,6 +60,10 @@ class Strategy:
     forward_collectives: ClassVar[bool] = False
     # --scaling-compile applies: the workload's blocks compiled in place before setup wraps them (harness/compiling.py)
     compiles: ClassVar[bool] = False
+    # --scaling-checkpoint (harness/checkpointing.py): non-empty says why this strategy's state cannot be saved
+    # and restored by the window, which then reports it as unavailable instead of failing the case
+    checkpoint_unavailable: ClassVar[str] = ""
+    checkpoint_format: ClassVar[str] = "torch.distributed.checkpoint"
 
     @classmethod
     def unavailable(cls, topology: "Topology", device: str, devices_per_node: int) -> str | None:
@@ -168,6 +172,30 @@ class Strategy:
 
         assert self.model is not None
         return module_state_bytes(list(self.model.parameters()), self.optimizer)
+
+    # --- checkpoints (harness/checkpointing.py): collective, every rank calls them ---------------
+    def save_checkpoint(self, directory: str) -> None:
+        """Model and optimizer state with ``torch.distributed.checkpoint``: each rank writes its own shards
+        (DTensors of FSDP2 and TP) or, for a replica (DDP), the part DCP's planner assigns it."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model, optim = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model, "optim": optim}, checkpoint_id=directory)
+
+    def load_checkpoint(self, directory: str, optimizer: bool = True) -> None:
+        """Restore what ``save_checkpoint`` wrote, in place; ``optimizer=False`` restores the model alone (the
+        injected fault a resumed run without its optimizer state is)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict
+
+        model, optim = get_state_dict(self.model, self.optimizer)
+        if not optimizer:
+            dcp.load({"model": model}, checkpoint_id=directory)
+            set_model_state_dict(self.model, model)
+            return
+        dcp.load({"model": model, "optim": optim}, checkpoint_id=directory)
+        set_state_dict(self.model, self.optimizer, model_state_dict=model, optim_state_dict=optim)
 
     def extra_results(self) -> dict[str, Any]:
         """Strategy-specific figures for the rank's ``extra`` results (the Lightning Trainer's own step clock)."""

@@ -19,9 +19,13 @@ from typing import Any, ClassVar
 from harness.strategies.base import Strategy
 
 
+CHECKPOINT_TAG = "scalegate"  # one fixed tag: the window writes one checkpoint and reads it back
+
+
 class DeepSpeedZero(Strategy):
     stage: ClassVar[int]
     packages = ("deepspeed",)
+    checkpoint_format = "deepspeed"
 
     def config(self) -> dict[str, Any]:
         """The DeepSpeed config for this spec: no accumulation, no clipping, the reference's optimizer."""
@@ -58,6 +62,16 @@ class DeepSpeedZero(Strategy):
 
     def full_parameters(self):
         return gathered_parameters(self.model)
+
+    def save_checkpoint(self, directory: str) -> None:
+        """DeepSpeed's own format (DCP does not know its flat partitions): per-rank ZeRO shards under a tag."""
+        self.engine.save_checkpoint(directory, tag=CHECKPOINT_TAG)
+
+    def load_checkpoint(self, directory: str, optimizer: bool = True) -> None:
+        path, _ = self.engine.load_checkpoint(directory, tag=CHECKPOINT_TAG, load_optimizer_states=optimizer,
+                                              load_lr_scheduler_states=optimizer)
+        if path is None:
+            raise RuntimeError(f"DeepSpeed found no checkpoint under {directory} (tag {CHECKPOINT_TAG!r})")
 
     def teardown(self) -> None:
         self.engine.destroy()

@@ -42,6 +42,8 @@ class SummonedFsdp:
 
 
 class FabricStrategy(Strategy):
+    checkpoint_unavailable = ("Fabric saves through fabric.save/fabric.load with its own wrapped state; the window "
+                              "drives torch.distributed.checkpoint or DeepSpeed directly, which Fabric's wrappers hide")
     fabric_strategy: ClassVar[str]  # Lightning's strategy name
     packages = ("lightning",)
 

@@ -151,6 +151,8 @@ def _harness_module(model: torch.nn.Module, loss_fn):
 
 
 class LightningTrainerStrategy(Strategy):
+    checkpoint_unavailable = ("the Lightning Trainer owns its loop and checkpoints (ModelCheckpoint, trainer.save_"
+                              "checkpoint); the window cannot take a step outside it")
     trainer_strategy: ClassVar[str]  # Lightning's strategy name
     packages = ("lightning", "greenlet")
 

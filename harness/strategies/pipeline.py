@@ -23,6 +23,8 @@ from harness.strategies.base import Strategy
 
 class Pipeline(Strategy):
     forward_collectives = True  # activations cross ranks inside the forward
+    checkpoint_unavailable = ("pipeline stages hold different modules on each rank and the window's parity step "
+                              "runs the schedule, not a full model: a per-stage checkpoint is not built here")
     min_world = 2  # one stage per rank; a single stage is not a pipeline
     schedule_class: ClassVar[type]
 

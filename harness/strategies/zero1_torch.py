@@ -14,6 +14,8 @@ from harness.strategies.base import Strategy
 
 
 class Zero1Torch(Strategy):
+    checkpoint_unavailable = ("ZeroRedundancyOptimizer keeps each rank's optimizer shard apart and only "
+                              "consolidate_state_dict() onto one rank saves it; DCP's get_state_dict does not handle it")
     name = "zero1-torch"
     compiles = True
     shards = ("optimizer",)
