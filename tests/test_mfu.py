@@ -105,19 +105,30 @@ def test_the_judge_reports_tokens_achieved_flops_and_mfu():
     assert uncounted.mfu is None and "FLOPs counted on rank 0 only" in uncounted.mfu_unavailable
 
 
+GPU = {**FLOPS, "peak_source": "NVIDIA H100 datasheet (SXM), dense: 989 TFLOP/s bf16"}
+
+
 def test_the_mfu_gate_catches_a_slower_step_and_says_so(tmp_path):
     baseline = _mfu_baseline(tmp_path, 0.5)
-    assert judge(record(**FLOPS), baseline).metrics[-1].status == "ok"
-    slow = record(launch(step_s=0.060), **FLOPS)  # the same FLOPs in 1.5x the time: MFU 0.33
+    assert judge(record(**GPU), baseline).metrics[-1].status == "ok"
+    slow = record(launch(step_s=0.060), **GPU)  # the same FLOPs in 1.5x the time: MFU 0.33
     outcome = judge(slow, baseline)
     found = next(m for m in outcome.metrics if m.metric == "mfu")
     assert found.status == "regressed" and outcome.status == "regressed"
     assert found.message.startswith("MFU 0.333 is below baseline 0.500 (tolerance 10%")
-    assert "[ddp-cnn-1x2:tiny on cpu-test]" in found.message and "peak: measured: test" in found.message
+    assert "[ddp-cnn-1x2:tiny on cpu-test]" in found.message and "peak: NVIDIA H100 datasheet" in found.message
+
+
+def test_against_a_measured_cpu_peak_mfu_is_gated_only_where_the_test_opts_in(tmp_path):
+    baseline = _mfu_baseline(tmp_path, 0.5)
+    slow = record(launch(step_s=0.060), **FLOPS)  # peak "measured: test"
+    assert not [m for m in judge(slow, baseline).metrics if m.metric == "mfu"]
+    opted = judge(record(launch(step_s=0.060), tolerances={"mfu": 0.1}, **FLOPS), baseline)
+    assert next(m for m in opted.metrics if m.metric == "mfu").status == "regressed"
 
 
 def test_mfu_is_not_judged_on_an_oversubscribed_topology(tmp_path):
-    slow = record(launch(step_s=0.060), oversubscribed=True, **FLOPS)
+    slow = record(launch(step_s=0.060), oversubscribed=True, **GPU)
     assert not [m for m in judge(slow, _mfu_baseline(tmp_path, 0.5)).metrics if m.metric == "mfu"]
 
 
