@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from harness.history import check, store  # noqa: E402
 from harness.hostinfo import commit  # noqa: E402
 
-SLOWED = ("efficiency", "local_efficiency", "throughput")
+SLOWED = ("efficiency", "local_efficiency", "throughput", "mfu")  # MFU is throughput over a fixed count and peak
 
 
 def one_run(args: argparse.Namespace, i: int, work: Path) -> dict:
