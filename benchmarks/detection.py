@@ -5,21 +5,21 @@
     .venv/bin/python benchmarks/detection.py replay results/detection.jsonl --baseline-tag B --baseline-launches 10
     .venv/bin/python benchmarks/detection.py gate-runs --runs 5 --out results/gate-runs.jsonl
 
-``collect`` launches the canary cases exactly as ``python -m harness gate`` builds them (``harness.matrix``
+``collect`` launches the canary cases exactly as ``python -m scalegate gate`` builds them (``scalegate.plan.matrix``
 with the gate's options: 20 measured steps after 5 warm-up steps, 40 same-launch pairs, the warm launcher),
 clean and with every distributed step made slower (``Faults.slowdown``: each rank sleeps that fraction of
 the step's own time; the local steps are untouched), plus a single-process reference launch per
 repetition, in shuffled order. Each launch's judge record goes to a JSON-lines file with the load average.
 
 ``replay`` is the gate, replayed with the shipped code over those launches: a baseline recorded from
-``--baseline-launches`` clean launches of one collection (``harness.update.local_entry``, as
+``--baseline-launches`` clean launches of one collection (``scalegate.record.update.local_entry``, as
 ``--scaling-update-baselines --scaling-launches M`` writes it), then, per trial, launches drawn without
-replacement from another collection handed one at a time to ``harness.judge.judge`` until it decides or
-the budget (``harness.gate.SETTINGS``) is spent. Clean launches judged ``regressed`` are false alarms; slowed
+replacement from another collection handed one at a time to ``scalegate.judge.judge`` until it decides or
+the budget (``scalegate.cli.gate.SETTINGS``) is spent. Clean launches judged ``regressed`` are false alarms; slowed
 ones, detections. It also reports the efficiency drop each injected slowdown really caused, by DESIGN.md's
 definition (classic efficiency, launches pooled) and on the local efficiency.
 
-``gate-runs`` times the whole command (``python -m harness gate``) on the canaries, clean, with a slowdown
+``gate-runs`` times the whole command (``python -m scalegate gate``) on the canaries, clean, with a slowdown
 applied from outside the project (a sitecustomize making every DDP forward sleep), and with the harness's
 own ``--scaling-inject-slowdown`` (every canary and parity's candidate), and records exit codes and verdicts.
 """
@@ -41,14 +41,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import fixtures  # noqa: E402
-from harness import gate, options, resources, update  # noqa: E402
-from harness.errors import ScalegateError  # noqa: E402
-from harness.judge import CaseRecord, Conduct, LaunchRecord, estimates, judge  # noqa: E402
-from harness.judge.record import launch_record  # noqa: E402
-from harness.baselines import BaselineFile  # noqa: E402
-from harness.launch import run_case, warm  # noqa: E402
-from harness.spec import CaseSpec, Faults  # noqa: E402
+from scalegate import workloads  # noqa: E402
+from scalegate.cli import gate
+from scalegate.plan import options
+from scalegate.figures import resources
+from scalegate.record import update  # noqa: E402
+from scalegate.contract.errors import ScalegateError  # noqa: E402
+from scalegate.judge import CaseRecord, Conduct, LaunchRecord, estimates, judge  # noqa: E402
+from scalegate.judge.evidence import launch_record  # noqa: E402
+from scalegate.record.baselines import BaselineFile  # noqa: E402
+from scalegate.launch import run_case, warm  # noqa: E402
+from scalegate.contract.spec import CaseSpec, Faults  # noqa: E402
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed-zero2")
 SLOWDOWNS = (0.0, 0.093, 0.111)
@@ -60,7 +63,7 @@ PARITY = "parity"  # parity-fabric-ddp-vs-ddp-cnn-1x2: fabric-ddp with ddp as it
 
 def spec_for(strategy: str, slowdown: float) -> CaseSpec:
     """The case as the gate builds it on this machine (tiny preset, 1x2, or 1x1 for the reference)."""
-    preset = fixtures.preset("cnn", "tiny")
+    preset = workloads.preset("cnn", "tiny")
     topology = "1x1" if strategy == "single" else "1x2"
     if strategy == PARITY:  # the slowdown reaches the candidate (Fabric) only, never its companion
         return CaseSpec(strategy="fabric-ddp", companion="ddp", model="cnn", preset="tiny", topology="1x2",
@@ -259,9 +262,10 @@ def replay(args: argparse.Namespace) -> None:
 
 def _parity_rows(rows: list[dict], args: argparse.Namespace, budget: int) -> None:
     """Parity's sequential test replayed: launches drawn without replacement, each one's paired ratio handed to
-    ``harness.parity.decide`` until it decides or the budget is spent (no baseline: ratio 1 is exact)."""
-    from harness import parity, stats
-    from harness.judge import sequential
+    ``scalegate.parity.decide`` until it decides or the budget is spent (no baseline: ratio 1 is exact)."""
+    from scalegate import parity
+    from scalegate.figures import stats
+    from scalegate.judge import sequential
 
     rng = random.Random(args.seed)
     design = sequential.Design(max_launches=budget)
@@ -353,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--max-launches", type=int, default=0, help="another budget than the gate's (what-if)")
     r.add_argument("--pairs", type=int, default=0, help="judge only each launch's first N pairs (what-if)")
-    g = sub.add_parser("gate-runs", help="time `python -m harness gate`, clean and with an outside slowdown")
+    g = sub.add_parser("gate-runs", help="time `python -m scalegate gate`, clean and with an outside slowdown")
     g.add_argument("--runs", type=int, default=5)
     g.add_argument("--slow-ms", type=float, default=4.0, help="sleep added to every DDP forward (default: 4 ms)")
     g.add_argument("--inject", type=float, default=0.111,

@@ -1,4 +1,4 @@
-"""How often the A/B PR gate (``python -m harness gate --base REF``) catches a 10% drop, and how often it cries wolf.
+"""How often the A/B PR gate (``python -m scalegate gate --base REF``) catches a 10% drop, and how often it cries wolf.
 
     .venv/bin/python benchmarks/detection.py collect --ab --reps 40 --tag A --slowdowns 0 0.111 \\
         --strategies ddp fsdp deepspeed-zero2 parity --out results/detection-ab.jsonl
@@ -10,7 +10,7 @@ distributed step 11.1% slower (a 10% drop of the local efficiency: ``Faults.slow
 sides in alternating order by round, parity (self-paired) and the 1x1 reference with the head.
 
 ``replay`` is the gate's judge over those launches, exactly as ``gate --base`` calls it: per trial, rounds of
-(base, head) launches handed to ``harness.judge.judge(head, stored, base=base)`` until it decides or the budget
+(base, head) launches handed to ``scalegate.judge.judge(head, stored, base=base)`` until it decides or the budget
 is spent; the committed ``baselines/<profile>.json`` lends its spreads, as it does in the gate. Two ways to draw
 the rounds: ``consecutive`` (the collection's own rounds from a random start: the time structure the gate has,
 few distinct trials) and ``shuffled`` (rounds drawn without replacement: many trials, rounds independent). It
@@ -40,8 +40,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import detection  # noqa: E402
-from harness import baselines, gate, hostinfo, worktree  # noqa: E402
-from harness.judge import CaseRecord, Conduct, estimates, judge  # noqa: E402
+from scalegate.record import baselines
+from scalegate.cli import gate, worktree
+from scalegate.plan import hostinfo  # noqa: E402
+from scalegate.judge import CaseRecord, Conduct, estimates, judge  # noqa: E402
 
 STATUSES = ("regressed", "noisy", "ok")
 

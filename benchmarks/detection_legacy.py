@@ -13,7 +13,7 @@ interrupted collection keeps what it measured and a later ``collect`` adds to it
 
 ``analyse`` replays the gate offline: each clean repetition in turn is the baseline (its efficiency
 and noise, as ``update-baselines`` would record them) and every *other* repetition is judged
-against it with ``harness.verdict.judge``. Clean candidates judged ``regressed`` are false
+against it with ``scalegate.judge.metric.judge``. Clean candidates judged ``regressed`` are false
 alarms; slowed candidates judged ``regressed`` are detections. ``noisy`` verdicts are counted apart
 (they fail only under ``--scaling-strict``).
 """
@@ -30,19 +30,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import fixtures  # noqa: E402
-from harness import stats  # noqa: E402
-from harness import verdict as V  # noqa: E402
-from harness.baselines import Reference  # noqa: E402
-from harness.errors import ScalegateError  # noqa: E402
-from harness.launch import run_case  # noqa: E402
-from harness.spec import CaseSpec, Faults  # noqa: E402
+from scalegate import workloads  # noqa: E402
+from scalegate.figures import stats  # noqa: E402
+from scalegate.judge import metric as V  # noqa: E402
+from scalegate.record.baselines import Reference  # noqa: E402
+from scalegate.contract.errors import ScalegateError  # noqa: E402
+from scalegate.launch import run_case  # noqa: E402
+from scalegate.contract.spec import CaseSpec, Faults  # noqa: E402
 
 SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
 
 
 def _spec(strategy: str, topology: str, slowdown: float, steps: int, warmup: int) -> CaseSpec:
-    preset = fixtures.preset("cnn", "tiny")
+    preset = workloads.preset("cnn", "tiny")
     return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=topology, micro_batch=preset.micro_batch,
                     steps=steps, warmup=warmup, faults=Faults(slowdown=slowdown))
 

@@ -5,7 +5,7 @@
 False alarms: ``--series`` steady histories of 30 runs with Gaussian noise ``--noise`` (relative), each checked
 as a nightly would, after run 10, 12, ..., 30; a check that reports a *new* regression is a false alarm.
 Detection: 30 histories with a 10% drop at run 20, checked after every run from 21 on; the number of nights
-until the check reports a new regression at run 20 (+-1). Uses the shipped ``harness.history.check`` verbatim.
+until the check reports a new regression at run 20 (+-1). Uses the shipped ``scalegate.history.check`` verbatim.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.history import check as C  # noqa: E402
-from harness.history.store import Point  # noqa: E402
+from scalegate.history import check as C  # noqa: E402
+from scalegate.history.store import Point  # noqa: E402
 
 
 def series(n: int, seed: int, noise: float, step_at: int | None = None, step: float = 0.0) -> np.ndarray:

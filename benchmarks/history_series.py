@@ -40,8 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.history import check, store  # noqa: E402
-from harness.hostinfo import commit  # noqa: E402
+from scalegate.history import check, store  # noqa: E402
+from scalegate.plan.hostinfo import commit  # noqa: E402
 
 SLOWED = ("efficiency", "local_efficiency", "throughput", "mfu")  # MFU is throughput over a fixed count and peak
 
@@ -89,7 +89,7 @@ def judge(args: argparse.Namespace, work: Path) -> list[dict]:
     settings = check.Settings(min_effect=args.min_effect)
     with store.connect(work / "history.sqlite") as conn:
         verdicts = check.check(conn, baseline_dir=work / "no-baselines", settings=settings)
-    from harness.history import page
+    from scalegate.history import page
 
     page.write(verdicts, work / "page", work / "history.sqlite", settings)
     rows = []

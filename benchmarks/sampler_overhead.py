@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.launch import run_case  # noqa: E402
-from harness.memory import DEFAULT_INTERVAL_S, MemorySampler  # noqa: E402
-from harness.spec import CaseSpec  # noqa: E402
+from scalegate.launch import run_case  # noqa: E402
+from scalegate.measure.memory import DEFAULT_INTERVAL_S, MemorySampler  # noqa: E402
+from scalegate.contract.spec import CaseSpec  # noqa: E402
 
 OFF_MS = 3_600_000.0  # one hour: the thread never wakes during the run
 

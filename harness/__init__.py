@@ -1,25 +1,26 @@
-"""scalegate harness: specs, launchers, worker, strategies, metrics, baselines and the pytest plugin.
+"""scalegate: a pytest-benchmark suite that catches scaling regressions in distributed PyTorch training.
 
-Data flows one way: CaseSpec -> launcher -> worker ranks -> per-rank JSON -> CaseResult -> checks.
-The launching side (plugin, launch, baselines) never imports the worker side (worker, train) and
-vice versa; both share only ``spec``, ``topology`` and ``results``.
+This directory is the ``scalegate`` package (pyproject.toml maps it; the workloads in the repository's
+``fixtures/`` are ``scalegate.workloads``). Its tree is the data flow, read bottom to top
+(docs/architecture.md): ``contract`` <- ``plan`` -> ``launch`` -> ``worker`` + ``measure`` + ``strategies``
+(the rank processes) -> ``figures`` -> ``checks`` -> ``judge`` -> ``record``, ``report``, ``history`` ->
+``cli`` and the pytest front end (``plugin``, ``session``). The launching side never imports the worker
+side; both share only ``contract``. An import-linter contract in pyproject.toml holds the layers.
 """
-
-SCHEMA_VERSION = 1
 
 
 def __getattr__(name: str):
-    """``from harness import Workload, Preset``: the public workload API (fixtures/base.py), imported on
-    first use so that importing the harness (the launching side, the CLI) does not import torch."""
+    """``from scalegate import Workload, Preset``: the public workload API (fixtures/base.py), imported on
+    first use so that importing scalegate (the launching side, the CLI) does not import torch."""
     if name in ("Workload", "Preset"):
-        from fixtures import base
+        from scalegate.workloads import base
 
         return getattr(base, name)
     if name == "LightningWorkload":  # a user's LightningModule as a workload (fixtures/lightning_module.py)
-        from fixtures.lightning_module import LightningWorkload
+        from scalegate.workloads.lightning_module import LightningWorkload
 
         return LightningWorkload
-    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    raise AttributeError(f"module 'scalegate' has no attribute {name!r}")
 
 
-__all__ = ["LightningWorkload", "Preset", "SCHEMA_VERSION", "Workload"]
+__all__ = ["LightningWorkload", "Preset", "Workload"]

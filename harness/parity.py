@@ -7,14 +7,14 @@ overhead is a regression too.
 
 Both front ends train in ONE launch, interleaved: the candidate's spec names the baseline as its
 ``companion``, and every rank runs the candidate's step and the baseline's back to back in every step,
-alternating which goes first (harness/companion.py), as Lightning's own parity benchmark runs its front
+alternating which goes first (harness/worker/companion.py), as Lightning's own parity benchmark runs its front
 ends in the same processes. Measured as two separate launches on the shared 2-core CI machines, the two
 throughputs differed by 10-35% from noise alone, and a clean run failed parity at a 25% tolerance; in one
 launch a slow phase of the host slows both halves of a step, and it cancels in their ratio.
 
 Throughput parity is judged on those pairs: r_i = baseline step i / candidate step i (the candidate's
 throughput relative to the baseline's), estimated per launch as exp of the 20%-trimmed mean of ln r_i with
-a seeded bootstrap 95% interval (``harness.stats.paired_ratio_estimate``). The verdict is the gate's
+a seeded bootstrap 95% interval (``scalegate.figures.stats.paired_ratio_estimate``). The verdict is the gate's
 sequential test (``harness/judge/sequential.py``) over launches: an overhead of at most half the tolerance (``decide``; the reference is exact: there is
 no baseline to estimate, both front ends ran in the same steps) against a shortfall of the tolerance
 (``THROUGHPUT_TOLERANCE``, 10%, unless ``--scaling-tolerance`` overrides it), sigma the launches' own
@@ -38,17 +38,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import atomic, matrix, metrics, stats, strategies
-from harness.errors import ScalegateError
-from harness.judge import sequential
-from harness.hostinfo import HostInfo
-from harness.launch import run_case
-from harness.options import Options
-from harness.results import CaseResult
-from harness.spec import CaseSpec
+from scalegate.contract import atomic, metrics
+from scalegate.plan import matrix
+from scalegate.figures import stats
+from scalegate import strategies
+from scalegate.contract.errors import ScalegateError
+from scalegate.judge import sequential
+from scalegate.plan.hostinfo import HostInfo
+from scalegate.launch import run_case
+from scalegate.plan.options import Options
+from scalegate.contract.results import CaseResult
+from scalegate.contract.spec import CaseSpec
 
 if TYPE_CHECKING:
-    from harness.launch import warm
+    from scalegate.launch import warm
 
 # (candidate, baseline): the candidate is held to the baseline. The Trainer's fit loop steps beside its companion
 # too: it runs in a thread paced step by step (harness/strategies/lightning_trainer.py).

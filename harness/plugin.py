@@ -1,13 +1,13 @@
 """The pytest plugin: ``--scaling-*`` options, the strategy x model x topology matrix, the
 ``scaling_case`` fixture, pytest-benchmark records, and the results table at the end.
 
-Registered through the ``pytest11`` entry point named ``harness.plugin`` (pyproject.toml), so it works in
+Registered through the ``pytest11`` entry point named ``scalegate.plugin`` (pyproject.toml), so it works in
 any repository where scalegate is installed. The entry point has the module's own name on purpose: this
-repository's ``conftest.py`` (``pytest_plugins = ["harness.plugin"]``), ``-p harness.plugin`` and the entry
+repository's ``conftest.py`` (``pytest_plugins = ["scalegate.plugin"]``), ``-p scalegate.plugin`` and the entry
 point then name one plugin, which pytest registers once (under two names pluggy would refuse the module).
-Workloads come from the session's catalog (harness/workloads.py): built-ins, entry points, the
-``pytest_scaling_workloads`` hook (harness/hooks.py) and import paths in ``--scaling-models``; a test file
-may declare its own matrix with ``@pytest.mark.scaling_matrix`` (harness/declared.py).
+Workloads come from the session's catalog (harness/plan/catalog.py): built-ins, entry points, the
+``pytest_scaling_workloads`` hook (harness/hookspec.py) and import paths in ``--scaling-models``; a test file
+may declare its own matrix with ``@pytest.mark.scaling_matrix`` (harness/plan/marker.py).
 """
 
 from __future__ import annotations
@@ -17,17 +17,19 @@ from pathlib import Path
 
 import pytest
 
-import fixtures
-from harness import (baselines, declared, hooks, hostinfo, matrix, options, parity, runfiles, runstate, strategies,
-                     summary, update, verdict, workloads)
-from harness.errors import ScalegateError
-from harness.launch import warm
-from harness.judge import Outcome, sequential
-from harness.session import ScalingSession, run_id
+from scalegate.record import baselines, runfiles, run_status, update
+from scalegate.plan import catalog, hostinfo, marker, matrix, options
+from scalegate import hookspec, parity, strategies, workloads
+from scalegate.report import table
+from scalegate.judge import metric
+from scalegate.contract.errors import ScalegateError
+from scalegate.launch import warm
+from scalegate.judge import Outcome, sequential
+from scalegate.session import ScalingSession, run_id
 
 SESSION = pytest.StashKey[ScalingSession]()
 CASES = pytest.StashKey[list]()
-CATALOG = pytest.StashKey[workloads.Catalog]()
+CATALOG = pytest.StashKey[catalog.Catalog]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,7 +37,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    pluginmanager.add_hookspecs(hooks)
+    pluginmanager.add_hookspecs(hookspec)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,17 +47,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scaling_matrix(models=[...], strategies=[...], topologies=[...]): the "
                                        "scaling matrix of a test taking scaling_case (docs/your-model.md)")
     try:
-        catalog = workloads.discover(config.pluginmanager.hook.pytest_scaling_workloads.get_hookimpls(),
-                                     search_paths=[str(config.rootpath)])
-        config.stash[CATALOG] = catalog
-        opts = options.parse(config.getoption, Path(config.rootpath), strategies.names(), fixtures.names(),
-                             catalog=catalog)
+        known = catalog.discover(config.pluginmanager.hook.pytest_scaling_workloads.get_hookimpls(),
+                                 search_paths=[str(config.rootpath)])
+        config.stash[CATALOG] = known
+        opts = options.parse(config.getoption, Path(config.rootpath), strategies.names(), workloads.names(),
+                             catalog=known)
         host = hostinfo.detect()
         baseline = baselines.load(opts.baseline_dir, host.profile)
     except ScalegateError as exc:
         raise pytest.UsageError(str(exc)) from None
     run_dir = opts.results_dir / run_id()
-    runstate.install_sigterm(run_dir)  # SLURM's time limit: clean up as for Ctrl-C, and mark the run partial
+    run_status.install_sigterm(run_dir)  # SLURM's time limit: clean up as for Ctrl-C, and mark the run partial
     agents = warm.pool(log_dir=run_dir) if opts.launcher == "warm" else None
     config.stash[SESSION] = ScalingSession(options=opts, host=host, run_dir=run_dir, baseline=baseline, agents=agents)
 
@@ -74,21 +76,21 @@ def _cases(config: pytest.Config) -> list[matrix.Case]:
     return config.stash[CASES]
 
 
-def _declared_cases(metafunc: pytest.Metafunc, marker: pytest.Mark) -> list[matrix.Case]:
-    """The matrix a test declares with ``@pytest.mark.scaling_matrix`` (harness/declared.py)."""
+def _declared_cases(metafunc: pytest.Metafunc, mark: pytest.Mark) -> list[matrix.Case]:
+    """The matrix a test declares with ``@pytest.mark.scaling_matrix`` (harness/plan/marker.py)."""
     config = metafunc.config
     state = config.stash[SESSION]
     given = {"models": config.getoption("--scaling-models").strip() != "all",
              "strategies": config.getoption("--scaling-strategies").strip() != "all",
              "topologies": config.getoption("--scaling-topologies") is not None}
-    opts = declared.options_for(state.options, config.stash[CATALOG], marker.args, marker.kwargs,
+    opts = marker.options_for(state.options, config.stash[CATALOG], mark.args, mark.kwargs,
                                 explicit=[key for key, on in given.items() if on], strategy_names=strategies.names(),
                                 where=metafunc.definition.nodeid)
     return matrix.build(opts, state.host)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    # errors here are the user's input (a marker, a workload): one message and its HINT, no traceback of ours
+    # errors here are the user's input (a mark, a workload): one message and its HINT, no traceback of ours
     try:
         _generate(metafunc)
     except ScalegateError as exc:
@@ -103,8 +105,8 @@ def _generate(metafunc: pytest.Metafunc) -> None:
                              indirect=True)
     if "scaling_case" not in metafunc.fixturenames:
         return
-    marker = metafunc.definition.get_closest_marker("scaling_matrix")
-    cases = _declared_cases(metafunc, marker) if marker is not None else _cases(metafunc.config)
+    mark = metafunc.definition.get_closest_marker("scaling_matrix")
+    cases = _declared_cases(metafunc, mark) if mark is not None else _cases(metafunc.config)
     metafunc.parametrize("scaling_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in cases],
                          indirect=True)
 
@@ -137,10 +139,10 @@ def scaling_case(request: pytest.FixtureRequest) -> CaseRunner:
     case: matrix.Case = request.param
     if case.skip:
         pytest.skip(case.skip)
-    runstate.mark_running(request.config.stash[SESSION].run_dir)
-    marker = request.node.get_closest_marker("scaling_tolerance")
+    run_status.mark_running(request.config.stash[SESSION].run_dir)
+    mark = request.node.get_closest_marker("scaling_tolerance")
     try:
-        tolerances = verdict.tolerance_overrides(marker.args, marker.kwargs) if marker else {}
+        tolerances = metric.tolerance_overrides(mark.args, mark.kwargs) if mark else {}
     except ScalegateError as exc:
         pytest.fail(str(exc), pytrace=False)
     return CaseRunner(request.config.stash[SESSION], case, tolerances)
@@ -203,14 +205,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     tr = terminalreporter
     tr.write_sep("=", f"scaling results ({session.profile})")
-    tr.write_line(summary.table(cases))
+    tr.write_line(table.table(cases))
     if session.baseline is None:
         tr.write_line(f"no baseline for {session.profile} "
                       f"(record one with --scaling-update-baselines into {session.options.baseline_dir})")
     for case in cases:
         if case["status"] in ("regressed", "failed", "improved"):
             tr.write_line(f"{case['case_id']}: {case['message'].splitlines()[0]}")
-    for case in cases:  # a quarantine is never silent (harness/judge/quarantine.py)
+    for case in cases:  # a quarantine is never silent (harness/record/quarantine.py)
         if case.get("quarantined"):
             tr.write_line(f"quarantined, not failing: {case['case_id']}: {case['quarantined']}")
     tr.write_line(f"results: {session.run_dir}")
@@ -233,7 +235,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(SESSION, None)
     if state is None or hasattr(session.config, "workerinput") or not state.run_dir.exists():
         return
-    runstate.mark_finished(state.run_dir, exitstatus, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    run_status.mark_finished(state.run_dir, exitstatus, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     latest = state.run_dir.parent / "latest"
     try:
         if latest.is_symlink() or latest.exists():

@@ -1,7 +1,7 @@
 """One pytest session's scaling state: the options, this host, the references, the run directory.
 
 ``ScalingSession.run`` is the whole life of a case: launch, correctness checks, a ``CaseRecord`` of the
-launches, the verdict of ``harness.judge.judge`` against the baseline (launching again while the judge
+launches, the verdict of ``scalegate.judge.judge`` against the baseline (launching again while the judge
 says more launches could decide), and the result file that carries the record, so ``compare`` reaches
 the same verdict from it.
 """
@@ -15,19 +15,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import fixtures
-from harness import atomic, baselines, checks, peaks, resources, sharding, stragglers, tensorboard
-from harness.errors import LaunchError, ScalegateError
-from harness.hostinfo import HostInfo, commit
-from harness.launch import emulated, run_case, warm
-from harness.launch import slurm as slurm_agent
-from harness.matrix import Case
-from harness.options import Options
-from harness.results import CaseResult
-from harness.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judge
-from harness.judge.record import from_results
-from harness.spec import CaseSpec, Faults
-from harness import verdict as V
+from scalegate import workloads
+from scalegate.contract import atomic
+from scalegate.record import baselines
+from scalegate.checks import agreement, sharding
+from scalegate.figures import peaks, resources, stragglers
+from scalegate.report import tensorboard
+from scalegate.contract.errors import LaunchError, ScalegateError
+from scalegate.plan.hostinfo import HostInfo, commit
+from scalegate.launch import emulated, run_case, warm
+from scalegate.launch import slurm as slurm_agent
+from scalegate.plan.matrix import Case
+from scalegate.plan.options import Options
+from scalegate.contract.results import CaseResult
+from scalegate.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judge
+from scalegate.judge.evidence import from_results
+from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.judge import metric as V
 
 
 def run_id() -> str:
@@ -165,10 +169,10 @@ class ScalingSession:
                 tolerances: dict[str, float], failure: str = "") -> CaseRecord:
         """The judge's input: every launch as numbers, correctness problems (no baseline needed), how it ran."""
         spec = case.spec
-        fraction = fixtures.preset_of(fixtures.resolve(spec), spec.preset).convergence_fraction  # the workload's own bar
+        fraction = workloads.preset_of(workloads.resolve(spec), spec.preset).convergence_fraction  # the workload's own bar
         problems = tuple(dict.fromkeys(p for r in results for p in (  # every launch must train correctly
-            checks.agreement(r), checks.loss_curve(r), checks.convergence(r, fraction), sharding.check(r),
-            checks.checkpoint(r)) if p))
+            agreement.agreement(r), agreement.loss_curve(r), agreement.convergence(r, fraction), sharding.check(r),
+            agreement.checkpoint(r)) if p))
         opts = self.options
         fields = dict(
             problems=problems, failure=failure, oversubscribed=case.oversubscribed,
@@ -185,7 +189,7 @@ class ScalingSession:
         return from_results(results, references, key=key, profile=self.profile, **fields)
 
     def _peak(self, spec: CaseSpec) -> dict[str, Any]:
-        """One rank's device peak at the case's dtype (harness/peaks.py): the GPU table, or measured on CPU once
+        """One rank's device peak at the case's dtype (harness/figures/peaks.py): the GPU table, or measured on CPU once
         per session (between cases, when nothing else of the session runs)."""
         device = "cuda" if spec.device == "cuda" or (spec.device == "auto" and self.host.device == "cuda") else "cpu"
         found = peaks.peak_for(device, self.host.device_name, spec.dtype, spec.cpu_threads)
@@ -199,7 +203,7 @@ class ScalingSession:
                     result=outcome.result.to_dict() if outcome.result else None)
         traces = [r.extra["profile_trace"] for r in (outcome.result.ranks if outcome.result else ())
                   if r.extra.get("profile_trace")]
-        if traces:  # --scaling-profile: one Chrome trace per rank (harness/profiling.py)
+        if traces:  # --scaling-profile: one Chrome trace per rank (harness/measure/profiling.py)
             data["traces"] = traces
         atomic.write_json(self.run_dir / f"{spec.case_id}.json", data)
         if self.options.tensorboard_dir is not None:

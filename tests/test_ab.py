@@ -10,9 +10,9 @@ import dataclasses
 
 import pytest
 
-from harness import baselines
-from harness.judge import CaseRecord, Conduct, Overrides, judge
-from harness.judge import ab
+from scalegate.record import baselines
+from scalegate.judge import CaseRecord, Conduct, Overrides, judge
+from scalegate.judge import ab
 from tests.test_judge import KEY, PROFILE, launch, record
 
 

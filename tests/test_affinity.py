@@ -1,4 +1,4 @@
-"""CPU binding of ranks (harness/affinity.py): the plan, and real ranks on cores of their own."""
+"""CPU binding of ranks (harness/contract/affinity.py): the plan, and real ranks on cores of their own."""
 
 import os
 import subprocess
@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-import fixtures
-from harness import affinity
-from harness.launch import run_case
-from harness.spec import CaseSpec
+from scalegate import workloads
+from scalegate.contract import affinity
+from scalegate.launch import run_case
+from scalegate.contract.spec import CaseSpec
 
 
 def test_each_local_rank_gets_its_own_slice():
@@ -42,7 +42,7 @@ def test_a_nodes_only_rank_is_left_to_the_scheduler():
 
 def test_bind_sets_this_process_affinity():
     first = sorted(os.sched_getaffinity(0))[0]
-    code = ("import os; from harness import affinity; "
+    code = ("import os; from scalegate import affinity; "
             f"print(affinity.bind(1, env={{'SCALEGATE_CPUS': '{first}', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}), "
             "sorted(os.sched_getaffinity(0)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -52,7 +52,7 @@ def test_bind_sets_this_process_affinity():
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 @pytest.mark.parametrize("binding", [True, False])
 def test_real_ranks_record_their_cores(tmp_path, binding):
-    preset = fixtures.preset("cnn", "tiny")
+    preset = workloads.preset("cnn", "tiny")
     spec = CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=preset.micro_batch,
                     steps=2, warmup=1, grad_check=False, cpu_binding=binding)
     result = run_case(spec, tmp_path / "case")

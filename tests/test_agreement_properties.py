@@ -4,9 +4,9 @@ world sizes 1-4, and every example is a real multi-process DDP job compared with
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from harness import checks
-from harness.launch import run_case
-from harness.spec import CaseSpec
+from scalegate.checks import agreement
+from scalegate.launch import run_case
+from scalegate.contract.spec import CaseSpec
 
 
 @settings(max_examples=3, deadline=None, derandomize=True,
@@ -19,5 +19,5 @@ def test_ddp_agrees_for_drawn_shapes(tmp_path_factory, width, hidden, micro_batc
     spec = CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=f"1x{world}", micro_batch=micro_batch,
                     steps=1, warmup=2, dims={"width": width, "hidden": hidden})
     result = run_case(spec, tmp_path_factory.mktemp("case"))
-    assert checks.agreement(result) is None
+    assert agreement.agreement(result) is None
     assert len(result.ranks) == world

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import SCHEMA_VERSION, hostinfo
+from scalegate.contract import SCHEMA_VERSION
+from scalegate.plan import hostinfo
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ def _run(pytester: pytest.Pytester, *args: str, subprocess: bool = False) -> pyt
     pytester.makepyfile(test_scaling=SCALING_TEST)
     pytester.makeini("[pytest]\n")
     run = pytester.runpytest_subprocess if subprocess else pytester.runpytest_inprocess
-    return run("-p", "harness.plugin", "-p", "no:cacheprovider",
+    return run("-p", "scalegate.plugin", "-p", "no:cacheprovider",
                                          "--scaling-results-dir", str(pytester.path / "results"), *args)
 
 

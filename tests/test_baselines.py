@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from harness import SCHEMA_VERSION, baselines
-from harness.errors import BaselineError
+from scalegate.contract import SCHEMA_VERSION
+from scalegate.record import baselines
+from scalegate.contract.errors import BaselineError
 
 PROFILE = "cpu-test-2c-torch2.13.0"
 

@@ -4,9 +4,9 @@ and every rank (whatever the world size) builds the same global batch for a step
 import torch
 from hypothesis import given, settings, strategies as st
 
-import fixtures
-from harness.spec import CaseSpec
-from harness.strategies.base import RankContext, Strategy
+from scalegate import workloads
+from scalegate.contract.spec import CaseSpec
+from scalegate.strategies.base import RankContext, Strategy
 
 
 def shards(spec: CaseSpec) -> list[torch.Tensor]:
@@ -37,7 +37,7 @@ def test_strong_scaling_assigns_every_sample_once(world, per_rank):
 @settings(max_examples=20)
 @given(step=st.integers(0, 200), size=st.integers(1, 256))
 def test_every_process_builds_the_same_global_batch(step, size):
-    workload = fixtures.get("cnn")("tiny", seed=7)
+    workload = workloads.get("cnn")("tiny", seed=7)
     x1, y1 = workload.global_batch(step, size)
-    x2, y2 = fixtures.get("cnn")("tiny", seed=7).global_batch(step, size)
+    x2, y2 = workloads.get("cnn")("tiny", seed=7).global_batch(step, size)
     assert torch.equal(x1, x2) and torch.equal(y1, y2)

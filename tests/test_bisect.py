@@ -1,4 +1,4 @@
-"""``python -m harness bisect``: git bisect run with the A/B gate as its predicate, on a throwaway repository
+"""``python -m scalegate bisect``: git bisect run with the A/B gate as its predicate, on a throwaway repository
 of four commits whose third slows DDP's step (a synchronous host-side check, as in tests/test_gate.py)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from harness import bisect, worktree
-from harness.errors import ScalegateError
+from scalegate.cli import bisect, worktree
+from scalegate.contract.errors import ScalegateError
 from tests.conftest import ROOT
 from tests.test_gate import SLOW_COMMIT
 

@@ -1,7 +1,7 @@
 """``--scaling-checkpoint``: real launches save and load checkpoints, resume, and catch a broken resume.
 
-Each launch is a real two-rank torchrun job (``harness.launch.run_case``), two measured steps after one warm-up
-step, then the checkpoint window (harness/checkpointing.py). No timing is asserted (shared 2-core hosts): only
+Each launch is a real two-rank torchrun job (``scalegate.launch.run_case``), two measured steps after one warm-up
+step, then the checkpoint window (harness/measure/checkpoint.py). No timing is asserted (shared 2-core hosts): only
 that times and bytes are there and the round trip is exact.
 """
 
@@ -13,13 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import checks, checkpointing, gradcheck, resources, summary, tolerances, update
-from harness.baselines import BaselineFile
-from harness.judge import budgets
-from harness.judge.record import CaseRecord, LaunchRecord
-from harness.launch import run_case
-from harness.spec import CaseSpec, Faults
-from harness import verdict as V
+from scalegate.checks import agreement, tolerances
+from scalegate.measure import checkpoint, gradcheck
+from scalegate.figures import resources
+from scalegate.report import table
+from scalegate.record import update
+from scalegate.record.baselines import BaselineFile
+from scalegate.judge import budgets
+from scalegate.judge.evidence import CaseRecord, LaunchRecord
+from scalegate.launch import run_case
+from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.judge import metric as V
 
 
 def spec(strategy: str, directory, **changes) -> CaseSpec:
@@ -36,7 +40,7 @@ def test_a_checkpoint_round_trip_is_timed_measured_and_exact(tmp_path, strategy,
     directory = tmp_path / "case" / "checkpoint"
     keep = strategy == "fsdp"  # its files are loaded again below, by one process (2 -> 1)
     result = run_case(spec(strategy, directory, checkpoint_keep=keep), tmp_path / "case")
-    assert checks.checkpoint(result) is None
+    assert agreement.checkpoint(result) is None
     for rank in result.ranks:
         found = rank.extra["checkpoint"]
         assert found["format"] == fmt and found["save_s"] > 0 and found["load_s"] > 0 and found["bytes"] > 0
@@ -51,21 +55,21 @@ def test_a_checkpoint_round_trip_is_timed_measured_and_exact(tmp_path, strategy,
         assert high < 0.8 * figures["bytes"], figures
     case = {"case_id": result.spec.case_id, "status": "ok", "spec": result.spec.to_dict(),
             "result": result.to_dict(), "resources": resources.summary(result)}
-    row = dict(zip(summary.header([case]), summary.rows([case])[0]))
+    row = dict(zip(table.header([case]), table.rows([case])[0]))
     assert row["ckpt s/GB"] == f"{figures['s_per_gb']:.3g}" and row["verdict"] == "ok"
     if keep:  # 2 -> 1: the same step resumed by one process, within the agreement tolerance (another reduction order)
         loss, params = resume_in_one_process(directory, result.spec)
         two_rank_loss = sum(r.extra["checkpoint"]["loss_uninterrupted"] for r in result.ranks) / 2
         tol = tolerances.for_dtype("fp32")
         assert abs(loss - two_rank_loss) / two_rank_loss <= tol.loss_rel
-        compared = gradcheck.compare(params, torch.load(directory / checkpointing.UNINTERRUPTED)["params"])
+        compared = gradcheck.compare(params, torch.load(directory / checkpoint.UNINTERRUPTED)["params"])
         assert compared["missing"] == [] and compared["errors"][compared["worst"]]["rel"] <= tol.param_rel
 
 
 def test_a_resume_without_the_optimizer_state_fails_the_case_naming_the_parameter(tmp_path):
     faulty = spec("ddp", tmp_path / "case" / "checkpoint", faults=Faults(checkpoint_skip_optimizer=True))
     result = run_case(faulty, tmp_path / "case")
-    problem = checks.checkpoint(result)
+    problem = agreement.checkpoint(result)
     assert problem is not None and problem.startswith("checkpoint round trip failed [ddp ddp-cnn-1x2] rank 0:")
     assert "worst parameter '" in problem and "tolerance 1e-05" in problem, problem
     # the loss of the resumed step is computed before its optimizer update: the model itself came back right
@@ -79,8 +83,8 @@ def test_checkpoint_files_are_attributed_to_the_rank_that_wrote_them(tmp_path):
     for name, size in names.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x" * size)
-    assert checkpointing.bytes_written(tmp_path, 0) == 10 + 3 + 5 + 1
-    assert checkpointing.bytes_written(tmp_path, 1) == 20 + 40
+    assert checkpoint.bytes_written(tmp_path, 0) == 10 + 3 + 5 + 1
+    assert checkpoint.bytes_written(tmp_path, 1) == 20 + 40
 
 
 def _record(per_gb):
@@ -107,17 +111,17 @@ def test_checkpoint_seconds_per_gb_is_a_budget_with_a_generous_tolerance():
 
 
 def test_a_strategy_that_cannot_checkpoint_reports_why_and_the_table_says_n_a():
-    from harness.strategies import get
+    from scalegate.strategies import get
 
     class Stub:
         checkpoint_unavailable = get("pipeline-gpipe").checkpoint_unavailable
 
-    found = checkpointing.run_window(spec("pipeline-gpipe", "/nonexistent"), 0, Stub(), lambda i: 0.0, 0, lambda: None)
+    found = checkpoint.run_window(spec("pipeline-gpipe", "/nonexistent"), 0, Stub(), lambda i: 0.0, 0, lambda: None)
     assert found == {"checkpoint": {"unavailable": Stub.checkpoint_unavailable}} and "pipeline" in Stub.checkpoint_unavailable
     case = {"case_id": "pipeline-gpipe-cnn-1x2", "status": "ok", "spec": {}, "result": None,
             "resources": {"checkpoint": {"unavailable": Stub.checkpoint_unavailable}}}
-    assert summary.rows([case])[0][summary.header([case]).index("ckpt s/GB")] == "n/a"
-    assert summary.header([{"case_id": "x", "status": "ok"}]) == summary.HEADER  # no column without the option
+    assert table.rows([case])[0][table.header([case]).index("ckpt s/GB")] == "n/a"
+    assert table.header([{"case_id": "x", "status": "ok"}]) == table.HEADER  # no column without the option
 
 
 def resume_in_one_process(directory, two: CaseSpec) -> tuple[float, dict]:
@@ -126,11 +130,11 @@ def resume_in_one_process(directory, two: CaseSpec) -> tuple[float, dict]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    import fixtures
-    from harness.train import make_optimizer_factory
+    from scalegate import workloads
+    from scalegate.worker.loop import make_optimizer_factory
 
-    kept = torch.load(directory / checkpointing.UNINTERRUPTED)
-    workload = fixtures.resolve(two)(two.preset, two.seed, None, dims=two.dims)
+    kept = torch.load(directory / checkpoint.UNINTERRUPTED)
+    workload = workloads.resolve(two)(two.preset, two.seed, None, dims=two.dims)
     torch.manual_seed(1)  # other initial weights: the load must replace every one
     model = workload.build_model()
     optimizer = make_optimizer_factory(two)(model.parameters())
@@ -152,9 +156,9 @@ def _resume_on_rank(rank: int, directory: str, port: int, out: str) -> None:
 
     import torch.distributed as dist
 
-    import fixtures
-    from harness import strategies
-    from harness.train import make_optimizer_factory, rank_context
+    from scalegate import workloads
+    from scalegate import strategies
+    from scalegate.worker.loop import make_optimizer_factory, rank_context
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
@@ -162,7 +166,7 @@ def _resume_on_rank(rank: int, directory: str, port: int, out: str) -> None:
     try:
         two = CaseSpec(strategy="fsdp", model="cnn", preset="tiny", topology="1x2", micro_batch=16, steps=2, warmup=1)
         kept = torch.load(f"{directory}/{checkpointing.UNINTERRUPTED}")
-        workload = fixtures.resolve(two)(two.preset, two.seed, None, dims=two.dims)
+        workload = workloads.resolve(two)(two.preset, two.seed, None, dims=two.dims)
         torch.manual_seed(1)  # other initial weights: the load must replace every one
         strategy = strategies.get("fsdp")(rank_context(two), two, workload=workload)
         strategy.setup(workload.build_model(), make_optimizer_factory(two))
@@ -188,13 +192,13 @@ def test_resume_at_another_world_size_one_rank_to_two(tmp_path):
 
     import torch.multiprocessing as mp
 
-    from harness.launch.process import free_port
+    from scalegate.launch.process import free_port
 
     directory = tmp_path / "case" / "checkpoint"
     one = CaseSpec(strategy="single", model="cnn", preset="tiny", topology="1x1", micro_batch=32, steps=2, warmup=1,
                    checkpoint=True, checkpoint_dir=str(directory), checkpoint_keep=True)
     result = run_case(one, tmp_path / "case")
-    assert checks.checkpoint(result) is None
+    assert agreement.checkpoint(result) is None
     out = tmp_path / "resumed.json"
     mp.start_processes(_resume_on_rank, args=(str(directory), free_port(), str(out)), nprocs=2, start_method="spawn")
     resumed = json.loads(out.read_text())
@@ -227,9 +231,9 @@ def test_the_suite_reports_checkpoint_figures_in_the_table_the_case_json_and_ext
 
 
 def test_the_option_reaches_every_case_spec_and_the_session_puts_the_files_in_the_case_directory(tmp_path):
-    from harness import hostinfo, matrix
-    from harness.options import Options
-    from harness.session import ScalingSession
+    from scalegate.plan import hostinfo, matrix
+    from scalegate.plan.options import Options
+    from scalegate.session import ScalingSession
 
     opts = Options(strategies=("ddp",), models=("cnn",), topologies=("1x2",), preset="tiny", steps=2, warmup=1,
                    tolerance=None, default_tolerance=0.1, results_dir=tmp_path, baseline_dir=tmp_path,
@@ -245,7 +249,7 @@ def test_the_option_reaches_every_case_spec_and_the_session_puts_the_files_in_th
 
 
 def test_the_history_tracks_checkpoint_seconds_per_gb_lower_is_better():
-    from harness.history import check, ingest
+    from scalegate.history import check, ingest
 
     case = {"status": "ok", "result": {"ranks": []}, "resources": {"checkpoint": {"s_per_gb": 26.6}}}
     assert ingest.metrics_of(case)["checkpoint_s_per_gb"] == 26.6
@@ -255,9 +259,9 @@ def test_the_history_tracks_checkpoint_seconds_per_gb_lower_is_better():
 
 
 def test_the_resume_fault_is_a_command_line_switch_that_needs_the_option():
-    from harness.errors import SpecError
-    from harness.options import _faults
-    from harness.spec import parse_fault
+    from scalegate.contract.errors import SpecError
+    from scalegate.plan.options import _faults
+    from scalegate.contract.spec import parse_fault
 
     assert parse_fault("checkpoint-skip-optimizer") == {"checkpoint_skip_optimizer": 1}
     assert Faults(**parse_fault("checkpoint-skip-optimizer")).checkpoint_skip_optimizer is True

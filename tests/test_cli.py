@@ -1,6 +1,6 @@
 """The regression gate's commands on synthetic run directories in the session's result format.
 
-``python -m harness compare|report|update-baselines`` run as real subprocesses; the verdict and the
+``python -m scalegate compare|report|update-baselines`` run as real subprocesses; the verdict and the
 bootstrap are checked as properties with hypothesis.
 """
 
@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import stats
-from harness import verdict as V
-from harness.baselines import Reference
-from harness.errors import ScalegateError
-from harness.judge import CaseRecord, LaunchRecord
+from scalegate.figures import stats
+from scalegate.judge import metric as V
+from scalegate.record.baselines import Reference
+from scalegate.contract.errors import ScalegateError
+from scalegate.judge import CaseRecord, LaunchRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = "cpu-test-2c-torch2.13.0"
@@ -283,11 +283,11 @@ def test_update_refuses_if_any_launch_failed_correctness(tmp_path):
 
 
 def test_record_baselines_refuses_bad_rounds_and_makes_one_launch_per_case_per_round(tmp_path):
-    from harness import rounds
+    from scalegate.cli import record_baselines
 
     done = cli("record-baselines", "--rounds", "0", "--baseline-dir", tmp_path)
     assert done.returncode == 2 and "--rounds 0 is not in 1..100" in done.stderr and "HINT:" in done.stderr
-    argv = rounds.round_argv(["-k", "ddp", "--scaling-launches", "10"], tmp_path / "r")
+    argv = record_baselines.round_argv(["-k", "ddp", "--scaling-launches", "10"], tmp_path / "r")
     # the round's own settings come last and win: relaunches would make the launches consecutive again
-    assert argv[argv.index("-k") - 1] == "scaling_tests" and argv[-8:-2] == rounds.ROUND
-    assert rounds.round_argv(["tests/test_cli.py", "-k", "x"], tmp_path)[5] == "tests/test_cli.py"  # no scaling_tests
+    assert argv[argv.index("-k") - 1] == "scaling_tests" and argv[-8:-2] == record_baselines.ROUND
+    assert record_baselines.round_argv(["tests/test_cli.py", "-k", "x"], tmp_path)[5] == "tests/test_cli.py"  # no scaling_tests

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from harness import baselines, resources, summary
-from harness.launch import netns, run_case
-from harness.launch.wirecount import ENV_DISABLE
-from harness.judge import judge
-from harness.judge.record import from_results
-from harness.spec import CaseSpec, Faults
-from harness.wire import WireCounter
+from scalegate.record import baselines
+from scalegate.figures import resources
+from scalegate.report import table
+from scalegate.launch import netns, run_case
+from scalegate.launch.wirecount import ENV_DISABLE
+from scalegate.judge import judge
+from scalegate.judge.evidence import from_results
+from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.measure.wire import WireCounter
 
 needs_netns = pytest.mark.skipif(netns.available() is not None, reason=f"no network namespaces: {netns.available()}")
 
@@ -74,9 +76,9 @@ def test_without_a_namespace_bytes_are_unavailable_with_the_reason(tmp_path, mon
     assert wire["bytes_per_step"] is None and wire["source"] == "unavailable"
     assert wire["unavailable"] == f"{ENV_DISABLE}=1: the job ran in the root network namespace"
     assert wire["analytic_bytes_per_step"] > 0  # the prediction does not need a measurement
-    row = summary.rows([{"case_id": "ddp-cnn-1x2", "status": "ok", "spec": {}, "result": result.to_dict(),
+    row = table.rows([{"case_id": "ddp-cnn-1x2", "status": "ok", "spec": {}, "result": result.to_dict(),
                          "resources": resources.summary(result)}])[0]
-    assert row[summary.HEADER.index("MB/step")] == "n/a"
+    assert row[table.HEADER.index("MB/step")] == "n/a"
 
 
 def test_a_worker_outside_a_private_namespace_records_no_bytes():
@@ -89,8 +91,8 @@ def test_a_worker_outside_a_private_namespace_records_no_bytes():
 
 def synthetic(topology: str, strategy: str, wires: list[dict], device: str = "cpu", wire_factor: float | None = None):
     """A CaseResult from hand-written rank results: the arithmetic of the wire summary, no job. The ranks report
-    the strategy's wire factor for their backend, as harness/train.py does."""
-    from harness.results import RankResult, aggregate
+    the strategy's wire factor for their backend, as harness/worker/loop.py does."""
+    from scalegate.contract.results import RankResult, aggregate
 
     s = spec(strategy).replace(topology=topology)
     per_node = s.topo.per_node

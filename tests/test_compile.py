@@ -3,12 +3,13 @@ the case skips with the reason; a compiled run keeps a baseline of its own."""
 
 from __future__ import annotations
 
-from harness import baselines, checks
-from harness.hostinfo import detect
-from harness.launch import run_case
-from harness.matrix import skip_reason
-from harness.resources import summary
-from harness.spec import CaseSpec
+from scalegate.record import baselines
+from scalegate.checks import agreement
+from scalegate.plan.hostinfo import detect
+from scalegate.launch import run_case
+from scalegate.plan.matrix import skip_reason
+from scalegate.figures.resources import summary
+from scalegate.contract.spec import CaseSpec
 
 
 def spec(strategy: str, **fields) -> CaseSpec:
@@ -18,7 +19,7 @@ def spec(strategy: str, **fields) -> CaseSpec:
 
 def test_a_compiled_ddp_step_computes_what_the_eager_single_process_does(tmp_path):
     result = run_case(spec("ddp"), tmp_path / "case")
-    assert checks.agreement(result) is None and checks.loss_curve(result) is None
+    assert agreement.agreement(result) is None and agreement.loss_curve(result) is None
     assert all(r.compile_s and r.compile_s > 0 for r in result.ranks)
     assert summary(result)["compile_s"] == max(r.compile_s for r in result.ranks)  # reported apart from steps
 

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import hostinfo, strategies, tolerances
-from harness.topology import Topology
+from scalegate.plan import hostinfo
+from scalegate import strategies
+from scalegate.checks import tolerances
+from scalegate.contract.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "your_model"
@@ -32,7 +34,7 @@ FEW_STEPS = ("--scaling-steps", "5", "--scaling-warmup", "1", "--scaling-local-s
 def test_the_example_runs_outside_the_repository(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "results", "baselines"))
-    assert "harness.plugin" not in (project / "conftest.py").read_text()  # only the entry point can load it
+    assert "scalegate.plugin" not in (project / "conftest.py").read_text()  # only the entry point can load it
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SCALEGATE_RUN_ID", "PYTEST_ADDOPTS")}
     cmd = [sys.executable, "-m", "pytest", str(project), "-p", "no:cacheprovider", "-q", *FEW_STEPS,
            "--scaling-update-baselines", "--scaling-baseline-dir", str(tmp_path / "baselines"),

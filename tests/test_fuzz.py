@@ -14,11 +14,14 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fixtures
-from harness import SCHEMA_VERSION, baselines, options, strategies
-from harness.errors import BaselineError, SpecError
-from harness.spec import parse_fault
-from harness.topology import Topology
+from scalegate import workloads
+from scalegate.contract import SCHEMA_VERSION
+from scalegate.record import baselines
+from scalegate.plan import options
+from scalegate import strategies
+from scalegate.contract.errors import BaselineError, SpecError
+from scalegate.contract.spec import parse_fault
+from scalegate.contract.topology import Topology
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOPOLOGY_LIKE = st.from_regex(r"\A\s*[0-9]{0,6}\s*[xX]?\s*[0-9]{0,6}\s*\Z")
@@ -94,7 +97,7 @@ OVERRIDES = st.fixed_dictionaries({}, optional={
 def test_options_parse_returns_valid_options_or_spec_error(overrides):
     values = {**DEFAULTS, **overrides}
     try:
-        opts = options.parse(values.__getitem__, Path("/nonexistent"), strategies.names(), fixtures.names())
+        opts = options.parse(values.__getitem__, Path("/nonexistent"), strategies.names(), workloads.names())
     except SpecError as exc:
         assert exc.hint
         return

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from harness import worktree
+from scalegate.cli import worktree
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow

@@ -17,11 +17,11 @@ import torch
 
 pytest.importorskip("transformers")
 
-import fixtures  # noqa: E402
-from fixtures import hf, hf_config, hf_tasks, loader  # noqa: E402
-from harness import checks  # noqa: E402
-from harness.errors import SpecError  # noqa: E402
-from harness.spec import CaseSpec  # noqa: E402
+from scalegate import workloads  # noqa: E402
+from scalegate.workloads import hf, hf_config, hf_tasks, loader  # noqa: E402
+from scalegate.checks import agreement  # noqa: E402
+from scalegate.contract.errors import SpecError  # noqa: E402
+from scalegate.contract.spec import CaseSpec  # noqa: E402
 
 
 def _model(model_type: str, seed: int = 0):
@@ -33,10 +33,10 @@ def _model(model_type: str, seed: int = 0):
 def test_the_name_is_made_for_test_ids_and_the_loader_finds_the_class():
     assert hf.hf_workload("gpt2").name == "hf_gpt2"
     assert hf.hf_workload("xlm-roberta").name == "hf_xlm_roberta"
-    cls = fixtures.load("hf:gpt2", where="--scaling-models hf:gpt2")
-    assert cls.name == "hf_gpt2" and cls.model_type == "gpt2" and fixtures.load("hf:gpt2") is cls
+    cls = workloads.load("hf:gpt2", where="--scaling-models hf:gpt2")
+    assert cls.name == "hf_gpt2" and cls.model_type == "gpt2" and workloads.load("hf:gpt2") is cls
     spec = CaseSpec(strategy="ddp", model="hf_gpt2", preset="tiny", topology="1x2", micro_batch=8, workload="hf:gpt2")
-    assert fixtures.resolve(spec) is cls and spec.case_id == "ddp-hf_gpt2-1x2"
+    assert workloads.resolve(spec) is cls and spec.case_id == "ddp-hf_gpt2-1x2"
 
 
 def test_presets_tiny_and_small_are_generic_and_full_is_the_configs_own_size():
@@ -137,7 +137,7 @@ def test_fsdp_units_are_the_layer_lists():
 
 
 def test_a_model_type_without_a_text_head_skips_with_the_reason():
-    cls = fixtures.load("hf:vit")
+    cls = workloads.load("hf:vit")
     assert cls.name == "hf_vit" and "no masked-LM, causal-LM" in cls.unavailable()
 
 
@@ -154,7 +154,7 @@ def test_a_model_that_cannot_be_built_skips_with_the_error(monkeypatch):
 
 def test_an_unknown_model_type_is_a_usage_error_with_a_hint():
     with pytest.raises(SpecError, match="has no model type 'gtp2'") as err:
-        fixtures.load("hf:gtp2", where="--scaling-models hf:gtp2")
+        workloads.load("hf:gtp2", where="--scaling-models hf:gtp2")
     assert "hf:gpt2" in err.value.hint and "CONFIG_MAPPING" in err.value.hint
 
 
@@ -192,7 +192,7 @@ def test_models_whose_forward_does_more_than_the_chain_have_no_pipeline_cases():
 
 
 def _run(tmp_path, model_type: str, strategy: str, steps: int, warmup: int):
-    from harness.launch import run_case
+    from scalegate.launch import run_case
 
     name = hf.hf_workload(model_type).name
     spec = CaseSpec(strategy=strategy, model=name, preset="tiny", topology="1x2", micro_batch=8, steps=steps,
@@ -203,7 +203,7 @@ def _run(tmp_path, model_type: str, strategy: str, steps: int, warmup: int):
 @pytest.mark.slow
 def test_fsdp_gpt2_on_two_ranks_agrees_with_a_single_process(tmp_path):
     result = _run(tmp_path, "gpt2", "fsdp", steps=2, warmup=2)
-    assert checks.agreement(result) is None and checks.loss_curve(result) is None
+    assert agreement.agreement(result) is None and agreement.loss_curve(result) is None
     report = result.ranks[0].grad_check["grads"]
     assert report["worst"] and report["errors"][report["worst"]]["rel"] < 2e-5
 
@@ -216,6 +216,6 @@ def test_fsdp_gpt2_on_two_ranks_agrees_with_a_single_process(tmp_path):
                          + [("llama", "pipeline-gpipe")])
 def test_heavy_agreement_and_convergence(tmp_path, model_type, strategy):
     result = _run(tmp_path, model_type, strategy, steps=20, warmup=5)
-    assert checks.agreement(result) is None
-    assert checks.loss_curve(result) is None
-    assert checks.convergence(result) is None
+    assert agreement.agreement(result) is None
+    assert agreement.loss_curve(result) is None
+    assert agreement.convergence(result) is None

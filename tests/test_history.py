@@ -1,4 +1,4 @@
-"""``python -m harness history``: the store, the check's verdicts and exit codes, quarantine, the page.
+"""``python -m scalegate history``: the store, the check's verdicts and exit codes, quarantine, the page.
 
 Run directories are synthetic, in the session's result format (one as tests/test_cli.py's make_case writes it,
 the rest minimal); the commands run as real subprocesses, as a nightly job runs them.
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import __main__ as harness_main
-from harness.history import ingest, store
+from scalegate.cli import main as harness_main
+from scalegate.history import ingest, store
 from tests.conftest import ROOT
 from tests.test_cli import PROFILE, cli, make_case, write_run
 
@@ -28,7 +28,7 @@ QUARANTINE = {"reason": "shared runner, #17", "until": "2999-12-31"}
 
 
 def run(*args) -> subprocess.CompletedProcess:
-    """``python -m harness ARGS`` in this process (the subprocess start costs ~1 s; ``cli`` is the real one)."""
+    """``python -m scalegate ARGS`` in this process (the subprocess start costs ~1 s; ``cli`` is the real one)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = harness_main.main([str(a) for a in args])
@@ -97,7 +97,7 @@ def test_a_failed_case_keeps_its_status_but_no_metrics_and_a_partial_run_is_refu
 WRITER = """
 import sys
 from pathlib import Path
-from harness.history import store
+from scalegate.history import store
 with store.connect(Path(sys.argv[1]), create=True) as conn:
     for i in range(15):
         run = store.Run(run_id=f"{sys.argv[2]}-{i}", commit="c", date=f"2026-11-{i + 1:02d}", profile="p")
@@ -186,7 +186,7 @@ def test_check_fails_a_new_regression_and_names_the_commit_range(tmp_path):
     assert "commits commit14..commit15" in out
     assert "new regressions (first bad run among the last 5): 4 in ddp-cnn-1x2:tiny efficiency" in out
     assert "fsdp-cnn-1x2:tiny efficiency" not in out  # the untouched metrics stay quiet
-    assert "next: python -m harness bisect commit15 commit16 -k ddp-cnn-1x2   # efficiency, local_efficiency, " \
+    assert "next: python -m scalegate bisect commit15 commit16 -k ddp-cnn-1x2   # efficiency, local_efficiency, " \
            "throughput" in out
 
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.history import changepoint as cp
-from harness.history import check as C
-from harness.history.store import Point
+from scalegate.history import changepoint as cp
+from scalegate.history import check as C
+from scalegate.history.store import Point
 
 
 def noisy(n: int, seed: int, noise: float = 0.03, step_at: int | None = None, step: float = 0.0) -> np.ndarray:

@@ -1,6 +1,6 @@
-"""One judge: pytest and ``python -m harness compare`` reach the same verdict from the same records.
+"""One judge: pytest and ``python -m scalegate compare`` reach the same verdict from the same records.
 
-The unit tests feed synthetic records to ``harness.judge.judge``; the end-to-end test runs the real suite
+The unit tests feed synthetic records to ``scalegate.judge.judge``; the end-to-end test runs the real suite
 (a baseline from three launches, then a clean and a slowed session) and re-judges every result file
 through ``compare``.
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import baselines
-from harness.judge import CaseRecord, Conduct, LaunchRecord, Overrides, judge, timing
-from harness.runfiles import load_run
+from scalegate.record import baselines
+from scalegate.judge import CaseRecord, Conduct, LaunchRecord, Overrides, judge, timing
+from scalegate.record.runfiles import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY, PROFILE = "ddp-cnn-1x2:tiny", "cpu-test"
@@ -115,7 +115,7 @@ def test_a_10_percent_gate_against_another_hosts_baseline_says_it_cannot_decide(
     outcome = judge(record(launch(0.75), host="vm#00000002", conduct=Conduct(max_launches=8)), other)
     assert outcome.status == "noisy" and outcome.next_launches == 0
     assert "no verdict is reachable within 8 launches" in outcome.message
-    assert "python -m harness record-baselines" in outcome.message and "gate --base REF" in outcome.message
+    assert "python -m scalegate record-baselines" in outcome.message and "gate --base REF" in outcome.message
     unknown = dataclasses.replace(other, cases={KEY: {**other.cases[KEY], "provenance": {"hostname": "vm"}}})
     assert "recorded on another host (vm (no host id)" in judge(record(launch(0.75), host="vm#2"), unknown).message
 
@@ -189,13 +189,13 @@ def test_the_runs_tolerance_travels_with_its_record(baseline):
 
 
 def test_gate_rounds_merge_into_one_record_in_launch_order(baseline):
-    """The gate's rounds (harness/gaterounds.py): one launch per round, judged as one session's relaunches."""
-    from harness import gaterounds
+    """The gate's rounds (harness/cli/gate_rounds.py): one launch per round, judged as one session's relaunches."""
+    from scalegate.cli import gate_rounds
 
     rounds = [[{"case_id": "ddp-cnn-1x2", "key": KEY, "status": "noisy", "round": i,
                 "record": record(launch(v), conduct=Conduct(max_launches=1, tolerance=0.1)).to_dict()}]
               for i, v in enumerate((0.66, 0.665))]
-    [case] = gaterounds.merge(rounds, budget=8)
+    [case] = gate_rounds.merge(rounds, budget=8)
     merged = CaseRecord.from_dict(case["record"])
     assert [round(launch.local_step_times_s[0] / launch.pair_step_times_s[0], 3) for launch in merged.launches] == [0.66, 0.665]
     assert merged.conduct.max_launches == 8 and merged.conduct.tolerance == 0.1 and case["rounds"] == 2
@@ -224,7 +224,7 @@ def test_the_record_survives_its_result_file(baseline):
 
 @pytest.mark.slow
 def test_pytest_and_compare_give_identical_verdicts(tmp_path, suite):
-    """The same records through the pytest session and through `python -m harness compare`."""
+    """The same records through the pytest session and through `python -m scalegate compare`."""
     bases = tmp_path / "baselines"
     common = ["--scaling-models", "cnn", "--scaling-strategies", "single,ddp,fsdp",  # the default matrix: single on 1x1, the others on 1x2
               "--scaling-steps", "8", "--scaling-warmup", "2", "--scaling-baseline-dir", str(bases),

@@ -11,12 +11,14 @@ import textwrap
 
 import pytest
 
-from harness import checks, hostinfo, parity, strategies, tolerances
-from harness.errors import SpecError
-from harness.launch import run_case
-from harness.options import Options
-from harness.spec import CaseSpec
-from harness.topology import Topology
+from scalegate.checks import agreement, tolerances
+from scalegate.plan import hostinfo
+from scalegate import parity, strategies
+from scalegate.contract.errors import SpecError
+from scalegate.launch import run_case
+from scalegate.plan.options import Options
+from scalegate.contract.spec import CaseSpec
+from scalegate.contract.topology import Topology
 
 FP32 = tolerances.for_dtype("fp32")
 
@@ -69,7 +71,7 @@ def test_trainer_strategies_run_when_named_and_parity_follows():
 
 
 def _all_strategies() -> tuple[str, ...]:
-    from harness.options import _names
+    from scalegate.plan.options import _names
 
     return _names("--scaling-strategies", "all", strategies.names())
 
@@ -78,7 +80,7 @@ def _all_strategies() -> tuple[str, ...]:
 def test_outside_torchrun_the_trainer_strategy_says_how_to_run_it(monkeypatch):
     import torch
 
-    from harness.strategies.base import RankContext
+    from scalegate.strategies.base import RankContext
 
     for var in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(var, raising=False)
@@ -95,7 +97,7 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
-from harness import LightningWorkload, Preset
+from scalegate import LightningWorkload, Preset
 
 
 class Lit(pl.LightningModule):
@@ -165,7 +167,7 @@ def test_a_bad_lightning_workload_is_refused_with_the_fix(user_module):
 
 # --- real launches ----------------------------------------------------------------------------------
 def assert_agrees(result, parameters: int) -> None:
-    assert checks.agreement(result) is None, checks.agreement(result)
+    assert agreement.agreement(result) is None, agreement.agreement(result)
     for rank in result.ranks:
         for kind, bound in (("grads", FP32.grad_rel), ("params", FP32.param_rel)):
             report = rank.grad_check[kind]
@@ -210,7 +212,7 @@ def test_lightning_ddp_agrees_converges_and_keeps_parity_with_ddp(suite, tmp_pat
 def test_the_example_lightning_module_is_a_workload_with_learnable_data(monkeypatch):
     from pathlib import Path
 
-    from fixtures.loader import validate
+    from scalegate.workloads.loader import validate
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples" / "lightning_module"))
     from lit_model import LitClassifier, LitWorkload

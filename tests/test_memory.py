@@ -13,11 +13,12 @@ import types
 
 import pytest
 
-from harness import sharding, strategies
-from harness.errors import SpecError
-from harness.launch import run_case
-from harness.memory import MAX_TIMELINE_POINTS, MemorySampler, downsample
-from harness.spec import CaseSpec, Faults
+from scalegate.checks import sharding
+from scalegate import strategies
+from scalegate.contract.errors import SpecError
+from scalegate.launch import run_case
+from scalegate.measure.memory import MAX_TIMELINE_POINTS, MemorySampler, downsample
+from scalegate.contract.spec import CaseSpec, Faults
 
 
 def fake_pynvml(used_by_us: int | None, device_used: int, pid: int) -> types.ModuleType:
@@ -119,13 +120,13 @@ def test_every_rank_reports_peak_timeline_source_and_cpu(ddp_result):
 
 
 def test_rank_0_counts_the_flops_of_the_single_process_step_on_the_global_batch(ddp_result):
-    import fixtures
-    from harness import flopcount
+    from scalegate import workloads
+    from scalegate.measure import flops
 
     spec = ddp_result.spec
-    workload = fixtures.resolve(spec)(spec.preset, spec.seed)
+    workload = workloads.resolve(spec)(spec.preset, spec.seed)
     inputs, targets = workload.global_batch(0, spec.global_batch_size)
-    counter = flopcount.StepFlops(enabled=True)
+    counter = flops.StepFlops(enabled=True)
     with counter.counting():  # the same model, batch and loss as the reference step the rank counted
         workload.loss(workload.build_model()(inputs), targets).backward()
     first, second = ddp_result.ranks
@@ -175,7 +176,7 @@ def test_sharded_strategies_keep_their_promise(strategy, tmp_path):
 def test_state_bytes_count_every_byte_of_a_storage_once():
     import torch
 
-    from harness.state import tensor_bytes
+    from scalegate.measure.state_bytes import tensor_bytes
 
     flat = torch.zeros(100)  # a flat buffer and overlapping per-parameter views into it (DeepSpeed)
     assert tensor_bytes([flat[:50], flat[25:75], flat]) == 400
@@ -186,7 +187,8 @@ def test_state_bytes_count_every_byte_of_a_storage_once():
 
 
 def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, tmp_path):
-    from harness import baselines, resources
+    from scalegate.record import baselines
+    from scalegate.figures import resources
 
     key, where = "ddp-cnn-1x2:tiny", "ddp-cnn-1x2:tiny on cpu-test"
     entry = {"peak_memory_bytes": {"value": [r.peak_memory_bytes for r in ddp_result.ranks],
@@ -194,8 +196,8 @@ def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, t
              "memory_source": resources.memory_source(ddp_result)}
     baselines.update(tmp_path / "baselines", "cpu-test", {}, {key: entry})
     base = baselines.load(tmp_path / "baselines", "cpu-test")
-    from harness.judge import judge
-    from harness.judge.record import from_results
+    from scalegate.judge import judge
+    from scalegate.judge.evidence import from_results
 
     assert judge(from_results([ddp_result], [], key=key, profile="cpu-test"), base).status != "regressed"
     # Injected fault: every rank holds 400 MiB more through the measured steps.

@@ -5,10 +5,10 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from harness import metrics
-from harness.baselines import Reference
-from harness.stats import Estimate, pooled_estimate
-from harness.verdict import IMPROVED, NO_BASELINE, NOISY, REGRESSED, judge
+from scalegate.contract import metrics
+from scalegate.record.baselines import Reference
+from scalegate.figures.stats import Estimate, pooled_estimate
+from scalegate.judge.metric import IMPROVED, NO_BASELINE, NOISY, REGRESSED, judge
 
 pos = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
 
@@ -85,7 +85,7 @@ def test_launches_judged_together_take_the_median_and_the_spread_between_them():
 def test_paired_steps_cancel_a_phase_shared_by_both_steps_of_a_pair():
     import numpy as np
 
-    from harness.stats import efficiency_estimate, paired_efficiency_estimate
+    from scalegate.figures.stats import efficiency_estimate, paired_efficiency_estimate
 
     rng = np.random.default_rng(1)
     phase = np.where(np.arange(40) < 20, 1.0, 1.3)  # the machine slows by 30% half-way through
@@ -99,7 +99,7 @@ def test_paired_steps_cancel_a_phase_shared_by_both_steps_of_a_pair():
 
 
 def test_paired_ratio_is_the_trimmed_geometric_mean_of_the_pairs_with_a_seeded_interval():
-    from harness.stats import paired_ratio_estimate
+    from scalegate.figures.stats import paired_ratio_estimate
 
     # every pair 2:1 while the machine's phase moves both halves: the ratio is exact, the interval a point
     phase = [1.0, 1.3, 0.9, 1.6, 1.1, 1.0, 1.2, 0.95]

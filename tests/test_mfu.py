@@ -11,9 +11,12 @@ import dataclasses
 import pytest
 import torch
 
-from harness import baselines, flopcount, peaks, summary
-from harness.judge import judge
-from harness.update import entries_from_run
+from scalegate.record import baselines
+from scalegate.measure import flops as flopcount
+from scalegate.figures import peaks
+from scalegate.report import table
+from scalegate.judge import judge
+from scalegate.record.update import entries_from_run
 from tests.test_judge import KEY, PROFILE, launch, record
 
 
@@ -136,9 +139,9 @@ def test_the_table_shows_mfu_or_n_a_and_baselines_record_it():
     outcome = judge(record(**FLOPS), None)
     case = {**dataclasses.asdict(outcome), "spec": {"preset": "tiny"},
             "result": {"throughput": 1600.0, "ranks": [{"peak_memory_bytes": 1}, {"peak_memory_bytes": 1}]}}
-    row = dict(zip(summary.HEADER, summary.rows([case])[0]))
+    row = dict(zip(table.HEADER, table.rows([case])[0]))
     assert row["MFU"] == "50.0%" and row["tokens/s"] == "204800"
-    assert dict(zip(summary.HEADER, summary.rows([{**case, "mfu": None}])[0]))["MFU"] == "n/a"
+    assert dict(zip(table.HEADER, table.rows([{**case, "mfu": None}])[0]))["MFU"] == "n/a"
     entry = {**case, "key": KEY, "status": "ok", "spec": {"steps": 20, "warmup": 5, "faults": {}},
              "result": {**case["result"], "losses": [1.0], "median_step_s": 0.04}}
     written, _ = entries_from_run([entry], tolerance=0.1)

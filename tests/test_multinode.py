@@ -7,17 +7,17 @@ import os
 import psutil
 import pytest
 
-import fixtures
-from harness.errors import LaunchError, SpecError
-from harness.launch import emulated, netns
-from harness.spec import CaseSpec, Faults
+from scalegate import workloads
+from scalegate.contract.errors import LaunchError, SpecError
+from scalegate.launch import emulated, netns
+from scalegate.contract.spec import CaseSpec, Faults
 
 NO_NETNS = netns.available()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def spec_2x1(**changes) -> CaseSpec:
-    preset = fixtures.preset("cnn", "tiny")
+    preset = workloads.preset("cnn", "tiny")
     base = dict(strategy="ddp", model="cnn", preset="tiny", topology="2x1", micro_batch=preset.micro_batch,
                 steps=3, warmup=1, timeout_s=240.0)
     return CaseSpec(**{**base, **changes})
@@ -28,7 +28,7 @@ def mine() -> list[str]:
 
 
 def no_workers_left() -> bool:
-    return not any("harness.worker" in " ".join(p.info["cmdline"] or [])
+    return not any("scalegate.worker" in " ".join(p.info["cmdline"] or [])
                    for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and str(os.getpid()) != p.pid
                    and _descends_from_me(p))
 
@@ -49,7 +49,7 @@ def test_two_emulated_nodes_train_over_a_shaped_link_and_leave_nothing(tmp_path)
     assert {r.node_rank for r in result.ranks} == {0, 1}
     assert result.ranks[0].grad_check and result.throughput > 0
     if launch["nodes"]:  # the wire counter (issue 5) reads eth0 in each node: DDP sends ~ its gradient bytes
-        grad_bytes = sum(p.numel() * 4 for p in fixtures.get("cnn")("tiny", 0, None).build_model().parameters())
+        grad_bytes = sum(p.numel() * 4 for p in workloads.get("cnn")("tiny", 0, None).build_model().parameters())
         for node in launch["nodes"]:
             assert 0.9 * grad_bytes < node["tx_bytes_per_step"] < 1.5 * grad_bytes, (node, grad_bytes)
     assert mine() == [], "the case's namespaces must be removed"
@@ -85,7 +85,7 @@ def test_ctrl_c_during_a_case_removes_its_namespaces_and_processes(tmp_path):
     import time
 
     code = ("import sys; from pathlib import Path; from tests.test_multinode import spec_2x1;"
-            "from harness.launch import emulated; emulated.run_case(spec_2x1(), Path(sys.argv[1]))")
+            "from scalegate.launch import emulated; emulated.run_case(spec_2x1(), Path(sys.argv[1]))")
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "case")], cwd=ROOT)
     try:
         deadline = time.monotonic() + 60

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness.launch import netns
+from scalegate.launch import netns
 
 pytestmark = pytest.mark.skipif(netns.available() is not None, reason=f"{netns.available()}")
 

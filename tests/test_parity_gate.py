@@ -1,5 +1,5 @@
 """Parity: fabric-ddp and ddp trained in one launch, interleaved step by step (harness/parity.py,
-harness/companion.py). Real 1x2 cnn launches: a clean case passes through the suite, and the gate fires on
+harness/worker/companion.py). Real 1x2 cnn launches: a clean case passes through the suite, and the gate fires on
 a slowed candidate (throughput) and on a wrong one (losses); the companion is never faulted."""
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import hostinfo, matrix, parity, stats
-from harness.errors import SpecError
-from harness.judge import sequential
-from harness.options import Options
-from harness.results import RankResult, aggregate
-from harness.spec import CaseSpec, Faults
+from scalegate.plan import hostinfo, matrix
+from scalegate import parity
+from scalegate.figures import stats
+from scalegate.contract.errors import SpecError
+from scalegate.judge import sequential
+from scalegate.plan.options import Options
+from scalegate.contract.results import RankResult, aggregate
+from scalegate.contract.spec import CaseSpec, Faults
 
 CASE = "parity-fabric-ddp-vs-ddp-cnn-1x2"
 STEPS, WARMUP = 8, 2

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import tensorboard as tb
-from harness.errors import SpecError
-from harness.launch import run_case
-from harness.profiling import run_window
-from harness.results import RankResult, aggregate
-from harness.session import Outcome
-from harness.spec import CaseSpec
-from harness.train import rank_context, train
+from scalegate.report import tensorboard as tb
+from scalegate.contract.errors import SpecError
+from scalegate.launch import run_case
+from scalegate.measure.profiling import run_window
+from scalegate.contract.results import RankResult, aggregate
+from scalegate.session import Outcome
+from scalegate.contract.spec import CaseSpec
+from scalegate.worker.loop import rank_context, train
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ def test_missing_tensorboard_is_a_readable_error_with_a_hint(no_tensorboard):
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     pytester.makepyfile(test_scaling="def test_scaling(scaling_case, benchmark):\n    scaling_case.check(benchmark)\n")
     pytester.makeini("[pytest]\n")
-    return pytester.runpytest_inprocess("-p", "harness.plugin", "-p", "no:cacheprovider", "--co",
+    return pytester.runpytest_inprocess("-p", "scalegate.plugin", "-p", "no:cacheprovider", "--co",
                                         "--scaling-results-dir", str(pytester.path / "results"), *args)
 
 

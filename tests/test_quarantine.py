@@ -1,4 +1,4 @@
-"""Quarantine (harness/judge/quarantine.py): a flaky case reports its verdict but does not fail, until a date.
+"""Quarantine (harness/record/quarantine.py): a flaky case reports its verdict but does not fail, until a date.
 
 Synthetic records and run directories as in tests/test_judge.py and tests/test_cli.py; the end-to-end test runs
 a real launch whose gradients are wrong (an injected fault) under a quarantine, through pytest.
@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from harness import baselines
-from harness.errors import BaselineError
-from harness.judge import Overrides, judge
+from scalegate.record import baselines
+from scalegate.contract.errors import BaselineError
+from scalegate.judge import Overrides, judge
 from tests.test_cli import PROFILE, cli, make_case, write_run
 from tests.test_judge import KEY, launch, record
 
@@ -87,7 +87,7 @@ def test_compare_and_the_gate_table_list_a_quarantined_failure_and_pass(tmp_path
 @pytest.mark.slow
 def test_a_quarantined_case_that_crashes_runs_reports_and_does_not_fail_the_session(tmp_path, suite):
     """Real launches: rank 1 of ddp-cnn-1x2 crashes; quarantined, the session passes and lists it (xfail)."""
-    from harness import hostinfo
+    from scalegate.plan import hostinfo
 
     bases = tmp_path / "baselines"
     bases.mkdir()

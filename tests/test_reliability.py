@@ -21,14 +21,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-import fixtures
-from harness import baselines, heartbeat, runstate
-from harness.errors import LaunchError
-from harness.launch import hang, netns, run_case
-from harness.launch.local import first_failure
-from harness.spec import CaseSpec, Faults, parse_fault
-from harness.strategies.base import Strategy
-from harness.topology import Topology
+from scalegate import workloads
+from scalegate.record import baselines, run_status
+from scalegate.contract import heartbeat
+from scalegate.contract.errors import LaunchError
+from scalegate.launch import hang, netns, run_case
+from scalegate.launch.local import first_failure
+from scalegate.contract.spec import CaseSpec, Faults, parse_fault
+from scalegate.strategies.base import Strategy
+from scalegate.contract.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 HANG_TIMEOUT_S = 40.0
@@ -37,7 +38,7 @@ TOKEN_ENV = "SCALEGATE_TEST_TOKEN"
 
 def _spec(fault: str, timeout_s: float = HANG_TIMEOUT_S) -> CaseSpec:
     return CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2",
-                    micro_batch=fixtures.preset("cnn", "tiny").micro_batch, steps=2, warmup=1,
+                    micro_batch=workloads.preset("cnn", "tiny").micro_batch, steps=2, warmup=1,
                     timeout_s=timeout_s, faults=Faults(**parse_fault(fault)))
 
 
@@ -147,7 +148,7 @@ def test_sigterm_cleans_up_and_marks_the_run_partial(tmp_path, tagged):
     print(f"\nSIGTERM -> job tree gone in {cleaned:.1f}s, pytest exited in {stopped:.1f}s "
           f"(code {proc.returncode})\n{out[-1500:]}")
     assert cleaned < 30  # inside SLURM's default KillWait
-    assert runstate.read(run_dir) == "partial"
+    assert run_status.read(run_dir) == "partial"
     assert (run_dir / "ddp-cnn-1x1.json").exists()
     assert _leftovers(tagged, proc.pid, _master_ports(run_dir / "ddp-cnn-1x2")) == []
     assert proc.returncode == pytest.ExitCode.INTERRUPTED
@@ -165,8 +166,8 @@ def test_heartbeat_summary_names_the_rank_that_stopped_first(tmp_path):
 
 def test_innermost_frame_of_the_main_thread():
     dump = ("Process 1: python\nPython v3.11\n\nThread 7 (idle): \"Thread-1\"\n    run (threading.py:1)\n"
-            "Thread 5 (idle): \"MainThread\"\n    _inject_stop_fault (harness/train.py:94)\n    train (x.py:1)\n")
-    assert hang._innermost(dump) == "_inject_stop_fault (harness/train.py:94)"
+            "Thread 5 (idle): \"MainThread\"\n    _inject_stop_fault (harness/worker/loop.py:94)\n    train (x.py:1)\n")
+    assert hang._innermost(dump) == "_inject_stop_fault (harness/worker/loop.py:94)"
 
 
 def test_first_failure_picks_the_earliest_error_file(tmp_path):
@@ -191,8 +192,9 @@ def test_missing_optional_package_skips_with_the_reason():
 
 
 def test_only_the_strategy_missing_a_package_skips(monkeypatch):
-    from harness import hostinfo, matrix, strategies
-    from harness.options import Options
+    from scalegate.plan import hostinfo, matrix
+    from scalegate import strategies
+    from scalegate.plan.options import Options
 
     real_get = strategies.get
     monkeypatch.setattr(strategies, "get", lambda n: _NeedsMissingPackage if n == "needs_missing" else real_get(n))
@@ -223,10 +225,10 @@ def test_concurrent_baseline_writers_never_lose_or_tear_an_update(tmp_path):
 
 
 def test_run_state_marks_complete_and_partial(tmp_path):
-    runstate.mark_running(tmp_path)
-    assert runstate.read(tmp_path) == "running"
+    run_status.mark_running(tmp_path)
+    assert run_status.read(tmp_path) == "running"
     (tmp_path / "ddp-cnn-1x2.json").write_text("{}")
-    runstate.mark_finished(tmp_path, 2, interrupted=True)
+    run_status.mark_finished(tmp_path, 2, interrupted=True)
     data = json.loads((tmp_path / "run.json").read_text())
     assert data["status"] == "partial" and data["cases_written"] == 1
 
@@ -248,7 +250,7 @@ def test_xdist_workers_never_collide(tmp_path, tagged):
     assert sorted(p.name for p in run_dir.glob("ddp-*.json")) == ["ddp-cnn-1x1.json", "ddp-cnn-1x2.json"]
     for path in run_dir.glob("*.json"):
         json.loads(path.read_text())  # whole, never torn
-    assert runstate.read(run_dir) == "complete"
+    assert run_status.read(run_dir) == "complete"
     spec_files = list(run_dir.glob("*/spec.json"))
     assert len(spec_files) == len({p.parent for p in spec_files})
     ports = [p for d in run_dir.iterdir() if d.is_dir() for p in _master_ports(d)]

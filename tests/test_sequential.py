@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from harness.judge import sequential as S
+from scalegate.judge import sequential as S
 
 
 def test_a_launch_at_the_baseline_is_ok_at_once():

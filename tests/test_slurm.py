@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import SpecError
-from harness.launch import slurm
-from harness.topology import Topology
+from scalegate.contract.errors import SpecError
+from scalegate.launch import slurm
+from scalegate.contract.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,11 +69,11 @@ def test_cases_beyond_the_allocation_skip_with_the_same_reason_on_every_node():
 
 
 def test_the_agent_command_is_a_static_rendezvous_on_the_first_host(tmp_path):
-    import fixtures
-    from harness.spec import CaseSpec
+    from scalegate import workloads
+    from scalegate.contract.spec import CaseSpec
 
     spec = CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="2x4",
-                    micro_batch=fixtures.preset("cnn", "tiny").micro_batch)
+                    micro_batch=workloads.preset("cnn", "tiny").micro_batch)
     env = slurm.detect(STEP)
     argv = slurm.command(spec, env, tmp_path / "spec.json", tmp_path / "out", tmp_path / "logs")
     joined = " ".join(argv)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from harness.errors import SpecError
-from harness.spec import CaseSpec, Faults
-from harness.topology import Topology
+from scalegate.contract.errors import SpecError
+from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.topology import Topology
 
 
 def spec(**changes):

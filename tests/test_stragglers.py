@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness import stragglers
-from harness.arrival import ForwardClock
-from harness.launch import run_case
-from harness.results import RankResult, aggregate
-from harness.spec import CaseSpec, Faults, parse_fault
+from scalegate.figures import stragglers
+from scalegate.measure.clock import ForwardClock
+from scalegate.launch import run_case
+from scalegate.contract.results import RankResult, aggregate
+from scalegate.contract.spec import CaseSpec, Faults, parse_fault
 
 
 def spec(strategy: str = "ddp", **fields) -> CaseSpec:
@@ -65,7 +65,7 @@ def test_a_real_rank_sleeping_in_its_forward_is_named(tmp_path):
 
 
 def test_the_breakdown_splits_each_ranks_step_into_compute_and_exposed_communication():
-    from harness import breakdown
+    from scalegate.figures import breakdown
 
     ranks = [RankResult(rank=i, world_size=2, node_rank=0, host="h", device="cpu", step_times_s=[0.05] * 5,
                         losses=[1.0] * 5, warmup_losses=[1.0], loss_weight=0.5, pair_step_times_s=[0.050] * 4,
@@ -77,7 +77,7 @@ def test_the_breakdown_splits_each_ranks_step_into_compute_and_exposed_communica
 
 
 def test_an_extra_blocking_all_reduce_shows_as_exposed_communication(tmp_path):
-    from harness import breakdown
+    from scalegate.figures import breakdown
 
     clean = breakdown.summary(run_case(spec(local_steps=8), tmp_path / "clean"))
     faulted = breakdown.summary(run_case(spec(local_steps=8, faults=Faults(extra_allreduce=8)), tmp_path / "faulted"))

@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
-from harness import checks, strategies, tolerances
-from harness.launch import run_case
-from harness.spec import CaseSpec
-from harness.topology import Topology
+from scalegate.checks import agreement, tolerances
+from scalegate import strategies
+from scalegate.launch import run_case
+from scalegate.contract.spec import CaseSpec
+from scalegate.contract.topology import Topology
 
 FP32 = tolerances.for_dtype("fp32")
 CNN_PARAMETERS = 8
@@ -30,7 +31,7 @@ def small_spec(strategy: str, **changes) -> CaseSpec:
 
 
 def assert_agrees(result) -> None:
-    assert checks.agreement(result) is None, checks.agreement(result)
+    assert agreement.agreement(result) is None, agreement.agreement(result)
     for rank in result.ranks:
         for kind, bound in (("grads", FP32.grad_rel), ("params", FP32.param_rel)):
             report = rank.grad_check[kind]
@@ -68,7 +69,7 @@ def test_the_quoted_refusals_are_what_lightning_really_says():
 
 
 def test_deepspeed_config_follows_the_spec():
-    from harness.strategies.base import RankContext
+    from scalegate.strategies.base import RankContext
 
     ctx = RankContext(rank=0, world_size=2, local_rank=0, local_world_size=2, node_rank=0, device=None)
     zero3 = strategies.get("deepspeed-zero3")(ctx, small_spec("deepspeed-zero3", dtype="bf16", micro_batch=16))

@@ -10,15 +10,16 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import fixtures
-from fixtures.base import Preset, Workload
-from harness import checks, strategies, tolerances
-from harness.errors import SpecError
-from harness.launch import LocalLauncher, run_case
-from harness.launch.process import free_port, run
-from harness.results import RankResult, aggregate
-from harness.spec import CaseSpec
-from harness.topology import Topology
+from scalegate import workloads
+from scalegate.workloads.base import Preset, Workload
+from scalegate.checks import agreement, tolerances
+from scalegate import strategies
+from scalegate.contract.errors import SpecError
+from scalegate.launch import LocalLauncher, run_case
+from scalegate.launch.process import free_port, run
+from scalegate.contract.results import RankResult, aggregate
+from scalegate.contract.spec import CaseSpec
+from scalegate.contract.topology import Topology
 
 FP32 = tolerances.for_dtype("fp32")
 
@@ -31,7 +32,7 @@ def reason(name: str, topology: str, device: str = "cpu", devices_per_node: int 
 def test_fsdp1_skip_quotes_what_torch_really_says_on_cpu():
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    from harness.strategies.fsdp1 import TORCH_REFUSAL
+    from scalegate.strategies.fsdp1 import TORCH_REFUSAL
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
@@ -66,7 +67,7 @@ class _NoStages(Workload):
 def test_pipeline_skip_reasons_name_world_size_and_the_workloads_stages():
     assert reason("pipeline-gpipe", "1x1") == "pipeline-gpipe needs a world size >= 2, topology 1x1 has 1"
     gpipe = strategies.get("pipeline-1f1b")
-    cnn = fixtures.get("cnn")
+    cnn = workloads.get("cnn")
     assert gpipe.workload_unavailable(cnn, Topology.parse("1x2")) is None
     assert gpipe.workload_unavailable(cnn, Topology.parse("1x4")) == (
         "pipeline-1f1b: workload 'cnn' can be cut into at most 2 stages (1 split point(s)), topology 1x4 has 4 ranks")
@@ -84,7 +85,7 @@ def test_pipeline_cuts_spread_evenly_and_refuse_too_many_stages():
 
 
 def test_cnn_stages_chain_to_the_whole_model_and_share_its_parameters():
-    workload = fixtures.get("cnn")("tiny", 0)
+    workload = workloads.get("cnn")("tiny", 0)
     model = workload.build_model()
     stages = workload.pipeline_stages(model, 2)
     x = torch.randn(3, 1, 28, 28)
@@ -94,7 +95,7 @@ def test_cnn_stages_chain_to_the_whole_model_and_share_its_parameters():
 
 
 def test_pipeline_stage_wrapper_sends_contiguous_outputs_and_input_gradients():
-    from harness.strategies.pipeline import _Contiguous
+    from scalegate.strategies.pipeline import _Contiguous
 
     class Transposing(torch.nn.Module):  # like a batch-first LSTM: strided output and input gradient
         def forward(self, x):
@@ -118,7 +119,7 @@ def small_spec(strategy: str, topology: str) -> CaseSpec:
 
 
 def assert_agrees(result) -> None:
-    assert checks.agreement(result) is None
+    assert agreement.agreement(result) is None
     for rank in result.ranks:
         for kind, bound in (("grads", FP32.grad_rel), ("params", FP32.param_rel)):
             report = rank.grad_check[kind]

@@ -11,15 +11,15 @@ import dataclasses
 
 import pytest
 
-from harness import checks, sharding
-from harness.errors import SpecError
-from harness.hostinfo import detect
-from harness.launch import emulated, run_case
-from harness.matrix import skip_reason
-from harness.parallel_dims import ParallelDims
-from harness.resources import wire
-from harness.spec import CaseSpec
-from harness.topology import Topology
+from scalegate.checks import agreement, sharding
+from scalegate.contract.errors import SpecError
+from scalegate.plan.hostinfo import detect
+from scalegate.launch import emulated, run_case
+from scalegate.plan.matrix import skip_reason
+from scalegate.strategies.parallel_dims import ParallelDims
+from scalegate.figures.resources import wire
+from scalegate.contract.spec import CaseSpec
+from scalegate.contract.topology import Topology
 
 
 def gpt(strategy: str, topology: str = "1x2", **fields) -> CaseSpec:
@@ -49,7 +49,7 @@ def test_cases_that_cannot_be_split_skip_with_the_reason(spec, reason):
 
 def test_tp_trains_the_single_process_model_on_half_the_weights_and_predicts_its_bytes(tmp_path):
     result = run_case(gpt("tp"), tmp_path / "case")
-    assert checks.agreement(result) is None and checks.loss_curve(result) is None
+    assert agreement.agreement(result) is None and agreement.loss_curve(result) is None
     assert sharding.check(result) is None
     for rank in result.ranks:
         found = rank.extra["tp"]
@@ -61,7 +61,7 @@ def test_tp_trains_the_single_process_model_on_half_the_weights_and_predicts_its
 
 def test_a_broken_tp_promise_is_named_with_its_bytes(tmp_path):
     result = run_case(gpt("tp", tp_sequence_parallel=True), tmp_path / "case")
-    assert checks.agreement(result) is None  # sequence parallelism computes the same gradients
+    assert agreement.agreement(result) is None  # sequence parallelism computes the same gradients
     first = result.ranks[0]
     found = first.extra["tp"]
     unsharded = {**found, "held": {k: v * 2 for k, v in found["held"].items()}}  # as if the plan split nothing
@@ -74,6 +74,6 @@ def test_a_broken_tp_promise_is_named_with_its_bytes(tmp_path):
 
 def test_fsdp_on_top_of_tp_across_two_emulated_nodes_agrees_and_shards_a_quarter(tmp_path):
     result = emulated.run_case(gpt("fsdp-tp", "2x2"), tmp_path / "case", link_rate="1gbit")
-    assert checks.agreement(result) is None and checks.loss_curve(result) is None
+    assert agreement.agreement(result) is None and agreement.loss_curve(result) is None
     assert sharding.check(result) is None
     assert all(r.extra["tp"]["held"]["params"] == r.extra["tp"]["full_params_bytes"] // 4 for r in result.ranks)

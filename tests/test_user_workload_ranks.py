@@ -2,7 +2,7 @@
 
 Ranks are other processes (torchrun, srun, the warm agent's forkserver, maybe another node), so the spec
 carries the reference and the absolute directories to import it from (``CaseSpec.workload``,
-``CaseSpec.import_paths``) and ``fixtures.resolve`` is the one resolver both sides use. Real processes:
+``CaseSpec.import_paths``) and ``scalegate.workloads.resolve`` is the one resolver both sides use. Real processes:
 a fresh interpreter elsewhere, and a cold torchrun job of the example's workload (the warm launcher runs
 it in tests/test_example.py). ``hf:`` references go to ``fixtures/hf.py``: here only the dispatch to it is
 checked, with a stand-in module; tests/test_hf.py tests the real one.
@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-import fixtures
-from fixtures import loader
-from harness import checks
-from harness.errors import SpecError
-from harness.launch import run_case
-from harness.spec import CaseSpec
+from scalegate import workloads
+from scalegate.workloads import loader
+from scalegate.checks import agreement
+from scalegate.contract.errors import SpecError
+from scalegate.launch import run_case
+from scalegate.contract.spec import CaseSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "your_model"
@@ -39,9 +39,9 @@ def spec(project: Path | None, **changes) -> CaseSpec:
 
 
 def resolve_elsewhere(the_spec: CaseSpec, cwd: Path) -> subprocess.CompletedProcess:
-    """``fixtures.resolve`` in a fresh interpreter, in another directory, with only scalegate on its path."""
-    code = ("import json, sys, fixtures\nfrom harness.spec import CaseSpec\nfrom harness.errors import SpecError\n"
-            "try:\n    print(fixtures.resolve(CaseSpec.from_dict(json.loads(sys.argv[1]))).__qualname__)\n"
+    """``scalegate.workloads.resolve`` in a fresh interpreter, in another directory, with only scalegate on its path."""
+    code = ("import json, sys, fixtures\nfrom scalegate.contract.spec import CaseSpec\nfrom scalegate.contract.errors import SpecError\n"
+            "try:\n    print(scalegate.workloads.resolve(CaseSpec.from_dict(json.loads(sys.argv[1]))).__qualname__)\n"
             "except SpecError as exc:\n    print(exc)\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([sys.executable, "-c", code, json.dumps(the_spec.to_dict())], cwd=cwd, env=env,
@@ -68,19 +68,19 @@ def test_the_spec_refuses_relative_import_paths_and_round_trips_them():
 def test_a_renamed_class_is_caught_before_a_rank_trains_the_wrong_model(tmp_path):
     shutil.copytree(EXAMPLE, tmp_path / "project")
     with pytest.raises(SpecError, match="is named 'my_mlp', the spec says 'old_name'"):
-        fixtures.resolve(spec(tmp_path / "project", model="old_name"))
+        workloads.resolve(spec(tmp_path / "project", model="old_name"))
 
 
 def test_strategies_get_the_workers_own_workload_object(tmp_path):
-    from harness import strategies
-    from harness.strategies.base import RankContext
+    from scalegate import strategies
+    from scalegate.strategies.base import RankContext
 
     import torch
 
     shutil.copytree(EXAMPLE, tmp_path / "project")
     the_spec = spec(tmp_path / "project", strategy="fsdp", dims={"depth": 2})
     ctx = RankContext(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0, device=torch.device("cpu"))
-    own = fixtures.resolve(the_spec)("tiny", 1, "/data", dims=the_spec.dims)
+    own = workloads.resolve(the_spec)("tiny", 1, "/data", dims=the_spec.dims)
     assert strategies.get("fsdp")(ctx, the_spec, workload=own).workload is own  # its data dir and dims with it
     built = strategies.get("fsdp")(ctx, the_spec).workload  # a strategy built alone (tests) resolves the spec's
     assert type(built).__name__ == "MyMLP" and built.preset.dims["depth"] == 2
@@ -92,21 +92,21 @@ def test_a_cold_torchrun_job_trains_the_users_workload_with_agreeing_gradients(t
     assert Path.cwd() != tmp_path / "project"  # found through the spec's paths, not the ranks' cwd
     result = run_case(spec(tmp_path / "project", strategy="fsdp", dims={"depth": 3}), tmp_path / "case")
     assert result.launch["launcher"] == "torchrun"
-    assert checks.agreement(result) is None and result.ranks[0].grad_check["grads"]["worst"]
+    assert agreement.agreement(result) is None and result.ranks[0].grad_check["grads"]["worst"]
     assert result.ranks[0].shards == ["params", "grads", "optimizer"]  # what the launching side judges, reported
 
 
 def test_hf_references_need_fixtures_hf(monkeypatch):
     real = loader.importlib.util.find_spec
-    monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name, *a: None if name == "fixtures.hf" else
+    monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name, *a: None if name == "scalegate.workloads.hf" else
                         real(name, *a))
     with pytest.raises(SpecError, match="'hf:gpt2' needs fixtures/hf.py") as err:
-        fixtures.load("hf:gpt2", where="--scaling-models hf:gpt2")
+        workloads.load("hf:gpt2", where="--scaling-models hf:gpt2")
     assert err.value.hint
 
 
 def test_hf_references_call_hf_workload_lazily_once_per_model_type(monkeypatch):
-    cnn = fixtures.get("cnn")
+    cnn = workloads.get("cnn")
     calls: list[str] = []
 
     class Gpt2(cnn):
@@ -117,17 +117,17 @@ def test_hf_references_call_hf_workload_lazily_once_per_model_type(monkeypatch):
         return Gpt2
 
     # a stand-in with fixtures/hf.py's one function shows the resolver's dispatch on its own
-    stand_in = types.ModuleType("fixtures.hf")
+    stand_in = types.ModuleType("scalegate.workloads.hf")
     stand_in.hf_workload = hf_workload
-    monkeypatch.setitem(sys.modules, "fixtures.hf", stand_in)
-    monkeypatch.setattr(fixtures, "hf", stand_in, raising=False)  # `from fixtures import hf` reads it once imported
+    monkeypatch.setitem(sys.modules, "scalegate.workloads.hf", stand_in)
+    monkeypatch.setattr(workloads, "hf", stand_in, raising=False)  # `from scalegate.workloads import hf` reads it once imported
     monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name, *a: object())
     loader._hf_class.cache_clear()
     try:
-        assert fixtures.load("hf:gpt2") is Gpt2 and fixtures.load("hf:gpt2") is Gpt2
+        assert workloads.load("hf:gpt2") is Gpt2 and workloads.load("hf:gpt2") is Gpt2
         hf_spec = CaseSpec(strategy="ddp", model="hf_gpt2", preset="tiny", topology="1x2", micro_batch=32,
                            workload="hf:gpt2")
-        assert fixtures.resolve(hf_spec) is Gpt2
+        assert workloads.resolve(hf_spec) is Gpt2
         assert calls == ["gpt2"]
     finally:
         loader._hf_class.cache_clear()

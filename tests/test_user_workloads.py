@@ -27,7 +27,7 @@ def workload_module(name: str = "my_w", cls: str = "MyW", extra: str = "", prese
         import torch
         from torch import nn
 
-        from harness import Preset, Workload
+        from scalegate import Preset, Workload
 
 
         class {cls}(Workload):
@@ -48,7 +48,7 @@ def workload_module(name: str = "my_w", cls: str = "MyW", extra: str = "", prese
 def _strategy_modules():
     """Import every strategy module here first: an in-process pytester run drops the modules it imported when
     it ends, and torch refuses to import torch.distributed's operator libraries a second time."""
-    from harness import strategies
+    from scalegate import strategies
 
     for name in strategies.names():
         strategies.get(name)
@@ -98,7 +98,7 @@ def test_the_spec_carries_the_reference_and_the_directory_the_ranks_import_it_fr
     pytester.path.joinpath("mypkg", "models.py").write_text(workload_module())
     pytester.makeconftest(textwrap.dedent("""\
         import json
-        from harness.plugin import _cases
+        from scalegate.plugin import _cases
 
         def pytest_collection_finish(session):
             specs = [c.spec.to_dict() for c in _cases(session.config)]
@@ -128,7 +128,7 @@ def test_the_same_class_from_a_hook_and_an_option_is_one_workload(pytester):
 
 
 def test_a_built_in_named_by_its_import_path_is_the_built_in(pytester):
-    result = _run(pytester, "--co", "-q", "--scaling-models", "fixtures.cnn:CNN", "--scaling-strategies", "ddp",
+    result = _run(pytester, "--co", "-q", "--scaling-models", "scalegate.workloads.cnn:CNN", "--scaling-strategies", "ddp",
                   "--scaling-topologies", "1x2")
     assert _ids(result) == ["ddp-cnn-1x2"]
 
@@ -180,7 +180,7 @@ BAD_MODULES = [
      ["--scaling-models my_workloads:MyW: importing 'my_workloads' failed: RuntimeError: boom in the user module"]),
     ("no-class", "", "my_workloads:Nope", ["module 'my_workloads' has no 'Nope'", "its Workload classes: MyW"]),
     ("not-a-workload", "class Plain:\n    name = 'plain'\n", "my_workloads:Plain",
-     ["class my_workloads.Plain is not a Workload subclass", "from harness import Workload"]),
+     ["class my_workloads.Plain is not a Workload subclass", "from scalegate import Workload"]),
     ("no-name", "class NoName(MyW):\n    name = None\n", "my_workloads:NoName", ["workload class NoName has no name"]),
     ("empty-name", "class Empty(MyW):\n    name = ''\n", "my_workloads:Empty", ["has name ''"]),
     ("dash-name", "class Dash(MyW):\n    name = 'my-w'\n", "my_workloads:Dash", ["has name 'my-w'", "letters, digits"]),

@@ -24,14 +24,17 @@ from typing import Callable
 import psutil
 import pytest
 
-import fixtures
-from harness import checks, heartbeat, resources, strategies
-from harness.errors import LaunchError
-from harness.launch import hang, netns, run_case, warm
-from harness.launch.local import LocalLauncher
-from harness.launch.wirecount import ENV_DISABLE
-from harness.spec import CaseSpec, Faults
-from harness.topology import Topology
+from scalegate import workloads
+from scalegate.checks import agreement
+from scalegate.contract import heartbeat
+from scalegate.figures import resources
+from scalegate import strategies
+from scalegate.contract.errors import LaunchError
+from scalegate.launch import hang, netns, run_case, warm
+from scalegate.launch.local import LocalLauncher
+from scalegate.launch.wirecount import ENV_DISABLE
+from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN_ENV = "SCALEGATE_TEST_WARM_TOKEN"
@@ -44,7 +47,7 @@ pytestmark = pytest.mark.slow
 
 def spec(strategy: str = "ddp", timeout_s: float = 240.0, **faults) -> CaseSpec:
     return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2",
-                    micro_batch=fixtures.preset("cnn", "tiny").micro_batch, steps=5, warmup=1,
+                    micro_batch=workloads.preset("cnn", "tiny").micro_batch, steps=5, warmup=1,
                     timeout_s=timeout_s, faults=Faults(**faults))
 
 
@@ -103,7 +106,7 @@ def test_warm_launch_checks_gradients_and_counts_the_bytes_a_cold_launch_counts(
     hot = run_case(spec(), tmp_path / "warm", agents=pool)
     cold = run_case(spec(), tmp_path / "cold")
     assert hot.launch == {"launcher": "warm"} and cold.launch == {"launcher": "torchrun"}
-    assert checks.agreement(hot) is None and checks.loss_curve(hot) is None
+    assert agreement.agreement(hot) is None and agreement.loss_curve(hot) is None
     sent, expected = resources.wire(hot), resources.wire(cold)
     assert sent["source"] == expected["source"] == "netns:lo"  # both exact loopback counts
     assert abs(sent["bytes_per_step"] / expected["bytes_per_step"] - 1) < 0.01, (sent, expected)
@@ -225,7 +228,7 @@ def test_sigkill_of_the_owner_takes_server_forkserver_and_ranks_down(tmp_path, v
         sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'tests')!r})
         from pathlib import Path
         from test_warm import spec
-        from harness.launch import run_case, warm
+        from scalegate.launch import run_case, warm
         run_case(spec(timeout_s=600, hang_rank=1, hang_step=2), Path({str(case_dir)!r}),
                  agents=warm.AgentPool(log_dir=Path({str(tmp_path)!r})))
     """)
@@ -233,7 +236,7 @@ def test_sigkill_of_the_owner_takes_server_forkserver_and_ranks_down(tmp_path, v
     try:
         wait_until_hung(case_dir / "ranks", alive=lambda: owner.poll() is None)
         assert owner.poll() is None, "the owner ended before its launch hung"
-        servers = [p for p in psutil.Process(owner.pid).children() if "harness.agentserver" in p.cmdline()]
+        servers = [p for p in psutil.Process(owner.pid).children() if "scalegate.worker.agent" in p.cmdline()]
         assert len(servers) == 1 and len(hang.worker_pids(servers[0].pid)) == 2
         if victims == "owner and server":  # the server first: its death signal must not stop the ranks for it
             servers[0].kill()
@@ -275,7 +278,7 @@ def test_a_server_that_cannot_start_says_why_and_its_cases_launch_cold(tmp_path,
     # run_case launches the case cold instead, and says so; the pool does not try that server again
     result = run_case(spec(), tmp_path / "case", agents=broken)
     assert result.launch == {"launcher": "torchrun", "note": f"launched with a cold torchrun: {why}"}
-    assert checks.agreement(result) is None
+    assert agreement.agreement(result) is None
     log = (tmp_path / f"agentserver-{os.getpid()}.log").read_text()
     assert log.count("No module named 'scalegate_no_such_module'") == 1
     broken.close()

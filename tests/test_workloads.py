@@ -15,23 +15,23 @@ from pathlib import Path
 import pytest
 import torch
 
-import fixtures
-from fixtures import data, squad
-from harness.errors import SpecError
+from scalegate import workloads
+from scalegate.workloads import data, squad
+from scalegate.contract.errors import SpecError
 
 NEW = ("rnn_mnist", "resnet", "bert_qa")
 
 
 def _model(name: str, preset: str = "tiny", seed: int = 0, data_dir: str | None = None):
-    workload = fixtures.get(name)(preset, seed, data_dir)
+    workload = workloads.get(name)(preset, seed, data_dir)
     torch.manual_seed(seed)
     return workload, workload.build_model()
 
 
 @pytest.mark.parametrize("name", NEW)
 def test_registered_with_three_presets(name):
-    assert name in fixtures.names()
-    assert set(fixtures.get(name).presets) >= {"tiny", "small", "full"}
+    assert name in workloads.names()
+    assert set(workloads.get(name).presets) >= {"tiny", "small", "full"}
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -45,14 +45,14 @@ def test_builds_and_maps_a_batch_to_a_loss(name):
 @pytest.mark.parametrize("name", NEW)
 def test_global_batch_is_the_same_for_every_world_size(name):
     """Every rank builds its own workload; at any world size the global batch starts with the same samples."""
-    mb = fixtures.get(name).presets["tiny"].micro_batch
-    x1, y1 = fixtures.get(name)("tiny", 7).global_batch(0, mb)
+    mb = workloads.get(name).presets["tiny"].micro_batch
+    x1, y1 = workloads.get(name)("tiny", 7).global_batch(0, mb)
     for world in (2, 4):
-        rank_copies = [fixtures.get(name)("tiny", 7) for _ in range(2)]
+        rank_copies = [workloads.get(name)("tiny", 7) for _ in range(2)]
         (xa, ya), (xb, yb) = (w.global_batch(0, mb * world) for w in rank_copies)
         assert torch.equal(xa, xb) and torch.equal(ya, yb), "ranks must see the same global batch"
         assert torch.equal(xa[:mb], x1) and torch.equal(ya[:mb], y1)
-    other = fixtures.get(name)("tiny", 8).global_batch(0, mb)[0]
+    other = workloads.get(name)("tiny", 8).global_batch(0, mb)[0]
     assert not torch.equal(other, x1), "the seed must change the data"
 
 
@@ -88,7 +88,7 @@ def test_pipeline_stages_chain_to_the_model(name):
 
 
 def test_resnet_full_is_resnet50_and_uses_groupnorm():
-    workload = fixtures.get("resnet")("full", 0)
+    workload = workloads.get("resnet")("full", 0)
     model = workload.build_model()
     assert [len(getattr(model, f"layer{i}")) for i in range(1, 5)] == [3, 4, 6, 3]
     assert model.head.fc.in_features == 2048
@@ -116,12 +116,12 @@ def test_bert_qa_matches_the_transformers_forward_with_padding():
 def test_bert_qa_declares_transformers_and_skips_without_it(monkeypatch):
     import importlib.util
 
-    cls = fixtures.get("bert_qa")
+    cls = workloads.get("bert_qa")
     assert "transformers" in cls.packages and cls.unavailable() is None
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "transformers" else real(n, *a))
     assert "transformers" in cls.unavailable()
-    assert fixtures.get("resnet").unavailable() is None
+    assert workloads.get("resnet").unavailable() is None
 
 
 def test_synthetic_squad_targets_point_at_the_markers():
@@ -250,7 +250,7 @@ def test_squad_reader_errors_name_the_file_and_hint(tmp_path):
 # --- --scaling-data-dir reaches the workers ------------------------------------------------------
 
 def test_data_dir_option_must_be_a_directory(tmp_path):
-    from harness.options import _data_dir
+    from scalegate.plan.options import _data_dir
 
     assert _data_dir(None) is None and _data_dir(str(tmp_path)) == str(tmp_path.resolve())
     with pytest.raises(SpecError, match=r"(?s)--scaling-data-dir .*missing is not a directory.*HINT"):
@@ -259,9 +259,9 @@ def test_data_dir_option_must_be_a_directory(tmp_path):
 
 def test_workers_read_the_data_dir_and_report_a_missing_file(tmp_path):
     """A real one-process launch: the worker looks in the data directory and its SpecError comes back."""
-    from harness.errors import LaunchError
-    from harness.launch import run_case
-    from harness.spec import CaseSpec
+    from scalegate.contract.errors import LaunchError
+    from scalegate.launch import run_case
+    from scalegate.contract.spec import CaseSpec
 
     spec = CaseSpec(strategy="single", model="rnn_mnist", preset="tiny", topology="1x1", micro_batch=4, steps=1,
                     warmup=0, timeout_s=120)
@@ -290,8 +290,8 @@ def test_bert_qa_freezes_only_parameters_whose_gradient_is_identically_zero():
 def test_matrix_skips_bert_qa_with_the_missing_package_named(monkeypatch):
     import importlib.util
 
-    from harness import hostinfo, matrix
-    from harness.spec import CaseSpec
+    from scalegate.plan import hostinfo, matrix
+    from scalegate.contract.spec import CaseSpec
 
     host = hostinfo.detect()
     spec = CaseSpec(strategy="ddp", model="bert_qa", preset="tiny", topology="1x2", micro_batch=4)

@@ -5,7 +5,7 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
-from harness import LightningWorkload, Preset
+from scalegate import LightningWorkload, Preset
 
 
 class LitClassifier(pl.LightningModule):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness import Preset, Workload
+from scalegate import Preset, Workload
 
 
 class Block(nn.Module):

@@ -25,10 +25,10 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import baselines
-from harness.history import changepoint, store
-from harness.history.store import Point
-from harness.judge import quarantine
+from scalegate.record import baselines
+from scalegate.history import changepoint, store
+from scalegate.history.store import Point
+from scalegate.record import quarantine
 
 HIGHER_IS_BETTER = ("efficiency", "local_efficiency", "throughput", "mfu")
 LOWER_IS_BETTER = ("peak_memory_bytes", "bytes_per_step", "checkpoint_s_per_gb")
@@ -198,7 +198,7 @@ def text(verdicts: list[SeriesVerdict], settings: Settings) -> str:
         for c in v.new_regressions:
             good, bad = (x.removesuffix("-dirty") for x in (c.last_good.commit, c.first_bad.commit))
             steps.setdefault((good, bad, v.case_id), []).append(v.metric)
-    lines += [f"  next: python -m harness bisect {good} {bad} -k {case}   # {', '.join(metrics)}"
+    lines += [f"  next: python -m scalegate bisect {good} {bad} -k {case}   # {', '.join(metrics)}"
               for (good, bad, case), metrics in steps.items()]
     return "\n".join(lines) + "\n"
 

@@ -1,10 +1,10 @@
-"""``python -m harness history ...``: the results history and its change-point verdicts (docs/history.md).
+"""``python -m scalegate history ...``: the results history and its change-point verdicts (docs/history.md).
 
-    python -m harness history add results/nightly-123 [RUN ...] [--db FILE]   # idempotent per run id
-    python -m harness history list [--db FILE]
-    python -m harness history show ddp-cnn-1x2 [--db FILE]
-    python -m harness history check [--db FILE] [--case CASE ...] [--recent 5] [--min-effect 0.05]
-    python -m harness history report --out DIR [--db FILE]                    # DIR/index.html
+    python -m scalegate history add results/nightly-123 [RUN ...] [--db FILE]   # idempotent per run id
+    python -m scalegate history list [--db FILE]
+    python -m scalegate history show ddp-cnn-1x2 [--db FILE]
+    python -m scalegate history check [--db FILE] [--case CASE ...] [--recent 5] [--min-effect 0.05]
+    python -m scalegate history report --out DIR [--db FILE]                    # DIR/index.html
 
 --db defaults to $SCALEGATE_HISTORY_DB, else results/history.sqlite. check exits 0 without a new regression,
 1 with one (a change point whose first bad run is among the last --recent runs, case not quarantined),
@@ -18,8 +18,8 @@ import json
 import os
 from pathlib import Path
 
-from harness.errors import ScalegateError
-from harness.history import changepoint, check, ingest, store
+from scalegate.contract.errors import ScalegateError
+from scalegate.history import changepoint, check, ingest, store
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 
@@ -105,7 +105,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.history import page
+    from scalegate.history import page
 
     verdicts, settings = _verdicts(args)
     index = page.write(verdicts, Path(args.out), db_path(args), settings)

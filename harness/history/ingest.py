@@ -13,9 +13,9 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from harness import runfiles, runstate
-from harness.errors import ScalegateError
-from harness.history.store import CaseRow, Run
+from scalegate.record import runfiles, run_status
+from scalegate.contract.errors import ScalegateError
+from scalegate.history.store import CaseRow, Run
 
 TIMING = ("efficiency", "local_efficiency", "throughput", "mfu")
 NO_METRICS = ("failed", "error")
@@ -51,7 +51,7 @@ def _most_common(values: list[str], default: str) -> str:
 def from_directory(run_dir: Path, *, commit: str | None = None, date: str | None = None, note: str = "",
                    partial: bool = False) -> tuple[Run, list[CaseRow]]:
     """``commit``/``date`` override what the run recorded (a backfill, or a synthetic series: say so in ``note``)."""
-    state = runstate.read(Path(run_dir))
+    state = run_status.read(Path(run_dir))
     if state in ("running", "partial") and not partial:
         raise ScalegateError(f"{run_dir} is a {state} run (its run.json): the history takes finished runs",
                              "wait for it to finish, or pass --partial to add the cases it did finish")

@@ -18,8 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness import atomic  # noqa: E402
-from harness.history import check as C  # noqa: E402
+from scalegate.contract import atomic  # noqa: E402
+from scalegate.history import check as C  # noqa: E402
 
 COLORS = {C.REGRESSION: "#d62728", C.IMPROVEMENT: "#2ca02c", C.SUSPICIOUS: "#ff7f0e"}
 UNITS = {"peak_memory_bytes": ("peak memory (MiB)", 2**20), "bytes_per_step": ("MB on the wire per step", 1e6),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from harness.errors import ScalegateError
+from scalegate.contract.errors import ScalegateError
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 120.0
@@ -73,7 +73,7 @@ def default_path(root: Path) -> Path:
 def _bad(path: Path, why: str) -> ScalegateError:
     return ScalegateError(f"history database {path} {why}",
                           "pass the right file with --db (or SCALEGATE_HISTORY_DB), or move the broken file away "
-                          "and add the runs again with `python -m harness history add results/<run>`")
+                          "and add the runs again with `python -m scalegate history add results/<run>`")
 
 
 @contextlib.contextmanager
@@ -83,7 +83,7 @@ def connect(path: Path, *, create: bool = False) -> Iterator[sqlite3.Connection]
     if not path.exists():
         if not create:
             raise ScalegateError(f"history database {path} does not exist",
-                                 "add a run first: python -m harness history add results/<run> [--db FILE]")
+                                 "add a run first: python -m scalegate history add results/<run> [--db FILE]")
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)

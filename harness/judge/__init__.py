@@ -1,14 +1,13 @@
 """One judge for every caller: ``judge(record, baseline, overrides) -> Outcome``.
 
-pytest (the session), ``python -m harness compare`` and ``python -m harness gate`` hand the same
+pytest (the session), ``python -m scalegate compare`` and ``python -m scalegate gate`` hand the same
 ``CaseRecord`` (written into each case's result file) to the same pure function. Definitions of the two
 efficiencies and of the sequential test: docs/gate.md.
 """
 
-from harness.judge.core import judge
-from harness.judge.outcome import (AB, CLASSIC, FAILED, IMPROVED, LOCAL, NO_BASELINE, NOISY, NOT_MEANINGFUL, OK, REGRESSED,
-                                   SEVERITY, MetricVerdict, Outcome, Overrides)
-from harness.judge.record import CaseRecord, Conduct, LaunchRecord, launch_record, pooled_steps
+from scalegate.judge.core import judge
+from scalegate.judge.outcome import AB, CLASSIC, FAILED, IMPROVED, LOCAL, NO_BASELINE, NOISY, NOT_MEANINGFUL, OK, REGRESSED, SEVERITY, MetricVerdict, Outcome, Overrides
+from scalegate.judge.evidence import CaseRecord, Conduct, LaunchRecord, launch_record, pooled_steps
 
 __all__ = ["AB", "CLASSIC", "FAILED", "IMPROVED", "LOCAL", "NO_BASELINE", "NOISY", "NOT_MEANINGFUL", "OK", "REGRESSED",
            "SEVERITY", "CaseRecord", "Conduct", "LaunchRecord", "MetricVerdict", "Outcome", "Overrides", "judge",

@@ -4,8 +4,8 @@ Why not a stored baseline (docs/detection.md, sixth set): on the 2-core VMs a ca
 level of its own on every VM and day. fsdp-cnn-1x2 read 0.41 on one VM in 8 launches out of 8 against 0.467
 recorded from 20 rounds on another: a clean run 11% "below baseline", a certain false alarm for a gate that must
 catch 10%. Measuring the base commit in the same run removes that level, as ``asv continuous`` and Chromium's
-pinpoint do. ``python -m harness gate --base REF`` launches both commits in alternating order round by round
-(harness/gaterounds.py) and hands each case's two records to ``harness.judge.judge(..., base=...)``.
+pinpoint do. ``python -m scalegate gate --base REF`` launches both commits in alternating order round by round
+(harness/cli/gate_rounds.py) and hands each case's two records to ``scalegate.judge.judge(..., base=...)``.
 
 The test: per round r, x_r = ln(L_head,r / L_base,r) of the two launches' local efficiencies; the sequential
 test of ``sequential.py`` on the ratios against 1 (no change) and 1 - detect, with no baseline error of its own
@@ -25,12 +25,12 @@ import math
 import statistics
 from pathlib import Path
 
-from harness import verdict as V
-from harness.baselines import BaselineFile
-from harness.judge import estimates, sequential
-from harness.judge.outcome import AB, Overrides
-from harness.judge.record import CaseRecord
-from harness.judge.timing import MIN_SIGMA_LAUNCHES, Timing
+from scalegate.judge import metric as V
+from scalegate.record.baselines import BaselineFile
+from scalegate.judge import estimates, sequential
+from scalegate.judge.outcome import AB, Overrides
+from scalegate.judge.evidence import CaseRecord
+from scalegate.judge.timing import MIN_SIGMA_LAUNCHES, Timing
 
 DEFAULT_SIGMA = 0.05  # one launch's spread of ln(local efficiency) where nothing was recorded
 OWN_SPREAD_ROUNDS = 2  # the rounds own spread only ever widens sigma, so it may start at two
@@ -41,7 +41,7 @@ OWN_SPREAD_ROUNDS = 2  # the rounds own spread only ever widens sigma, so it may
 SIGMA_FLOOR = 0.05
 MIN_ROUNDS = 2  # for either decision: one round that reads no change is confirmed as one that reads a drop is
 DEFAULT_TOLERANCES = {"peak_memory_bytes": 0.25, "bytes_per_step": 0.05, "final_loss": 0.25,
-                      "checkpoint_s_per_gb": 1.0}  # harness/update.py CHECKPOINT_TOLERANCE
+                      "checkpoint_s_per_gb": 1.0}  # harness/record/update.py CHECKPOINT_TOLERANCE
 
 
 def sigma_prior(baseline: BaselineFile | None, key: str) -> tuple[float, str]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 
-from harness import verdict as V
-from harness.baselines import BaselineFile, Reference
-from harness.judge.outcome import MetricVerdict, Overrides
-from harness.judge.record import CaseRecord, LaunchRecord
-from harness.stats import Estimate
+from scalegate.judge import metric as V
+from scalegate.record.baselines import BaselineFile, Reference
+from scalegate.judge.outcome import MetricVerdict, Overrides
+from scalegate.judge.evidence import CaseRecord, LaunchRecord
+from scalegate.figures.stats import Estimate
 
 
 def reference(baseline: BaselineFile | None, record: CaseRecord, metric: str,
@@ -106,7 +106,7 @@ def mfu(record: CaseRecord, estimate: Estimate | None, baseline: BaselineFile | 
         overrides: Overrides) -> list[MetricVerdict]:
     """MFU against the baseline's, where it has one: noise-aware like the classic efficiency (the baseline's own
     noise, and the spread between hosts when it was recorded on another). MFU is throughput over a fixed count
-    and the device's peak. Judged by default where the peak is a datasheet figure (a GPU: harness/peaks.py);
+    and the device's peak. Judged by default where the peak is a datasheet figure (a GPU: harness/figures/peaks.py);
     against a peak *measured* on a shared CPU host only where the test opts in
     (``@pytest.mark.scaling_tolerance(mfu=0.2)``), as raw throughput: the peak and the steps are measured at
     different moments, and a host's load between them moves MFU as it moves throughput, which the efficiency's
@@ -115,7 +115,7 @@ def mfu(record: CaseRecord, estimate: Estimate | None, baseline: BaselineFile | 
     measured = record.peak_source.startswith("measured")
     if ref is None or estimate is None or baseline is None or (measured and "mfu" not in record.tolerances):
         return []
-    from harness.judge.timing import host_spread  # timing imports this module
+    from scalegate.judge.timing import host_spread  # timing imports this module
 
     noise = float(baseline.cases.get(record.key, {}).get("noise_rel", 0.0) or 0.0)
     spread, recorded = host_spread(baseline, record)

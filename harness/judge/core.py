@@ -12,7 +12,7 @@ Order (STYLE.md: a case that fails correctness reports no performance verdict):
    fails ``no-baseline``;
 6. a quarantine in the baseline (reason, until a date) keeps the verdict but not its failure (``quarantine.py``).
 
-pytest (``harness/session.py``), ``python -m harness compare`` and ``python -m harness gate`` all call this
+pytest (``harness/session.py``), ``python -m scalegate compare`` and ``python -m scalegate gate`` all call this
 function on the same ``CaseRecord``, so they cannot disagree (tests/test_judge.py runs the same records
 through pytest and compare).
 """
@@ -23,13 +23,15 @@ import dataclasses
 import math
 import statistics
 
-from harness import metrics, peaks, stats
-from harness import verdict as V
-from harness.baselines import BaselineFile
-from harness.judge import ab, budgets, estimates, quarantine, timing
-from harness.judge.outcome import AB, LOCAL, SEVERITY, MetricVerdict, Outcome, Overrides
-from harness.judge.record import CaseRecord
-from harness.stats import Estimate
+from scalegate.contract import metrics
+from scalegate.figures import peaks, stats
+from scalegate.judge import metric as V
+from scalegate.record.baselines import BaselineFile
+from scalegate.judge import ab, budgets, estimates, timing
+from scalegate.record import quarantine
+from scalegate.judge.outcome import AB, LOCAL, SEVERITY, MetricVerdict, Outcome, Overrides
+from scalegate.judge.evidence import CaseRecord
+from scalegate.figures.stats import Estimate
 
 
 def judge(record: CaseRecord, baseline: BaselineFile | None, overrides: Overrides = Overrides(),

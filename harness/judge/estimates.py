@@ -2,9 +2,9 @@
 
 - **efficiency** (DESIGN.md, the reports' figure): throughput of the case over the throughput of the
   single process measured in a separate 1x1 launch of the same session, divided by W. Medians of the
-  measured steps; bootstrap interval from ``harness/stats.py``.
+  measured steps; bootstrap interval from ``harness/figures/stats.py``.
 - **local efficiency** (docs/gate.md): in the same launch, per pair i, the ranks' mean local step over
-  the slowest rank's distributed step (``harness/localstep.py``); the launch's value is the 20%-trimmed
+  the slowest rank's distributed step (``harness/measure/local_steps.py``); the launch's value is the 20%-trimmed
   mean of the pairs' log ratios, exponentiated. Trimmed rather than a median: on the 2-core VMs it
   gave the same centre with a slightly narrower spread between launches (docs/detection.md, fifth set),
   and a stalled step in either half of a pair still cannot move it.
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from harness import stats
-from harness.judge.record import CaseRecord, LaunchRecord
-from harness.stats import Estimate
+from scalegate.figures import stats
+from scalegate.judge.evidence import CaseRecord, LaunchRecord
+from scalegate.figures.stats import Estimate
 
 MIN_PAIRS = 5
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness import verdict as V
-from harness.judge.quarantine import today
+from scalegate.judge import metric as V
+from scalegate.record.quarantine import today
 
 if TYPE_CHECKING:
-    from harness.results import CaseResult
+    from scalegate.contract.results import CaseResult
 
 OK, REGRESSED, IMPROVED, NOISY, NO_BASELINE, NOT_MEANINGFUL, FAILED = (
     V.OK, V.REGRESSED, V.IMPROVED, V.NOISY, V.NO_BASELINE, V.NOT_MEANINGFUL, V.FAILED)
@@ -57,7 +57,7 @@ class Outcome:
     local_ci: tuple[float, float] | None = None
     baseline_local_efficiency: float | None = None
     launch_local_efficiencies: tuple[float, ...] = ()
-    # FLOPs and MFU (harness/peaks.py): counted FLOPs of one step at the measured throughput, per device, over
+    # FLOPs and MFU (harness/figures/peaks.py): counted FLOPs of one step at the measured throughput, per device, over
     # the device's peak; None with the reason in mfu_unavailable (n/a: no count, or no peak for the device)
     tokens_per_s: float | None = None
     flops_per_step: float | None = None
@@ -78,7 +78,7 @@ class Outcome:
     # filled in by the session, not by the judge: the median launch and its resources, for records and plots
     result: "CaseResult | None" = None
     resources: dict[str, Any] = field(default_factory=dict)
-    stragglers: dict[str, Any] = field(default_factory=dict)  # which rank arrives last (harness/stragglers.py)
+    stragglers: dict[str, Any] = field(default_factory=dict)  # which rank arrives last (harness/figures/stragglers.py)
 
     @property
     def failed(self) -> bool:

@@ -1,6 +1,6 @@
 """Sequential verdicts over launches: launch again only while the evidence is undecided.
 
-Each launch gives one local efficiency L_i (``harness/localstep.py``); the gate works on
+Each launch gives one local efficiency L_i (``harness/measure/local_steps.py``); the gate works on
 x_i = ln(L_i / B), B the baseline's. Two hypotheses, the shape of an SPRT (Wald 1945):
 
 - H0, no change: x ~ N(0, s^2);

@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import verdict as V
-from harness.baselines import BaselineFile
-from harness.judge import sequential
-from harness.judge.budgets import reference
-from harness.judge.outcome import CLASSIC, LOCAL, Overrides
-from harness.judge.record import CaseRecord
-from harness.stats import Estimate
+from scalegate.judge import metric as V
+from scalegate.record.baselines import BaselineFile
+from scalegate.judge import sequential
+from scalegate.judge.budgets import reference
+from scalegate.judge.outcome import CLASSIC, LOCAL, Overrides
+from scalegate.judge.evidence import CaseRecord
+from scalegate.figures.stats import Estimate
 
 DEFAULT_SIGMA = 0.05  # a local baseline recorded from too few launches to measure its own spread
 MIN_SIGMA_LAUNCHES = 3
@@ -81,8 +81,8 @@ def local(record: CaseRecord, values: list[float], baseline: BaselineFile, overr
             f"launch spread ±{found.sigma:.1%} from {launches} baseline launch{'es' if launches > 1 else ''}"
             + (f"; recorded on another host ({recorded}, this is {record.host}): hosts' levels spread ±{spread:.1%}"
                if spread else ""))
-    ways_out = ("record baselines on this host (python -m harness record-baselines) or gate against the base "
-                "commit (python -m harness gate --base REF)")
+    ways_out = ("record baselines on this host (python -m scalegate record-baselines) or gate against the base "
+                "commit (python -m scalegate gate --base REF)")
     other_host = f"; a baseline from another host leaves this band: {ways_out}" if spread else ""
     cannot = (f"; with a baseline from another host no verdict is reachable within {design.max_launches} launches: "
               f"{ways_out}") if spread else ""

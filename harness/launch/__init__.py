@@ -1,5 +1,5 @@
 """Launchers turn a case into argument lists and run them; they never import the worker side."""
 
-from harness.launch.local import LocalLauncher, run_case
+from scalegate.launch.local import LocalLauncher, run_case
 
 __all__ = ["LocalLauncher", "run_case"]

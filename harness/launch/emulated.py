@@ -24,12 +24,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness import affinity
-from harness.errors import LaunchError, SpecError
-from harness.launch import hang, netns, process
-from harness.launch.local import LocalLauncher, first_failure
-from harness.results import CaseResult, RankResult, aggregate
-from harness.spec import CaseSpec
+from scalegate.contract import affinity
+from scalegate.contract.errors import LaunchError, SpecError
+from scalegate.launch import hang, netns, process
+from scalegate.launch.local import LocalLauncher, first_failure
+from scalegate.contract.results import CaseResult, RankResult, aggregate
+from scalegate.contract.spec import CaseSpec
 
 SUBNET = "198.18.0"  # RFC 2544 benchmarking range; lives only inside the case's namespaces
 IFNAME = "eth0"
@@ -101,7 +101,7 @@ def run_case(spec: CaseSpec, case_dir: Path, link_rate: str = "1gbit", launcher:
                                    "note": f"links not shaped: {reason}; nodes ran as loopback agents"})
     with netns.Scope() as scope:
         fabric = build_fabric(scope, spec.topo.nodes, link_rate, spec.case_id.replace("-", "")[:24])
-        # The wire counter (harness/wire.py) reads eth0: only what crosses the node's link.
+        # The wire counter (harness/measure/wire.py) reads eth0: only what crosses the node's link.
         env = {"GLOO_SOCKET_IFNAME": IFNAME, "SCALEGATE_WIRE_IFACE": IFNAME}
         plans = [(replace(base, master_addr=node_address(0)), netns.exec_prefix(ns), {**env, affinity.ENV: cpus})
                  for ns, cpus in zip(fabric.nodes, _cpu_slices(spec))]

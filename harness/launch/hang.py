@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import heartbeat
+from scalegate.contract import heartbeat
 
 PY_SPY_TIMEOUT_S = 10.0
 
@@ -28,7 +28,7 @@ def py_spy() -> str | None:
 
 
 def worker_pids(root_pid: int) -> list[int]:
-    """Rank processes under the launcher: ``-m harness.worker`` in their command line (a cold torchrun
+    """Rank processes under the launcher: ``-m scalegate.worker`` in their command line (a cold torchrun
     started them), or forked by a multiprocessing forkserver (the warm agent's ranks carry its command line)."""
     try:
         children = psutil.Process(root_pid).children(recursive=True)
@@ -37,7 +37,7 @@ def worker_pids(root_pid: int) -> list[int]:
     pids = []
     for child in children:
         try:
-            if "harness.worker" in child.cmdline() or (_is_forkserver(child) and _is_forkserver(child.parent())):
+            if "scalegate.worker" in child.cmdline() or (_is_forkserver(child) and _is_forkserver(child.parent())):
                 pids.append(child.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.errors import LaunchError
-from harness.launch import hang, process, warm, wirecount
-from harness.results import CaseResult, RankResult, aggregate
-from harness.spec import CaseSpec
+from scalegate.contract.errors import LaunchError
+from scalegate.launch import hang, process, warm, wirecount
+from scalegate.contract.results import CaseResult, RankResult, aggregate
+from scalegate.contract.spec import CaseSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +36,7 @@ class LocalLauncher:
             "--master-addr", self.master_addr, "--master-port", str(port),
             "--max-restarts", "0", "--monitor-interval", "0.1",
             "--log-dir", str(log_dir), "--redirects", "3",
-            "-m", "harness.worker", str(spec_path), str(out_dir),
+            "-m", "scalegate.worker", str(spec_path), str(out_dir),
         ]
 
     def environment(self, spec: CaseSpec, data_dir: str | None = None) -> dict[str, str]:

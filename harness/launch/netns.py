@@ -44,7 +44,7 @@ from typing import Iterator
 
 import psutil
 
-from harness.errors import LaunchError
+from scalegate.contract.errors import LaunchError
 
 PREFIX = "sg-"
 NETNS_DIR = Path("/run/netns")

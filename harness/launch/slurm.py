@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from harness.errors import LaunchError, SpecError
-from harness.launch import process
-from harness.launch.local import LocalLauncher, first_failure
-from harness.results import CaseResult, RankResult, aggregate
-from harness.spec import CaseSpec
-from harness.topology import Topology
+from scalegate.contract.errors import LaunchError, SpecError
+from scalegate.launch import process
+from scalegate.launch.local import LocalLauncher, first_failure
+from scalegate.contract.results import CaseResult, RankResult, aggregate
+from scalegate.contract.spec import CaseSpec
+from scalegate.contract.topology import Topology
 
 PORT_BASE, PORT_SPAN = 12000, 16000  # below Linux's ephemeral range (32768+)
 WAIT_S = float(os.environ.get("SCALEGATE_SLURM_WAIT_S", 3600))  # how long a node waits for node 0

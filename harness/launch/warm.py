@@ -1,6 +1,6 @@
 """Warm launches: one long-lived torchrun agent per session forks each launch's ranks (launch side).
 
-The server (``python -m harness.agentserver``) imports torch and the harness once and runs the real
+The server (``python -m scalegate.worker.agent``) imports torch and the harness once and runs the real
 torchrun agent for every launch with ``--start-method forkserver`` (its docstring says what is and
 is not shared between launches). This side starts it, keeps it while the cases it serves need no
 module it has not preloaded (a case with DeepSpeed after DDP cases restarts it with DeepSpeed
@@ -15,7 +15,7 @@ case's own failure and is reported as on the cold path.
 
 Nothing outlives the session's process: the server gets SIGTERM when the thread that started it
 exits (PR_SET_PDEATHSIG; its agent then stops the ranks), the forkserver exits when the server
-does, and every rank gets SIGKILL when the forkserver exits (set in ``harness.worker.forked_main``).
+does, and every rank gets SIGKILL when the forkserver exits (set in ``scalegate.worker.entry.forked_main``).
 A namespace left by a SIGKILLed session is deleted when the next pool starts a server.
 
 A single-node job's bytes on the wire are counted on the loopback of a private network namespace
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.errors import LaunchError
-from harness.launch import netns, process, wirecount
-from harness.spec import CaseSpec
+from scalegate.contract.errors import LaunchError
+from scalegate.launch import netns, process, wirecount
+from scalegate.contract.spec import CaseSpec
 
 START_TIMEOUT_S = 180.0  # importing torch, DeepSpeed and Lightning on a loaded 2-core machine
 EXIT_WAIT_S = 5.0  # an idle server exits at the end of its input; a busy or stuck one is killed after this
@@ -58,19 +58,19 @@ class AgentDied(LaunchError):
 
 def modules_for(spec: CaseSpec) -> frozenset[str]:
     """The optional packages the case's ranks import (DeepSpeed, Lightning, transformers), its parity companion's
-    included; the server's base set has torch and the harness (``harness.agentserver.BASE_PRELOAD``), and a rank
+    included; the server's base set has torch and the harness (``scalegate.worker.agent.BASE_PRELOAD``), and a rank
     imports its own strategy and workload modules (milliseconds).
 
     A server preloads exactly this set, never a superset: RSS counts the pages of every imported module, so a
     DDP rank forked from a server that had imported DeepSpeed would show a higher peak memory than it costs.
     The key depends only on the case, so its memory does not depend on which cases ran before it.
     """
-    import fixtures
-    from harness import strategies
+    from scalegate import workloads
+    from scalegate import strategies
 
     used = [strategies.get(name) for name in filter(None, (spec.strategy, spec.companion))]
     # a user's workload (spec.workload) is imported here, from the spec's import_paths, as each rank will
-    return frozenset({*(p for s in used for p in s.packages), *fixtures.resolve(spec).packages})
+    return frozenset({*(p for s in used for p in s.packages), *workloads.resolve(spec).packages})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,7 +195,7 @@ class AgentPool:
     def _spawn(self, prefix: list[str], key: _Key, log: Path) -> _Server:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        argv = prefix + [sys.executable, "-m", "harness.agentserver", "--fds", f"{req_r},{rep_w}",
+        argv = prefix + [sys.executable, "-m", "scalegate.worker.agent", "--fds", f"{req_r},{rep_w}",
                          "--preload", ",".join(sorted(key.modules))]
         try:
             with open(log, "ab") as out:

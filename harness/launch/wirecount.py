@@ -1,7 +1,7 @@
 """A private network namespace per single-node job, so its loopback counts exactly its bytes.
 
 The job's torchrun runs under ``ip netns exec`` in a fresh namespace with ``lo`` up; the workers
-read ``lo``'s tx counter at the edges of their measured window (harness/wire.py). Where no
+read ``lo``'s tx counter at the edges of their measured window (harness/measure/wire.py). Where no
 namespace can be made (not root, no iproute2) or the job spans emulated nodes, the job runs as
 before and its result says why bytes on the wire are unavailable.
 """
@@ -12,10 +12,10 @@ import contextlib
 import os
 from typing import Iterator
 
-from harness.launch import netns
-from harness.spec import CaseSpec
+from scalegate.launch import netns
+from scalegate.contract.spec import CaseSpec
 
-ENV_IFACE = "SCALEGATE_WIRE_IFACE"  # the worker side reads these (harness/wire.py)
+ENV_IFACE = "SCALEGATE_WIRE_IFACE"  # the worker side reads these (harness/measure/wire.py)
 ENV_UNAVAILABLE = "SCALEGATE_WIRE_UNAVAILABLE"
 ENV_DISABLE = "SCALEGATE_NO_NETNS"  # set to 1 to launch in the root namespace (bytes unavailable)
 

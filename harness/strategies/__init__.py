@@ -8,30 +8,30 @@ from __future__ import annotations
 
 import importlib
 
-from harness.errors import SpecError
-from harness.strategies.base import RankContext, Strategy
+from scalegate.contract.errors import SpecError
+from scalegate.strategies.base import RankContext, Strategy
 
 _REGISTRY: dict[str, str] = {
-    "single": "harness.strategies.single:Single",
-    "ddp": "harness.strategies.ddp:DDP",
-    "dp": "harness.strategies.dp:DP",
-    "fsdp": "harness.strategies.fsdp:FSDP",
-    "fsdp1": "harness.strategies.fsdp1:FSDP1",
-    "hsdp": "harness.strategies.hsdp:HSDP",
-    "zero1-torch": "harness.strategies.zero1_torch:Zero1Torch",
-    "pipeline-gpipe": "harness.strategies.pipeline:GPipe",
-    "pipeline-1f1b": "harness.strategies.pipeline:OneFOneB",
-    "deepspeed-zero1": "harness.strategies.deepspeed_zero:DeepSpeedZero1",
-    "deepspeed-zero2": "harness.strategies.deepspeed_zero:DeepSpeedZero2",
-    "deepspeed-zero3": "harness.strategies.deepspeed_zero:DeepSpeedZero3",
-    "fabric-ddp": "harness.strategies.fabric:FabricDDP",
-    "fabric-fsdp": "harness.strategies.fabric:FabricFSDP",
-    "fabric-deepspeed": "harness.strategies.fabric:FabricDeepSpeed",
-    "tp": "harness.strategies.tp:TP",
-    "fsdp-tp": "harness.strategies.tp:FSDPTP",
-    "lightning-ddp": "harness.strategies.lightning_trainer:LightningDDP",
-    "lightning-fsdp": "harness.strategies.lightning_trainer:LightningFSDP",
-    "lightning-deepspeed": "harness.strategies.lightning_trainer:LightningDeepSpeed",
+    "single": "scalegate.strategies.single:Single",
+    "ddp": "scalegate.strategies.ddp:DDP",
+    "dp": "scalegate.strategies.dp:DP",
+    "fsdp": "scalegate.strategies.fsdp:FSDP",
+    "fsdp1": "scalegate.strategies.fsdp1:FSDP1",
+    "hsdp": "scalegate.strategies.hsdp:HSDP",
+    "zero1-torch": "scalegate.strategies.zero1_torch:Zero1Torch",
+    "pipeline-gpipe": "scalegate.strategies.pipeline:GPipe",
+    "pipeline-1f1b": "scalegate.strategies.pipeline:OneFOneB",
+    "deepspeed-zero1": "scalegate.strategies.deepspeed_zero:DeepSpeedZero1",
+    "deepspeed-zero2": "scalegate.strategies.deepspeed_zero:DeepSpeedZero2",
+    "deepspeed-zero3": "scalegate.strategies.deepspeed_zero:DeepSpeedZero3",
+    "fabric-ddp": "scalegate.strategies.fabric:FabricDDP",
+    "fabric-fsdp": "scalegate.strategies.fabric:FabricFSDP",
+    "fabric-deepspeed": "scalegate.strategies.fabric:FabricDeepSpeed",
+    "tp": "scalegate.strategies.tp:TP",
+    "fsdp-tp": "scalegate.strategies.tp:FSDPTP",
+    "lightning-ddp": "scalegate.strategies.lightning_trainer:LightningDDP",
+    "lightning-fsdp": "scalegate.strategies.lightning_trainer:LightningFSDP",
+    "lightning-deepspeed": "scalegate.strategies.lightning_trainer:LightningDeepSpeed",
 }
 
 # Run only when named (--scaling-strategies, scaling_matrix, parity): not part of "all". The Trainer's cases

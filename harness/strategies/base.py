@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from fixtures.base import Workload
-    from harness.spec import CaseSpec
-    from harness.topology import Topology
+    from scalegate.workloads.base import Workload
+    from scalegate.contract.spec import CaseSpec
+    from scalegate.contract.topology import Topology
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +46,7 @@ class Strategy:
     packages: ClassVar[tuple[str, ...]] = ()  # optional packages it imports
     needs_cuda: ClassVar[str] = ""  # non-empty: why it cannot run without CUDA devices
     # What the strategy promises to shard over its shard group ("params", "grads", "optimizer"),
-    # judged by harness/sharding.py against an unsharded replica; "tensor" granularity means whole
+    # judged by harness/checks/sharding.py against an unsharded replica; "tensor" granularity means whole
     # tensors are assigned to ranks (ZeroRedundancyOptimizer), so one rank may hold the largest one.
     shards: ClassVar[tuple[str, ...]] = ()
     shard_granularity: ClassVar[str] = "element"
@@ -56,11 +56,11 @@ class Strategy:
     # None: no simple formula (activations on the wire); the measurement is still recorded.
     wire_factor: ClassVar[float | dict[str, float] | None] = None
     # It gathers or exchanges inside the forward (FSDP, ZeRO-3, TP, pipelines): forward times then do not show which
-    # rank arrives last at the collectives (harness/stragglers.py)
+    # rank arrives last at the collectives (harness/figures/stragglers.py)
     forward_collectives: ClassVar[bool] = False
-    # --scaling-compile applies: the workload's blocks compiled in place before setup wraps them (harness/compiling.py)
+    # --scaling-compile applies: the workload's blocks compiled in place before setup wraps them (harness/worker/compiling.py)
     compiles: ClassVar[bool] = False
-    # --scaling-checkpoint (harness/checkpointing.py): non-empty says why this strategy's state cannot be saved
+    # --scaling-checkpoint (harness/measure/checkpoint.py): non-empty says why this strategy's state cannot be saved
     # and restored by the window, which then reports it as unavailable instead of failing the case
     checkpoint_unavailable: ClassVar[str] = ""
     checkpoint_format: ClassVar[str] = "torch.distributed.checkpoint"
@@ -83,7 +83,7 @@ class Strategy:
 
     @classmethod
     def workload_unavailable(cls, workload: type, topology: "Topology") -> str | None:
-        """Why this strategy cannot run this workload (a ``fixtures.Workload`` subclass) here, or None.
+        """Why this strategy cannot run this workload (a ``scalegate.workloads.Workload`` subclass) here, or None.
 
         For strategies that need something from the workload, e.g. pipeline stages to cut.
         """
@@ -111,9 +111,9 @@ class Strategy:
         The worker hands it over; a strategy built without one (a test) gets the spec's workload afresh.
         """
         if self._workload is None:
-            import fixtures
+            from scalegate import workloads
 
-            self._workload = fixtures.resolve(self.spec)(self.spec.preset, self.spec.seed, dims=self.spec.dims)
+            self._workload = workloads.resolve(self.spec)(self.spec.preset, self.spec.seed, dims=self.spec.dims)
         return self._workload
 
     # --- data: which slice of the global batch this rank computes -------------------------------
@@ -168,12 +168,12 @@ class Strategy:
         ``.grad``, and the optimizer's per-parameter state. Override where the strategy keeps state
         elsewhere (DeepSpeed's flat partitions).
         """
-        from harness.state import module_state_bytes
+        from scalegate.measure.state_bytes import module_state_bytes
 
         assert self.model is not None
         return module_state_bytes(list(self.model.parameters()), self.optimizer)
 
-    # --- checkpoints (harness/checkpointing.py): collective, every rank calls them ---------------
+    # --- checkpoints (harness/measure/checkpoint.py): collective, every rank calls them ---------------
     def save_checkpoint(self, directory: str) -> None:
         """Model and optimizer state with ``torch.distributed.checkpoint``: each rank writes its own shards
         (DTensors of FSDP2 and TP) or, for a replica (DDP), the part DCP's planner assigns it."""

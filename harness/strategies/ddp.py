@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch.nn.parallel import DistributedDataParallel
 
-from harness.strategies.base import Strategy
+from scalegate.strategies.base import Strategy
 
 
 class DDP(Strategy):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-from harness.strategies.base import Strategy
+from scalegate.strategies.base import Strategy
 
 
 CHECKPOINT_TAG = "scalegate"  # one fixed tag: the window writes one checkpoint and reads it back
@@ -77,7 +77,7 @@ class DeepSpeedZero(Strategy):
         self.engine.destroy()
 
     def state_bytes(self):
-        from harness.state import deepspeed_state_bytes  # flat partitions live outside param.grad
+        from scalegate.measure.state_bytes import deepspeed_state_bytes  # flat partitions live outside param.grad
 
         return deepspeed_state_bytes(self.model, self.optimizer)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.strategies.base import Strategy
+from scalegate.strategies.base import Strategy
 
 
 class DP(Strategy):

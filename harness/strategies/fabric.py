@@ -5,7 +5,7 @@ held to parity with raw ``ddp`` (scaling_tests/test_parity.py): Fabric's own ove
 
 Fabric attaches to the process torchrun started: it detects torchelastic's environment, ``launch()``
 creates no processes, and it joins the process group the worker already initialised. A parity launch
-(harness/companion.py) trains raw ``ddp`` beside it in that same group: each wraps its own model in its
+(harness/worker/companion.py) trains raw ``ddp`` beside it in that same group: each wraps its own model in its
 own ``DistributedDataParallel``, and every rank issues their collectives in one order. Lightning
 refuses FSDP and DeepSpeed without CUDA; those refusals are the skip reasons below, quoted from
 Lightning 2.6 (tests/test_strategies_ds_fabric.py runs them on CPU to keep the quotes true).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from harness.strategies.base import Strategy
+from scalegate.strategies.base import Strategy
 
 
 class SummonedFsdp:
@@ -94,11 +94,11 @@ class FabricDeepSpeed(FabricStrategy):
                   "but `CPUAccelerator` is used.\"")
 
     def full_gradients(self) -> dict[str, Any]:
-        from harness.strategies.deepspeed_zero import gathered_gradients
+        from scalegate.strategies.deepspeed_zero import gathered_gradients
 
         return gathered_gradients(self.model)
 
     def full_parameters(self) -> dict[str, Any]:
-        from harness.strategies.deepspeed_zero import gathered_parameters
+        from scalegate.strategies.deepspeed_zero import gathered_parameters
 
         return gathered_parameters(self.model)

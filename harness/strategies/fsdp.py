@@ -13,7 +13,7 @@ from typing import Any
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from harness.strategies.base import Strategy
+from scalegate.strategies.base import Strategy
 
 
 def full(tensor):

@@ -10,7 +10,7 @@ import functools
 from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
 
-from harness.strategies.base import Strategy
+from scalegate.strategies.base import Strategy
 
 # The text torch 2.13 raises when FullyShardedDataParallel is built on a machine without a GPU.
 TORCH_REFUSAL = "FSDP needs a non-CPU accelerator device, but no accelerator device is detected."

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch.distributed.device_mesh import init_device_mesh
 
-from harness.strategies.fsdp import FSDP
+from scalegate.strategies.fsdp import FSDP
 
 
 class HSDP(FSDP):

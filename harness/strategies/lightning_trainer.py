@@ -37,9 +37,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.errors import SpecError
-from harness.strategies.base import Strategy
-from harness.strategies.fabric import SummonedFsdp
+from scalegate.contract.errors import SpecError
+from scalegate.strategies.base import Strategy
+from scalegate.strategies.fabric import SummonedFsdp
 
 class StepBatch:
     """One step's batch, filled when the step starts; unpacks like ``(inputs, targets)``."""
@@ -163,7 +163,7 @@ class LightningTrainerStrategy(Strategy):
         if not TorchElasticEnvironment.detect():
             raise SpecError(f"{self.name} runs inside the ranks torchrun starts, and this process has no torchrun "
                             "environment (RANK, WORLD_SIZE, LOCAL_RANK, TORCHELASTIC_RUN_ID)",
-                            "run it as a scalegate case (pytest scaling_tests ... or python -m harness), "
+                            "run it as a scalegate case (pytest scaling_tests ... or python -m scalegate), "
                             "which launches the ranks")
         return pl.Trainer(
             accelerator="cuda" if self.ctx.device.type == "cuda" else "cpu", devices=self.ctx.local_world_size,
@@ -255,18 +255,18 @@ class LightningDeepSpeed(LightningTrainerStrategy):
                   "but `CPUAccelerator` is used.\"")
 
     def full_gradients(self) -> dict[str, Any]:
-        from harness.strategies.deepspeed_zero import gathered_gradients
+        from scalegate.strategies.deepspeed_zero import gathered_gradients
 
         return gathered_gradients(self.model)
 
     def full_parameters(self) -> dict[str, Any]:
-        from harness.strategies.deepspeed_zero import gathered_parameters
+        from scalegate.strategies.deepspeed_zero import gathered_parameters
 
         return gathered_parameters(self.model)
 
     def state_bytes(self) -> dict[str, int]:
         # Lightning's DeepSpeedStrategy hands the Trainer the engine's ZeRO optimizer (``trainer.optimizers``):
         # its flat partitions live outside param.grad, as for deepspeed-zero*. Runs on CUDA only (not checked here)
-        from harness.state import deepspeed_state_bytes
+        from scalegate.measure.state_bytes import deepspeed_state_bytes
 
         return deepspeed_state_bytes(self.model, self.optimizer)

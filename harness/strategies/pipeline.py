@@ -17,8 +17,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from harness.errors import SpecError
-from harness.strategies.base import Strategy
+from scalegate.contract.errors import SpecError
+from scalegate.strategies.base import Strategy
 
 
 class Pipeline(Strategy):
@@ -97,7 +97,7 @@ class Pipeline(Strategy):
         return self._gather(grads=True)
 
     def state_bytes(self):
-        from harness.state import module_state_bytes  # only this rank's stage is trained here
+        from scalegate.measure.state_bytes import module_state_bytes  # only this rank's stage is trained here
 
         return module_state_bytes(list(self.stage_module.parameters()), self.optimizer)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.strategies.base import Strategy
+from scalegate.strategies.base import Strategy
 
 
 class Single(Strategy):

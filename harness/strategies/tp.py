@@ -2,7 +2,7 @@
 
 ``tp``: one node's ranks split every attention and MLP matmul (the workload's ``tensor_parallel_plan``:
 q/k/v and the MLP's up projections column-wise, output and down projections row-wise); they all see the same
-batch. ``fsdp-tp``: a ("dp", "tp") ``DeviceMesh`` (``harness/parallel_dims.py``), TP within a node, FSDP2
+batch. ``fsdp-tp``: a ("dp", "tp") ``DeviceMesh`` (``harness/strategies/parallel_dims.py``), TP within a node, FSDP2
 across nodes on top of it (``fully_shard(block, mesh=mesh["dp"])`` over the TP-parallelized blocks).
 ``--scaling-tp-sequence-parallel`` shards the norms along the sequence (``SequenceParallel``): the row-wise
 all-reduces become reduce-scatters and the column-wise inputs all-gathers.
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.errors import SpecError
-from harness.parallel_dims import ParallelDims
-from harness.strategies.base import Strategy
-from harness.strategies.fsdp import FSDP, FullTensors, full as _full
+from scalegate.contract.errors import SpecError
+from scalegate.strategies.parallel_dims import ParallelDims
+from scalegate.strategies.base import Strategy
+from scalegate.strategies.fsdp import FSDP, FullTensors, full as _full
 
 
 class TP(FullTensors, Strategy):
@@ -96,7 +96,7 @@ class TP(FullTensors, Strategy):
     def state_bytes(self) -> dict[str, int]:
         """The whole state, as every strategy reports it; the TP-sharded subset's is kept at its largest (the
         training loop reads this while gradients exist, and again after the last optimizer step)."""
-        from harness.state import peak_state, tensor_bytes
+        from scalegate.measure.state_bytes import peak_state, tensor_bytes
 
         subset, seen = self._subset(), {}
         moments = [v for p in subset for v in self.optimizer.state.get(p, {}).values() if hasattr(v, "numel")]

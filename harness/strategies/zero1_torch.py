@@ -10,7 +10,7 @@ import torch
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from harness.strategies.base import Strategy
+from scalegate.strategies.base import Strategy
 
 
 class Zero1Torch(Strategy):

@@ -1,0 +1,1 @@
+"""Correctness on the launching side: gradient and parameter agreement, convergence, sharding, tolerances."""

@@ -1,0 +1,1 @@
+"""Numbers from the ranks' results, never verdicts: statistics, resources, step breakdown, stragglers, peaks."""

@@ -1,0 +1,328 @@
+"""The worker's training loop: build, wrap, check against a single process, warm up, measure.
+
+Untimed steps come first: the first does the gradient check, and a plain single-process copy of the
+model follows the strategy through all of them so parameters can be compared after the optimizer
+has moved them. Only then are steps timed, each between device syncs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import socket
+import time
+from typing import Any, Callable
+
+import psutil
+import torch
+
+from scalegate import workloads
+from scalegate.worker import companion as companions
+from scalegate.measure import checkpoint, flops, gradcheck, local_steps, profiling
+from scalegate.worker import compiling
+from scalegate import strategies
+from scalegate.measure.clock import ForwardClock
+from scalegate.measure import state_bytes as model_state
+from scalegate.measure.memory import MemorySampler, cuda_peaks
+from scalegate.measure.wire import WireCounter
+from scalegate.contract.results import RankResult
+from scalegate.contract.spec import CaseSpec
+from scalegate.strategies.base import RankContext
+
+
+def rank_context(spec: CaseSpec) -> RankContext:
+    """Rank, world and device come from the launcher's environment (torchrun or SLURM)."""
+    env = os.environ
+    rank, world = int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1))
+    local_rank = int(env.get("LOCAL_RANK", 0))
+    use_cuda = spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    return RankContext(rank=rank, world_size=world, local_rank=local_rank,
+                       local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+                       node_rank=int(env.get("GROUP_RANK", 0)), device=device)
+
+
+def make_optimizer_factory(spec: CaseSpec):
+    def make(params):
+        return torch.optim.AdamW(params, lr=spec.lr)
+
+    return make
+
+
+class Reference:
+    """The same model, unwrapped, stepping on the whole global batch in this one process."""
+
+    def __init__(self, model: torch.nn.Module, spec: CaseSpec, device: torch.device, loss_fn) -> None:
+        self.model = copy.deepcopy(model).to(device)
+        self.optimizer = make_optimizer_factory(spec)(self.model.parameters())
+        self.loss_fn = loss_fn
+        self.losses: list[float] = []  # the single-process curve at the same global batches
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor,
+             autocast=contextlib.nullcontext()) -> dict[str, torch.Tensor]:
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast:  # the same mixed precision as the strategy's forward, or bf16 would differ by design
+            loss = self.loss_fn(self.model(inputs), targets)
+        loss.backward()
+        self.losses.append(float(loss))
+        grads = {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
+        self.optimizer.step()
+        return grads
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach() for n, p in self.model.named_parameters()}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _autocast(spec: CaseSpec, device: torch.device):
+    if spec.dtype == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _inject_grad_fault(spec: CaseSpec, ctx: RankContext, strategy) -> None:
+    if spec.faults.grad_scale != 1.0 and ctx.rank == spec.faults.grad_scale_rank:
+        for param in strategy.model.parameters():
+            if param.grad is not None:
+                param.grad.mul_(spec.faults.grad_scale)
+
+
+def _inject_stop_fault(spec: CaseSpec, ctx: RankContext, step: int) -> None:
+    faults = spec.faults
+    if ctx.rank == faults.crash_rank and step == faults.crash_step:
+        raise RuntimeError(f"injected crash on rank {ctx.rank} at step {step} (--scaling-inject-fault)")
+    if ctx.rank == faults.hang_rank and step == faults.hang_step:
+        while True:  # injected hang: the other ranks block in this step's first collective
+            time.sleep(3600)
+
+
+def _inject_comm_fault(spec: CaseSpec, full_state: dict[str, int]) -> None:
+    """Injected fault: extra gradient-sized all-reduces every step (a duplicated collective)."""
+    import torch.distributed as dist
+
+    if spec.faults.extra_allreduce and dist.is_initialized():
+        buffer = torch.zeros(full_state["params"] // 4, device=_comm_device())
+        for _ in range(spec.faults.extra_allreduce):
+            dist.all_reduce(buffer)
+
+
+def _inject_memory_fault(spec: CaseSpec) -> torch.Tensor | None:
+    """Injected fault: memory held through the measured steps (written, so its pages are resident)."""
+    mb = spec.faults.hold_memory_mb
+    return torch.ones(mb << 18, device=_comm_device()) if mb else None
+
+
+def _comm_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _profile_window(spec: CaseSpec, ctx: RankContext, strategy, workload, first_step: int,
+                    beat: Callable[[int, str], None]) -> dict[str, Any]:
+    """``--scaling-profile``: more steps under the torch profiler, run after every measured window has
+    closed (times, memory, bytes), so it costs the measured steps nothing; nothing at all when off."""
+    if not spec.profile_steps:
+        return {}
+    from torch.profiler import record_function
+
+    def step(i: int) -> None:  # the measured step's work, labelled; faults are not injected here
+        beat(first_step + i, "profile")
+        with record_function("batch"):
+            inputs, targets = workload.global_batch(first_step + i, spec.global_batch_size)
+            local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
+        with record_function("forward_backward"), _autocast(spec, ctx.device):
+            strategy.forward_backward(local_x, local_y, workload.loss)
+        with record_function("optimizer_step"):
+            strategy.optimizer_step()
+        _sync(ctx.device)
+
+    path = profiling.run_window(spec.profile_steps, spec.profile_dir, ctx.rank, ctx.device, step)
+    return {"profile_trace": str(path)}
+
+
+def _checkpoint_window(spec: CaseSpec, ctx: RankContext, strategy, workload, full_state: dict[str, int], batch: int,
+                       beat: Callable[[int, str], None]) -> dict[str, Any]:
+    """``--scaling-checkpoint`` (harness/measure/checkpoint.py): save, step, load, the same step again; after every
+    other window, so neither its files nor its extra steps reach a measured figure. Steps without injected faults."""
+    if not spec.checkpoint:
+        return {}
+    beat(batch, "checkpoint")
+    return checkpoint.run_window(spec, ctx.rank, strategy,
+                                    lambda i: _step(spec, ctx, strategy, workload, i, full_state, faults=False)[1],
+                                    batch, lambda: _sync(ctx.device))
+
+
+def _step(spec: CaseSpec, ctx: RankContext, strategy, workload, step: int, full_state: dict[str, int],
+          between: Callable[[torch.Tensor, torch.Tensor], tuple[float, bool]] | None = None,
+          faults: bool = True, clock: ForwardClock | None = None) -> tuple[float, float]:
+    """One distributed optimizer step between device syncs: (seconds, loss).
+
+    ``between(inputs, targets)`` runs after forward/backward, before the optimizer step (the gradient
+    check, state bytes); it returns (seconds to leave out of the step's time, skip this rank's update).
+    ``faults=False`` leaves out the injected step faults: a parity companion is the clean baseline. ``clock``
+    times the forward (harness/measure/clock.py); the injected straggler sleeps there.
+    """
+    inputs, targets = workload.global_batch(step, spec.global_batch_size)
+    local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
+    loss_fn = workload.loss if clock is None else clock.wrap(workload.loss, faults)
+    _sync(ctx.device)
+    t0 = time.perf_counter()
+    if clock is not None:
+        clock.start(t0)
+    with _autocast(spec, ctx.device):
+        loss = strategy.forward_backward(local_x, local_y, loss_fn)
+    skip = False
+    if between is not None:
+        paused, skip = between(inputs, targets)
+        t0 += paused  # bookkeeping is not the step's time
+    if skip:
+        strategy.optimizer.zero_grad(set_to_none=True)  # injected fault: this rank misses an update
+    else:
+        strategy.optimizer_step()
+    if ctx.world_size > 1 and faults:
+        _inject_comm_fault(spec, full_state)
+        if spec.faults.delay_ms:
+            time.sleep(spec.faults.delay_ms / 1000)
+        if spec.faults.slowdown:  # relative to this step's own time, so the fault is the same size on any machine
+            _sync(ctx.device)
+            time.sleep(spec.faults.slowdown * (time.perf_counter() - t0))
+    _sync(ctx.device)
+    return time.perf_counter() - t0, float(loss) if loss is not None else float("nan")
+
+
+def _local_window(spec: CaseSpec, ctx: RankContext, strategy, workload, full_state: dict[str, int], first_step: int,
+                  beat: Callable[[int, str], None]) -> dict[str, Any]:
+    """The same-launch reference (harness/measure/local_steps.py): after every measured window has closed."""
+    if not spec.local_steps:
+        return {}
+    why = local_steps.unavailable(ctx, full_state)
+    if why:
+        return {"local_unavailable": why}
+    local = local_steps.LocalStep(workload, spec, ctx, make_optimizer_factory(spec), lambda: _autocast(spec, ctx.device))
+    with local_steps.released(local):
+        local(first_step, lambda: _sync(ctx.device))  # the copy's first step pays its lazy set-up: untimed
+        times = local_steps.run_window(spec.local_steps, local, lambda s: _step(spec, ctx, strategy, workload, s, full_state)[0],
+                                     first_step + 1, lambda: _sync(ctx.device), beat)
+    return times
+
+
+def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
+          beat: Callable[[int, str], None] = lambda step, phase: None) -> RankResult:
+    """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
+    started = time.perf_counter()
+    beat(-1, "build")
+    # a user's workload is imported here from the spec's reference and directories (fixtures/loader.py)
+    workload = workloads.resolve(spec)(spec.preset, spec.seed, data_dir, dims=spec.dims)
+    torch.manual_seed(spec.seed)  # identical initial weights on every rank and in the reference
+    model = workload.build_model()
+    reference = Reference(model, spec, ctx.device, workload.loss) if spec.grad_check else None
+    strategy = strategies.get(spec.strategy)(ctx, spec, workload=workload)  # its FSDP units, pipeline cuts
+    beat(-1, "setup")
+    full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
+    if spec.compile:  # in place, before the strategy wraps the blocks; the reference above stays eager
+        compiling.compile_blocks(workload, model)
+    strategy.setup(model, make_optimizer_factory(spec))
+    compile_s = compiling.compile_step(strategy, workload.global_batch(0, spec.global_batch_size), workload.loss,
+                                       ctx.device, lambda: _sync(ctx.device), _autocast(spec, ctx.device)) \
+        if spec.compile else None
+    # parity's second strategy, stepping beside this one (None otherwise); its model counts in this launch's
+    # memory and bytes, which parity does not judge
+    companion = companions.build(
+        spec, ctx, workload, make_optimizer_factory(spec),
+        lambda other, i, faulted: _step(spec, ctx, other, workload, i, full_state, faults=faulted))
+    unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
+    step_flops = flops.StepFlops(enabled=ctx.rank == 0 and reference is not None)  # harness/measure/flops.py
+    clock = ForwardClock(ctx.rank, spec.faults.straggler_rank, spec.faults.straggler_ms)  # harness/measure/clock.py
+    times: list[float] = []
+    losses: list[float] = []
+    warmup_losses: list[float] = []
+    check: dict[str, Any] = {}
+    process = psutil.Process()
+    sampler = MemorySampler(ctx.device.type, ctx.device.index, interval_s=spec.memory_interval_ms / 1000)
+    wire = WireCounter()
+    held: dict[str, int] = {}
+    for step in range(unmeasured + spec.steps):
+        beat(step, "step")
+        _inject_stop_fault(spec, ctx, step)
+        if step == unmeasured:
+            if reference is not None:
+                check["params"] = gradcheck.compare(strategy.full_parameters(), reference.parameters())
+                check["param_steps"] = unmeasured
+                check["reference_losses"] = reference.losses
+                reference = None
+            wire.start()  # barrier-aligned counter reading: the window holds exactly the measured steps
+            if ctx.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(ctx.device)
+            cpu0 = process.cpu_times()
+            sampler.__enter__()
+            ballast = _inject_memory_fault(spec)
+
+        def between(inputs: torch.Tensor, targets: torch.Tensor, step: int = step) -> tuple[float, bool]:
+            nonlocal held
+            _inject_grad_fault(spec, ctx, strategy)
+            if reference is not None:
+                with step_flops.counting() if step == 0 else contextlib.nullcontext():  # the single process's step
+                    ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device),
+                                               _autocast(spec, ctx.device))
+                if step == 0:
+                    check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
+            paused = 0.0
+            if step == unmeasured + spec.steps - 1:  # gradients exist only until the optimizer step
+                t_state = time.perf_counter()
+                held = strategy.state_bytes()
+                paused = time.perf_counter() - t_state
+            return paused, step == spec.faults.skip_step and ctx.rank == spec.faults.skip_step_rank
+
+        def main(step: int = step, between=between) -> tuple[float, float]:
+            return _step(spec, ctx, strategy, workload, step, full_state, between=between, clock=clock)
+
+        elapsed, value = companion.interleave(step, main, step >= unmeasured) if companion else main()
+        clock.keep(step >= unmeasured)
+        if step >= unmeasured:
+            times.append(elapsed)
+            losses.append(value)
+        else:
+            warmup_losses.append(value)
+    sampler.__exit__(None, None, None)
+    ballast = None
+    cpu1 = process.cpu_times()
+    wire.stop()
+    held = model_state.peak_state(held, strategy.state_bytes())
+    first = unmeasured + spec.steps
+    extra = _local_window(spec, ctx, strategy, workload, full_state, first, beat)
+    series = {k: extra.pop(k) for k in ("pair_step_times_s", "local_step_times_s") if k in extra}
+    extra.update(_profile_window(spec, ctx, strategy, workload, first + 1 + spec.local_steps, beat))
+    extra.update(_checkpoint_window(spec, ctx, strategy, workload, full_state, first + 1 + spec.local_steps, beat))
+    extra.update(strategy.extra_results())
+    beat(first, "teardown")
+    if companion is not None:
+        series.update(companion.result())
+        companion.teardown()
+    strategy.teardown()
+    return RankResult(
+        rank=ctx.rank, world_size=ctx.world_size, node_rank=ctx.node_rank, host=socket.gethostname(),
+        device=str(ctx.device), step_times_s=times, losses=losses, warmup_losses=warmup_losses,
+        loss_weight=strategy.loss_weight, peak_memory_bytes=sampler.peak_bytes, memory_source=sampler.source,
+        cpu_user_s=cpu1.user - cpu0.user, cpu_system_s=cpu1.system - cpu0.system,
+        wall_s=time.perf_counter() - started, grad_check=check or None,
+        memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
+        state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
+        wire=wire.result(spec.steps), extra=extra, **series, **_promises(strategy, ctx), **step_flops.result(),
+        tokens_per_sample=workload.tokens_per_sample(), compile_s=compile_s, forward_s=clock.times,
+    )
+
+
+def _promises(strategy, ctx: RankContext) -> dict[str, Any]:
+    """What the strategy promises, for the launching side's sharding and wire gates: reported by the ranks so
+    that side never imports strategy code (DESIGN.md: it never imports the worker side)."""
+    factor = strategy.wire_factor
+    if isinstance(factor, dict):  # by backend: NCCL on CUDA ranks, gloo elsewhere
+        factor = factor.get("nccl" if ctx.device.type == "cuda" else "gloo")
+    return {"shards": list(strategy.shards), "shard_granularity": strategy.shard_granularity, "wire_factor": factor,
+            "forward_collectives": strategy.forward_collectives}
