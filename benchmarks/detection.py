@@ -43,15 +43,15 @@ sys.path.insert(0, str(ROOT))
 
 from scalegate import workloads  # noqa: E402
 from scalegate.cli import gate
-from scalegate.plan import options
-from scalegate.figures import resources
-from scalegate.record import update  # noqa: E402
 from scalegate.contract.errors import ScalegateError  # noqa: E402
+from scalegate.contract.spec import CaseSpec, Faults  # noqa: E402
+from scalegate.figures import resources
 from scalegate.judge import CaseRecord, Conduct, LaunchRecord, estimates, judge  # noqa: E402
 from scalegate.judge.evidence import launch_record  # noqa: E402
-from scalegate.record.baselines import BaselineFile  # noqa: E402
 from scalegate.launch import run_case, warm  # noqa: E402
-from scalegate.contract.spec import CaseSpec, Faults  # noqa: E402
+from scalegate.plan import options
+from scalegate.record import update  # noqa: E402
+from scalegate.record.baselines import BaselineFile  # noqa: E402
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed-zero2")
 SLOWDOWNS = (0.0, 0.093, 0.111)
@@ -66,10 +66,24 @@ def spec_for(strategy: str, slowdown: float) -> CaseSpec:
     preset = workloads.preset("cnn", "tiny")
     topology = "1x1" if strategy == "single" else "1x2"
     if strategy == PARITY:  # the slowdown reaches the candidate (Fabric) only, never its companion
-        return CaseSpec(strategy="fabric-ddp", companion="ddp", model="cnn", preset="tiny", topology="1x2",
-                        micro_batch=preset.micro_batch, faults=Faults(slowdown=slowdown))
-    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=topology, micro_batch=preset.micro_batch,
-                    local_steps=0 if strategy == "single" else options.LOCAL_STEPS, faults=Faults(slowdown=slowdown))
+        return CaseSpec(
+            strategy="fabric-ddp",
+            companion="ddp",
+            model="cnn",
+            preset="tiny",
+            topology="1x2",
+            micro_batch=preset.micro_batch,
+            faults=Faults(slowdown=slowdown),
+        )
+    return CaseSpec(
+        strategy=strategy,
+        model="cnn",
+        preset="tiny",
+        topology=topology,
+        micro_batch=preset.micro_batch,
+        local_steps=0 if strategy == "single" else options.LOCAL_STEPS,
+        faults=Faults(slowdown=slowdown),
+    )
 
 
 def collect(args: argparse.Namespace) -> None:
@@ -84,27 +98,45 @@ def collect(args: argparse.Namespace) -> None:
                 spec = spec_for(strategy, slowdown)
                 started = time.perf_counter()
                 try:
-                    result = run_case(spec, Path(args.work) / f"{args.tag}{rep}-{spec.case_id}-{slowdown:g}",
-                                      agents=agents)
+                    result = run_case(
+                        spec, Path(args.work) / f"{args.tag}{rep}-{spec.case_id}-{slowdown:g}", agents=agents
+                    )
                 except ScalegateError as exc:  # one failed launch must not end a long collection
-                    print(f"{args.tag}{rep} {spec.case_id} {slowdown:g}: launch failed, skipped: {exc.message}",
-                          flush=True)
+                    print(
+                        f"{args.tag}{rep} {spec.case_id} {slowdown:g}: launch failed, skipped: {exc.message}",
+                        flush=True,
+                    )
                     continue
                 launch = launch_record(result, resources.wire(result))
                 if strategy == PARITY:  # the companion's steps ride in the pairs' place: (fabric, ddp) step i
-                    launch = dataclasses.replace(launch, pair_step_times_s=tuple(result.step_times_s),
-                                                 local_step_times_s=tuple(result.companion_step_times_s))
-                row = {"tag": args.tag, "rep": rep, "strategy": strategy, "slowdown": slowdown, "side": side,
-                       "global_batch": spec.global_batch_size, "world_size": spec.world_size,
-                       "launch": {k: list(v) if isinstance(v, tuple) else v for k, v in launch.__dict__.items()},
-                       "wall_s": time.perf_counter() - started, "load1": os.getloadavg()[0], "time": time.time()}
+                    launch = dataclasses.replace(
+                        launch,
+                        pair_step_times_s=tuple(result.step_times_s),
+                        local_step_times_s=tuple(result.companion_step_times_s),
+                    )
+                row = {
+                    "tag": args.tag,
+                    "rep": rep,
+                    "strategy": strategy,
+                    "slowdown": slowdown,
+                    "side": side,
+                    "global_batch": spec.global_batch_size,
+                    "world_size": spec.world_size,
+                    "launch": {k: list(v) if isinstance(v, tuple) else v for k, v in launch.__dict__.items()},
+                    "wall_s": time.perf_counter() - started,
+                    "load1": os.getloadavg()[0],
+                    "time": time.time(),
+                }
                 with out.open("a") as handle:
                     handle.write(json.dumps(row) + "\n")
                 local = estimates.local(launch)
-                print(f"{args.tag}{rep} {side:4} {spec.case_id:22} slowdown {slowdown:<5g} median step "
-                      f"{statistics.median(launch.step_times_s) * 1e3:6.1f} ms, local eff "
-                      f"{local.value if local else float('nan'):.3f}, wall {row['wall_s']:.1f}s, "
-                      f"load {row['load1']:.2f}", flush=True)
+                print(
+                    f"{args.tag}{rep} {side:4} {spec.case_id:22} slowdown {slowdown:<5g} median step "
+                    f"{statistics.median(launch.step_times_s) * 1e3:6.1f} ms, local eff "
+                    f"{local.value if local else float('nan'):.3f}, wall {row['wall_s']:.1f}s, "
+                    f"load {row['load1']:.2f}",
+                    flush=True,
+                )
     finally:
         agents.close()
 
@@ -114,7 +146,8 @@ def _shuffled(args: argparse.Namespace, rng: random.Random) -> list[tuple[str, f
     the warm agent a case needs (DeepSpeed, Lightning preloaded or not), in a random group order, so the agent is
     not restarted between every two launches."""
     todo = ([("single", 0.0, "head")] if args.reference else []) + [
-        (s, d, "head") for s in args.strategies for d in args.slowdowns]
+        (s, d, "head") for s in args.strategies for d in args.slowdowns
+    ]
     groups = sorted({warm.modules_for(spec_for(s, 0.0)) for s, _, _ in todo}, key=lambda _: rng.random())
     rng.shuffle(todo)
     todo.sort(key=lambda c: groups.index(warm.modules_for(spec_for(c[0], 0.0))))
@@ -128,8 +161,11 @@ def _ab_order(args: argparse.Namespace, rep: int, rng: random.Random) -> list[tu
     cases = [s for s in args.strategies if s != PARITY]
     base = [(s, 0.0, "base") for s in cases]
     head = [(s, d, "head") for s in cases for d in sorted(args.slowdowns, key=lambda _: rng.random())]
-    head = ([("single", 0.0, "head")] if args.reference else []) + head + [
-        (PARITY, d, "head") for d in args.slowdowns if PARITY in args.strategies]
+    head = (
+        ([("single", 0.0, "head")] if args.reference else [])
+        + head
+        + [(PARITY, d, "head") for d in args.slowdowns if PARITY in args.strategies]
+    )
     return base + head if rep % 2 == 0 else head + base
 
 
@@ -143,18 +179,36 @@ def _rows(path: Path) -> list[dict]:
     return rows
 
 
-def _record(strategy: str, launches: list[LaunchRecord], references: list[LaunchRecord], spec: CaseSpec,
-            max_launches: int = MAX_LAUNCHES) -> CaseRecord:
-    return CaseRecord(case_id=spec.case_id, key=f"{spec.case_id}:tiny", profile="replay", world_size=spec.world_size,
-                      global_batch=spec.global_batch_size, steps=spec.steps, warmup=spec.warmup,
-                      launches=tuple(launches), reference_step_times_s=tuple(t for r in references for t in r.step_times_s),
-                      reference_global_batch=spec_for("single", 0.0).global_batch_size,
-                      reference_launches=len(references), conduct=Conduct(max_launches=max_launches))
+def _record(
+    strategy: str,
+    launches: list[LaunchRecord],
+    references: list[LaunchRecord],
+    spec: CaseSpec,
+    max_launches: int = MAX_LAUNCHES,
+) -> CaseRecord:
+    return CaseRecord(
+        case_id=spec.case_id,
+        key=f"{spec.case_id}:tiny",
+        profile="replay",
+        world_size=spec.world_size,
+        global_batch=spec.global_batch_size,
+        steps=spec.steps,
+        warmup=spec.warmup,
+        launches=tuple(launches),
+        reference_step_times_s=tuple(t for r in references for t in r.step_times_s),
+        reference_global_batch=spec_for("single", 0.0).global_batch_size,
+        reference_launches=len(references),
+        conduct=Conduct(max_launches=max_launches),
+    )
 
 
 def _baseline(key: str, values: list[float]) -> BaselineFile:
-    return BaselineFile(path=Path("replay.json"), profile="replay", fingerprint={},
-                        cases={key: {"local_efficiency": update.local_entry(values)}})
+    return BaselineFile(
+        path=Path("replay.json"),
+        profile="replay",
+        fingerprint={},
+        cases={key: {"local_efficiency": update.local_entry(values)}},
+    )
 
 
 def _drops(rows: list[dict], strategy: str, slowdowns: list[float]) -> dict[float, tuple[float, float]]:
@@ -177,8 +231,11 @@ def _first_pairs(rows: list[dict], pairs: int) -> None:
     for row in rows:
         launch = row["launch"]
         if launch.pair_step_times_s:
-            row["launch"] = dataclasses.replace(launch, pair_step_times_s=launch.pair_step_times_s[:pairs],
-                                                local_step_times_s=launch.local_step_times_s[:pairs])
+            row["launch"] = dataclasses.replace(
+                launch,
+                pair_step_times_s=launch.pair_step_times_s[:pairs],
+                local_step_times_s=launch.local_step_times_s[:pairs],
+            )
 
 
 def _memoize_estimates() -> None:
@@ -194,8 +251,13 @@ def _memoize_estimates() -> None:
         return seen_local[launch]
 
     def classic_once(record: CaseRecord, launch: LaunchRecord):
-        key = (launch, record.reference_step_times_s, record.global_batch, record.reference_global_batch,
-               record.world_size)
+        key = (
+            launch,
+            record.reference_step_times_s,
+            record.global_batch,
+            record.reference_global_batch,
+            record.world_size,
+        )
         if key not in seen_classic:
             seen_classic[key] = classic(record, launch)
         return seen_classic[key]
@@ -211,11 +273,15 @@ def replay(args: argparse.Namespace) -> None:
     budget = args.max_launches or MAX_LAUNCHES
     rng = random.Random(args.seed)
     loads = [r["load1"] for r in rows]
-    print(f"{len(rows)} launches from {args.data}; load average {min(loads):.2f}-{max(loads):.2f} "
-          f"(median {statistics.median(loads):.2f}); gate budget {budget} launches"
-          + (f"; only the first {args.pairs} pairs of each launch" if args.pairs else ""))
-    print("| case | injected slowdown | efficiency drop (DESIGN.md) | local efficiency drop | trials | regressed | "
-          "noisy | ok | launches per verdict (mean, max) |")
+    print(
+        f"{len(rows)} launches from {args.data}; load average {min(loads):.2f}-{max(loads):.2f} "
+        f"(median {statistics.median(loads):.2f}); gate budget {budget} launches"
+        + (f"; only the first {args.pairs} pairs of each launch" if args.pairs else "")
+    )
+    print(
+        "| case | injected slowdown | efficiency drop (DESIGN.md) | local efficiency drop | trials | regressed | "
+        "noisy | ok | launches per verdict (mean, max) |"
+    )
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for strategy in args.strategies:
         if strategy == PARITY:
@@ -223,14 +289,20 @@ def replay(args: argparse.Namespace) -> None:
             continue
         spec = spec_for(strategy, 0.0)
         key = f"{spec.case_id}:tiny"
-        base_pool = [r for r in rows if r["strategy"] == strategy and r["slowdown"] == 0.0
-                     and r["tag"] in args.baseline_tag]
+        base_pool = [
+            r for r in rows if r["strategy"] == strategy and r["slowdown"] == 0.0 and r["tag"] in args.baseline_tag
+        ]
         slowdowns = sorted({r["slowdown"] for r in rows if r["strategy"] == strategy})
-        drops = _drops([r for r in rows if r["tag"] in args.judge_tag or r["strategy"] == "single"], strategy, slowdowns)
+        drops = _drops(
+            [r for r in rows if r["tag"] in args.judge_tag or r["strategy"] == "single"], strategy, slowdowns
+        )
         references = [r["launch"] for r in rows if r["strategy"] == "single" and r["tag"] in args.judge_tag]
         for slowdown in slowdowns:
-            pool = [r for r in rows if r["strategy"] == strategy and r["slowdown"] == slowdown
-                    and r["tag"] in args.judge_tag]
+            pool = [
+                r
+                for r in rows
+                if r["strategy"] == strategy and r["slowdown"] == slowdown and r["tag"] in args.judge_tag
+            ]
             counts, spent = {"regressed": 0, "noisy": 0, "ok": 0}, []
             for _ in range(args.trials):
                 chosen_base = rng.sample(base_pool, args.baseline_launches)
@@ -247,17 +319,27 @@ def replay(args: argparse.Namespace) -> None:
                 spent.append(len(launches))
             n = args.trials
             classic, local = drops[slowdown]
-            print(f"| `{spec.case_id}` | {slowdown:.1%} | {classic:.1%} | {local:.1%} | {n} | "
-                  f"{'false alarms' if slowdown == 0 else 'detected'} {counts['regressed'] / n:.1%} | "
-                  f"{counts['noisy'] / n:.1%} | {counts['ok'] / n:.1%} | {statistics.mean(spent):.2f}, {max(spent)} |")
+            print(
+                f"| `{spec.case_id}` | {slowdown:.1%} | {classic:.1%} | {local:.1%} | {n} | "
+                f"{'false alarms' if slowdown == 0 else 'detected'} {counts['regressed'] / n:.1%} | "
+                f"{counts['noisy'] / n:.1%} | {counts['ok'] / n:.1%} | {statistics.mean(spent):.2f}, {max(spent)} |"
+            )
     for strategy in args.strategies:
         values = [estimates.local(r["launch"]).value for r in rows if r["strategy"] == strategy and r["slowdown"] == 0]
-        by_tag = {t: [estimates.local(r["launch"]).value for r in rows if r["strategy"] == strategy
-                      and r["slowdown"] == 0 and r["tag"] == t] for t in sorted({r["tag"] for r in rows})}
+        by_tag = {
+            t: [
+                estimates.local(r["launch"]).value
+                for r in rows
+                if r["strategy"] == strategy and r["slowdown"] == 0 and r["tag"] == t
+            ]
+            for t in sorted({r["tag"] for r in rows})
+        }
         logs = [math.log(v) for v in values]
-        print(f"{strategy}: clean local efficiency over {len(values)} launches: median {statistics.median(values):.3f}, "
-              f"sd(ln) {statistics.stdev(logs):.3f}; per collection: " + ", ".join(
-                  f"{t} {statistics.median(v):.3f} (n={len(v)})" for t, v in by_tag.items() if v))
+        print(
+            f"{strategy}: clean local efficiency over {len(values)} launches: median {statistics.median(values):.3f}, "
+            f"sd(ln) {statistics.stdev(logs):.3f}; per collection: "
+            + ", ".join(f"{t} {statistics.median(v):.3f} (n={len(v)})" for t, v in by_tag.items() if v)
+        )
 
 
 def _parity_rows(rows: list[dict], args: argparse.Namespace, budget: int) -> None:
@@ -283,11 +365,13 @@ def _parity_rows(rows: list[dict], args: argparse.Namespace, budget: int) -> Non
             spent.append(n)
         logs = [math.log(e.value) for e in ratios]
         n = args.trials
-        print(f"| `parity-fabric-ddp-vs-ddp-cnn-1x2` | {slowdown:.1%} | fabric/ddp throughput "
-              f"{math.exp(statistics.mean(logs)):.3f} (sd(ln) {statistics.stdev(logs):.3f}, {len(mine)} launches) | - | "
-              f"{n} | {'false alarms' if slowdown == 0 else 'detected'} {counts[sequential.REGRESSED] / n:.1%} | "
-              f"{counts[sequential.UNDECIDED] / n:.1%} | {counts[sequential.OK] / n:.1%} | "
-              f"{statistics.mean(spent):.2f}, {max(spent)} |")
+        print(
+            f"| `parity-fabric-ddp-vs-ddp-cnn-1x2` | {slowdown:.1%} | fabric/ddp throughput "
+            f"{math.exp(statistics.mean(logs)):.3f} (sd(ln) {statistics.stdev(logs):.3f}, {len(mine)} launches) | - | "
+            f"{n} | {'false alarms' if slowdown == 0 else 'detected'} {counts[sequential.REGRESSED] / n:.1%} | "
+            f"{counts[sequential.UNDECIDED] / n:.1%} | {counts[sequential.OK] / n:.1%} | "
+            f"{statistics.mean(spent):.2f}, {max(spent)} |"
+        )
 
 
 SLOW_DDP = """
@@ -311,22 +395,46 @@ def gate_runs(args: argparse.Namespace) -> None:
     site = Path(args.work) / "site"
     site.mkdir(parents=True, exist_ok=True)
     (site / "sitecustomize.py").write_text(SLOW_DDP)
-    conditions = [("clean", {}, []), (f"ddp forward +{args.slow_ms:g} ms",
-                                      {"PYTHONPATH": str(site), "SLOW_DDP_MS": str(args.slow_ms)}, [])]
+    conditions = [
+        ("clean", {}, []),
+        (f"ddp forward +{args.slow_ms:g} ms", {"PYTHONPATH": str(site), "SLOW_DDP_MS": str(args.slow_ms)}, []),
+    ]
     if args.inject:  # the harness's own fault injection: every multi-rank case (parity: the candidate) slowed
-        conditions.append((f"--scaling-inject-slowdown {args.inject:g}", {}, ["--scaling-inject-slowdown", str(args.inject)]))
+        conditions.append(
+            (f"--scaling-inject-slowdown {args.inject:g}", {}, ["--scaling-inject-slowdown", str(args.inject)])
+        )
     for run in range(args.runs):
         for label, env, extra in conditions:
             started = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "harness", "gate", "--results-dir", str(Path(args.work) / "gate"),
-                                   "--json", str(Path(args.work) / "gate.json"), *args.pytest_args, *extra],
-                                  cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env})
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "scalegate",
+                    "gate",
+                    "--results-dir",
+                    str(Path(args.work) / "gate"),
+                    "--json",
+                    str(Path(args.work) / "gate.json"),
+                    *args.pytest_args,
+                    *extra,
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                env={**os.environ, **env},
+            )
             wall = time.perf_counter() - started
             data = json.loads((Path(args.work) / "gate.json").read_text()) if done.returncode in (0, 1) else {}
-            row = {"run": run, "condition": label, "exit": done.returncode, "wall_s": wall,
-                   "load1": os.getloadavg()[0], "cases": {c["case_id"]: [c["status"], c["launches"]]
-                                                          for c in data.get("cases", [])},
-                   "parity": data.get("parity", [])}
+            row = {
+                "run": run,
+                "condition": label,
+                "exit": done.returncode,
+                "wall_s": wall,
+                "load1": os.getloadavg()[0],
+                "cases": {c["case_id"]: [c["status"], c["launches"]] for c in data.get("cases", [])},
+                "parity": data.get("parity", []),
+            }
             with Path(args.out).open("a") as handle:
                 handle.write(json.dumps(row) + "\n")
             print(f"run {run} {label}: exit {done.returncode}, {wall:.0f}s, {row['cases']}", flush=True)
@@ -340,13 +448,21 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
     c.add_argument("--slowdowns", type=float, nargs="+", default=list(SLOWDOWNS))
     c.add_argument("--tag", default="A", help="names this collection (a baseline comes from another one)")
-    c.add_argument("--no-reference", dest="reference", action="store_false",
-                   help="no single-process reference launch per repetition (parity needs none)")
+    c.add_argument(
+        "--no-reference",
+        dest="reference",
+        action="store_false",
+        help="no single-process reference launch per repetition (parity needs none)",
+    )
     c.add_argument("--out", default="results/detection.jsonl")
     c.add_argument("--work", default="results/detection-runs")
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--ab", action="store_true", help="rounds as `gate --base` runs them: a clean base launch of every "
-                                                     "case beside the head's clean and slowed ones (detection_ab.py)")
+    c.add_argument(
+        "--ab",
+        action="store_true",
+        help="rounds as `gate --base` runs them: a clean base launch of every "
+        "case beside the head's clean and slowed ones (detection_ab.py)",
+    )
     r = sub.add_parser("replay", help="replay the shipped gate over the collected launches")
     r.add_argument("data")
     r.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
@@ -360,8 +476,12 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("gate-runs", help="time `python -m scalegate gate`, clean and with an outside slowdown")
     g.add_argument("--runs", type=int, default=5)
     g.add_argument("--slow-ms", type=float, default=4.0, help="sleep added to every DDP forward (default: 4 ms)")
-    g.add_argument("--inject", type=float, default=0.111,
-                   help="a third condition with --scaling-inject-slowdown INJECT (0: off; default: a 10%% drop)")
+    g.add_argument(
+        "--inject",
+        type=float,
+        default=0.111,
+        help="a third condition with --scaling-inject-slowdown INJECT (0: off; default: a 10%% drop)",
+    )
     g.add_argument("--out", default="results/gate-runs.jsonl")
     g.add_argument("--work", default="results/gate-runs")
     g.add_argument("pytest_args", nargs="*", help="passed to the gate after `--`")

@@ -40,10 +40,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import detection  # noqa: E402
-from scalegate.record import baselines
+
 from scalegate.cli import gate, worktree
-from scalegate.plan import hostinfo  # noqa: E402
 from scalegate.judge import CaseRecord, Conduct, estimates, judge  # noqa: E402
+from scalegate.plan import hostinfo  # noqa: E402
+from scalegate.record import baselines
 
 STATUSES = ("regressed", "noisy", "ok")
 
@@ -51,17 +52,32 @@ STATUSES = ("regressed", "noisy", "ok")
 def _record(strategy: str, launches: list, budget: int, host: str = "") -> CaseRecord:
     """``host`` "": judged as if on the host that recorded the stored baseline; else on another one."""
     spec = detection.spec_for(strategy, 0.0)
-    return CaseRecord(case_id=spec.case_id, key=f"{spec.case_id}:tiny", profile="replay", world_size=spec.world_size,
-                      global_batch=spec.global_batch_size, steps=spec.steps, warmup=spec.warmup,
-                      launches=tuple(launches), conduct=Conduct(max_launches=budget, tolerance=0.10), host=host)
+    return CaseRecord(
+        case_id=spec.case_id,
+        key=f"{spec.case_id}:tiny",
+        profile="replay",
+        world_size=spec.world_size,
+        global_batch=spec.global_batch_size,
+        steps=spec.steps,
+        warmup=spec.warmup,
+        launches=tuple(launches),
+        conduct=Conduct(max_launches=budget, tolerance=0.10),
+        host=host,
+    )
 
 
 def _rounds(rows: list[dict], strategy: str, slowdown: float) -> list[tuple]:
     """(base launch, head launch) per collected round, in collection order."""
-    base = {(r["tag"], r["rep"]): r["launch"] for r in rows
-            if r["strategy"] == strategy and r["side"] == "base" and r["slowdown"] == 0.0}
-    head = {(r["tag"], r["rep"]): r["launch"] for r in rows
-            if r["strategy"] == strategy and r["side"] == "head" and r["slowdown"] == slowdown}
+    base = {
+        (r["tag"], r["rep"]): r["launch"]
+        for r in rows
+        if r["strategy"] == strategy and r["side"] == "base" and r["slowdown"] == 0.0
+    }
+    head = {
+        (r["tag"], r["rep"]): r["launch"]
+        for r in rows
+        if r["strategy"] == strategy and r["side"] == "head" and r["slowdown"] == slowdown
+    }
     return [(base[k], head[k]) for k in sorted(base.keys() & head.keys(), key=lambda k: (k[0], k[1]))]
 
 
@@ -83,10 +99,14 @@ def replay(args: argparse.Namespace) -> None:
     stored = baselines.load(ROOT / "baselines", args.profile or hostinfo.detect().profile)
     rng = random.Random(args.seed)
     loads = [r["load1"] for r in rows]
-    print(f"{len(rows)} launches from {args.data}; load average {min(loads):.2f}-{max(loads):.2f} (median "
-          f"{statistics.median(loads):.2f}); budget {args.budget} rounds; spreads lent by {stored.path if stored else '-'}")
-    print("| gate | case | head | draw | trials | regressed | noisy | ok | rounds per verdict (mean, max) | "
-          "paired ln ratio: mean, sd |")
+    print(
+        f"{len(rows)} launches from {args.data}; load average {min(loads):.2f}-{max(loads):.2f} (median "
+        f"{statistics.median(loads):.2f}); budget {args.budget} rounds; spreads lent by {stored.path if stored else '-'}"
+    )
+    print(
+        "| gate | case | head | draw | trials | regressed | noisy | ok | rounds per verdict (mean, max) | "
+        "paired ln ratio: mean, sd |"
+    )
     print("|---|---|---|---|--:|--:|--:|--:|--:|--:|")
     for strategy in [s for s in args.strategies if s != detection.PARITY]:
         for slowdown in sorted({r["slowdown"] for r in rows if r["strategy"] == strategy}):
@@ -97,30 +117,50 @@ def replay(args: argparse.Namespace) -> None:
             label = "clean" if slowdown == 0 else f"slowed {slowdown:.1%}"
             spread = f"{statistics.mean(logs):+.3f}, {statistics.stdev(logs):.3f}"
             starts = range(0, len(rounds) - args.budget + 1) if len(rounds) > args.budget else [0]
-            draws = {"consecutive": [rounds[s:] for s in starts],
-                     "shuffled": [rng.sample(rounds, min(args.budget, len(rounds))) for _ in range(args.trials)]}
+            draws = {
+                "consecutive": [rounds[s:] for s in starts],
+                "shuffled": [rng.sample(rounds, min(args.budget, len(rounds))) for _ in range(args.trials)],
+            }
             for draw, trials in draws.items():
-                _print_row("A/B", strategy, label, draw, [_one(strategy, t, stored, args.budget) for t in trials], spread)
+                _print_row(
+                    "A/B", strategy, label, draw, [_one(strategy, t, stored, args.budget) for t in trials], spread
+                )
             heads = [h for _, h in rounds]  # the stored-baseline gate on the same head launches
             trials = [[(None, h) for h in rng.sample(heads, min(args.budget, len(heads)))] for _ in range(args.trials)]
-            _print_row("stored, host spread ignored (until today)", strategy, label, "shuffled",
-                       [_one(strategy, t, stored, args.budget, base=False) for t in trials], "-")
-            _print_row("stored, recorded on another VM (shipped)", strategy, label, "shuffled",
-                       [_one(strategy, t, stored, args.budget, base=False, host="replay#here") for t in trials], "-")
+            _print_row(
+                "stored, host spread ignored (until today)",
+                strategy,
+                label,
+                "shuffled",
+                [_one(strategy, t, stored, args.budget, base=False) for t in trials],
+                "-",
+            )
+            _print_row(
+                "stored, recorded on another VM (shipped)",
+                strategy,
+                label,
+                "shuffled",
+                [_one(strategy, t, stored, args.budget, base=False, host="replay#here") for t in trials],
+                "-",
+            )
 
 
 def _ln(launch) -> float:
     return math.log(estimates.local(launch).value)
 
 
-def _print_row(gate_kind: str, strategy: str, label: str, draw: str, results: list[tuple[str, int]], spread: str) -> None:
+def _print_row(
+    gate_kind: str, strategy: str, label: str, draw: str, results: list[tuple[str, int]], spread: str
+) -> None:
     n = len(results)
     counts = {s: sum(1 for status, _ in results if status == s) for s in STATUSES}
     spent = [k for _, k in results]
     what = "false alarms" if label == "clean" else "detected"
-    print(f"| {gate_kind} | `{detection.spec_for(strategy, 0.0).case_id}` | {label} | {draw} | {n} | "
-          f"{what} {counts['regressed'] / n:.1%} | {counts['noisy'] / n:.1%} | {counts['ok'] / n:.1%} | "
-          f"{statistics.mean(spent):.2f}, {max(spent)} | {spread} |")
+    print(
+        f"| {gate_kind} | `{detection.spec_for(strategy, 0.0).case_id}` | {label} | {draw} | {n} | "
+        f"{what} {counts['regressed'] / n:.1%} | {counts['noisy'] / n:.1%} | {counts['ok'] / n:.1%} | "
+        f"{statistics.mean(spent):.2f}, {max(spent)} | {spread} |"
+    )
 
 
 SLOW_LINE = "        loss = loss_fn(self.wrapped(inputs), targets)\n"
@@ -134,15 +174,22 @@ def _throwaway(work: Path, slow_ms: float) -> tuple[Path, str, str]:
     worktree.copy_checkout(ROOT, repo)
 
     def git(*a: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=d", "-c", "user.email=d@d", *a], cwd=repo, check=True,
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=d", "-c", "user.email=d@d", *a],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     git("init", "-q")
     git("add", "-A")
     git("commit", "-qm", "base")
     base = git("rev-parse", "HEAD")
     ddp = repo / "harness/strategies/ddp.py"
-    ddp.write_text(ddp.read_text().replace(SLOW_LINE, f"        __import__('time').sleep({slow_ms / 1000!r})\n" + SLOW_LINE))
+    ddp.write_text(
+        ddp.read_text().replace(SLOW_LINE, f"        __import__('time').sleep({slow_ms / 1000!r})\n" + SLOW_LINE)
+    )
     git("commit", "-qam", f"head: DDP's step waits {slow_ms:g} ms on the host")
     return repo, base, git("rev-parse", "HEAD")
 
@@ -152,22 +199,46 @@ def gate_runs(args: argparse.Namespace) -> None:
     repo, base, slow = _throwaway(work, args.slow_ms)
     conditions = [("A/A (head = base)", base, base), (f"head: DDP step +{args.slow_ms:g} ms", slow, base)]
     for run in range(args.runs):
-        for label, head, against in (conditions if run % 2 == 0 else conditions[::-1]):
+        for label, head, against in conditions if run % 2 == 0 else conditions[::-1]:
             subprocess.run(["git", "checkout", "-q", head], cwd=repo, check=True)
             started = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "harness", "gate", "--base", against, "--results-dir",
-                                   str(work / "gate"), "--json", str(work / "gate.json"), *args.pytest_args],
-                                  cwd=repo, capture_output=True, text=True)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "scalegate",
+                    "gate",
+                    "--base",
+                    against,
+                    "--results-dir",
+                    str(work / "gate"),
+                    "--json",
+                    str(work / "gate.json"),
+                    *args.pytest_args,
+                ],
+                cwd=repo,
+                capture_output=True,
+                text=True,
+            )
             wall = time.perf_counter() - started
             data = json.loads((work / "gate.json").read_text()) if done.returncode in (0, 1) else {}
-            row = {"run": run, "condition": label, "exit": done.returncode, "wall_s": wall, "load1": os.getloadavg()[0],
-                   "time": time.time(), "cases": {c["case_id"]: [c["status"], c["launches"], c.get("delta")]
-                                                  for c in data.get("cases", [])},
-                   "parity": data.get("parity", []), "rounds": done.stdout.count("gate: round ")}
+            row = {
+                "run": run,
+                "condition": label,
+                "exit": done.returncode,
+                "wall_s": wall,
+                "load1": os.getloadavg()[0],
+                "time": time.time(),
+                "cases": {c["case_id"]: [c["status"], c["launches"], c.get("delta")] for c in data.get("cases", [])},
+                "parity": data.get("parity", []),
+                "rounds": done.stdout.count("gate: round "),
+            }
             with Path(args.out).open("a") as handle:
                 handle.write(json.dumps(row) + "\n")
-            print(f"run {run} {label}: exit {done.returncode}, {wall:.0f}s, {row['rounds']} rounds, {row['cases']}",
-                  flush=True)
+            print(
+                f"run {run} {label}: exit {done.returncode}, {wall:.0f}s, {row['rounds']} rounds, {row['cases']}",
+                flush=True,
+            )
             if done.returncode not in (0, 1):
                 print(done.stdout[-3000:], done.stderr[-3000:], flush=True)
 

@@ -31,20 +31,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scalegate import workloads  # noqa: E402
+from scalegate.contract.errors import ScalegateError  # noqa: E402
+from scalegate.contract.spec import CaseSpec, Faults  # noqa: E402
 from scalegate.figures import stats  # noqa: E402
 from scalegate.judge import metric as V  # noqa: E402
-from scalegate.record.baselines import Reference  # noqa: E402
-from scalegate.contract.errors import ScalegateError  # noqa: E402
 from scalegate.launch import run_case  # noqa: E402
-from scalegate.contract.spec import CaseSpec, Faults  # noqa: E402
+from scalegate.record.baselines import Reference  # noqa: E402
 
 SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
 
 
 def _spec(strategy: str, topology: str, slowdown: float, steps: int, warmup: int) -> CaseSpec:
     preset = workloads.preset("cnn", "tiny")
-    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=topology, micro_batch=preset.micro_batch,
-                    steps=steps, warmup=warmup, faults=Faults(slowdown=slowdown))
+    return CaseSpec(
+        strategy=strategy,
+        model="cnn",
+        preset="tiny",
+        topology=topology,
+        micro_batch=preset.micro_batch,
+        steps=steps,
+        warmup=warmup,
+        faults=Faults(slowdown=slowdown),
+    )
 
 
 def collect(args: argparse.Namespace) -> None:
@@ -54,7 +62,8 @@ def collect(args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     for rep in range(args.reps):
         launches = [("reference", "single", "1x1", 0.0)] + [
-            (f"slowdown={s:g}", "ddp", "1x2", s) for s in args.slowdowns]
+            (f"slowdown={s:g}", "ddp", "1x2", s) for s in args.slowdowns
+        ]
         rng.shuffle(launches)  # so slow drift of the machine's load does not line up with one condition
         for condition, strategy, topology, slowdown in launches:
             spec = _spec(strategy, topology, slowdown, args.steps, args.warmup)
@@ -63,9 +72,15 @@ def collect(args: argparse.Namespace) -> None:
             except ScalegateError as exc:  # one failed launch must not end a long collection
                 print(f"rep {rep} {condition}: launch failed, skipped: {exc.message}", flush=True)
                 continue
-            record = {"rep": f"{args.tag}{rep}", "condition": condition, "slowdown": slowdown,
-                      "world_size": spec.world_size, "global_batch": spec.global_batch_size,
-                      "step_times_s": result.step_times_s, "time": time.time()}
+            record = {
+                "rep": f"{args.tag}{rep}",
+                "condition": condition,
+                "slowdown": slowdown,
+                "world_size": spec.world_size,
+                "global_batch": spec.global_batch_size,
+                "step_times_s": result.step_times_s,
+                "time": time.time(),
+            }
             with out.open("a") as handle:
                 handle.write(json.dumps(record) + "\n")
             print(f"rep {rep} {condition:>14}: median step {result.median_step_s * 1e3:.1f} ms", flush=True)
@@ -87,8 +102,12 @@ def _estimates(path: Path) -> dict[str, dict[float, stats.Estimate]]:
             if record["condition"] == "reference":
                 continue
             out[rep][record["slowdown"]] = stats.efficiency_estimate(
-                record["step_times_s"], record["global_batch"], ref["step_times_s"], ref["global_batch"],
-                record["world_size"])
+                record["step_times_s"],
+                record["global_batch"],
+                ref["step_times_s"],
+                ref["global_batch"],
+                record["world_size"],
+            )
     return out
 
 
@@ -106,8 +125,9 @@ def _baselines(estimates: dict[str, dict[float, stats.Estimate]], launches: int,
     return out
 
 
-def judge_all(estimates: dict[str, dict[float, stats.Estimate]], tolerance: float,
-              noisy_limit: float, launches: int = 1) -> dict[float, dict[str, int]]:
+def judge_all(
+    estimates: dict[str, dict[float, stats.Estimate]], tolerance: float, noisy_limit: float, launches: int = 1
+) -> dict[float, dict[str, int]]:
     """Counts of verdicts per slowdown, over every (baseline, repetition not in that baseline) pair."""
     counts: dict[float, dict[str, int]] = {}
     for used, value, noise in _baselines(estimates, launches):
@@ -123,17 +143,21 @@ def judge_all(estimates: dict[str, dict[float, stats.Estimate]], tolerance: floa
 
 
 def table(counts: dict[float, dict[str, int]], tolerance: float, noisy_limit: float) -> str:
-    lines = [f"tolerance {tolerance:.0%}, noisy above a ±{noisy_limit:.0%} interval",
-             "| injected slowdown | efficiency drop | pairs | regressed | noisy | ok / improved | "
-             "detection (regressed) | detection (strict: + noisy) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"tolerance {tolerance:.0%}, noisy above a ±{noisy_limit:.0%} interval",
+        "| injected slowdown | efficiency drop | pairs | regressed | noisy | ok / improved | "
+        "detection (regressed) | detection (strict: + noisy) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for slowdown in sorted(counts):
         row = counts[slowdown]
         n = sum(row.values())
         reg, noisy = row.get(V.REGRESSED, 0), row.get(V.NOISY, 0)
         label = "false alarms" if slowdown == 0 else "detection"
-        lines.append(f"| {slowdown:.0%} | {1 - 1 / (1 + slowdown):.1%} | {n} | {reg} | {noisy} | {n - reg - noisy} | "
-                     f"{label} {reg / n:.1%} | {(reg + noisy) / n:.1%} |")
+        lines.append(
+            f"| {slowdown:.0%} | {1 - 1 / (1 + slowdown):.1%} | {n} | {reg} | {noisy} | {n - reg - noisy} | "
+            f"{label} {reg / n:.1%} | {(reg + noisy) / n:.1%} |"
+        )
     return "\n".join(lines)
 
 
@@ -147,14 +171,19 @@ def analyse(args: argparse.Namespace) -> None:
     if len(clean) >= 2:
         center = stats.median(clean)
         within = stats.median([by[0.0].half_width_rel for by in estimates.values() if 0.0 in by])
-        print(f"clean efficiency across {len(clean)} launches: median {center:.3f}, range {min(clean):.3f}-"
-              f"{max(clean):.3f}, between-launch sigma ~{1.4826 * stats.mad(clean) / center:.1%} (MAD-based); "
-              f"median within-run 95% half-width {within:.1%}")
+        print(
+            f"clean efficiency across {len(clean)} launches: median {center:.3f}, range {min(clean):.3f}-"
+            f"{max(clean):.3f}, between-launch sigma ~{1.4826 * stats.mad(clean) / center:.1%} (MAD-based); "
+            f"median within-run 95% half-width {within:.1%}"
+        )
     for tolerance in args.tolerances:
         print()
         print(f"baseline from {args.baseline_launches} launch(es)")
-        print(table(judge_all(estimates, tolerance, args.noisy_limit, args.baseline_launches), tolerance,
-                    args.noisy_limit))
+        print(
+            table(
+                judge_all(estimates, tolerance, args.noisy_limit, args.baseline_launches), tolerance, args.noisy_limit
+            )
+        )
 
 
 def _launches(path: Path) -> dict[str, dict[str, dict]]:
@@ -168,10 +197,12 @@ def _launches(path: Path) -> dict[str, dict[str, dict]]:
 
 def _launch_estimate(case: dict, ref_steps: list[float], ref_batch: int, paired: bool) -> stats.Estimate:
     if paired:  # the reverted --scaling-paired experiment (commit 27da3b0): reference steps timed in the launch
-        return stats.paired_efficiency_estimate(case["step_times_s"], case["global_batch"],
-                                                case["paired_step_times_s"], ref_batch, case["world_size"])
-    return stats.efficiency_estimate(case["step_times_s"], case["global_batch"], ref_steps, ref_batch,
-                                     case["world_size"])
+        return stats.paired_efficiency_estimate(
+            case["step_times_s"], case["global_batch"], case["paired_step_times_s"], ref_batch, case["world_size"]
+        )
+    return stats.efficiency_estimate(
+        case["step_times_s"], case["global_batch"], ref_steps, ref_batch, case["world_size"]
+    )
 
 
 def _pooled(records: list[dict], slowdown: float, paired: bool = False) -> stats.Estimate:
@@ -198,12 +229,16 @@ def simulate(args: argparse.Namespace) -> None:
     clean = [_pooled([reps[r]], 0.0, paired) for r in complete]
     values = [e.value for e in clean]
     center = stats.median(values)
-    print(f"{len(complete)} repetitions ({'paired reference steps' if paired else 'reference launches'}): clean "
-          f"efficiency median {center:.3f}, range {min(values):.3f}-{max(values):.3f}, between-launch sigma "
-          f"~{1.4826 * stats.mad(values) / center:.1%}, median within-launch half-width "
-          f"{stats.median([e.half_width_rel for e in clean]):.1%}")
-    print(f"baseline from {m} launch(es), candidate {n} launch(es), "
-          f"confirm {confirm}, tolerance {args.tolerance:.0%}, {args.trials} trials per slowdown")
+    print(
+        f"{len(complete)} repetitions ({'paired reference steps' if paired else 'reference launches'}): clean "
+        f"efficiency median {center:.3f}, range {min(values):.3f}-{max(values):.3f}, between-launch sigma "
+        f"~{1.4826 * stats.mad(values) / center:.1%}, median within-launch half-width "
+        f"{stats.median([e.half_width_rel for e in clean]):.1%}"
+    )
+    print(
+        f"baseline from {m} launch(es), candidate {n} launch(es), "
+        f"confirm {confirm}, tolerance {args.tolerance:.0%}, {args.trials} trials per slowdown"
+    )
     print("| injected slowdown | efficiency drop | regressed | noisy | ok / improved | launches per verdict (mean) |")
     print("|---|---|--:|--:|--:|--:|")
     for slowdown in slowdowns:
@@ -213,21 +248,33 @@ def simulate(args: argparse.Namespace) -> None:
             base = _pooled([reps[r] for r in chosen[:m]], 0.0, paired)
             reference = Reference(value=base.value, tolerance=args.tolerance)
             used = m + n
-            verdict = V.judge(_pooled([reps[r] for r in chosen[m:used]], slowdown, paired), reference, "simulate",
-                              baseline_noise=base.half_width_rel, noisy_limit=args.noisy_limit)
+            verdict = V.judge(
+                _pooled([reps[r] for r in chosen[m:used]], slowdown, paired),
+                reference,
+                "simulate",
+                baseline_noise=base.half_width_rel,
+                noisy_limit=args.noisy_limit,
+            )
             for _ in range(confirm):
                 if verdict.status != V.REGRESSED:
                     break
                 used += n
-                verdict = V.judge(_pooled([reps[r] for r in chosen[m:used]], slowdown, paired), reference, "simulate",
-                                  baseline_noise=base.half_width_rel, noisy_limit=args.noisy_limit)
+                verdict = V.judge(
+                    _pooled([reps[r] for r in chosen[m:used]], slowdown, paired),
+                    reference,
+                    "simulate",
+                    baseline_noise=base.half_width_rel,
+                    noisy_limit=args.noisy_limit,
+                )
             spent += used - m
             status = verdict.status if verdict.status in counts else "other"
             counts[status] += 1
         t = args.trials
         label = "false alarms" if slowdown == 0 else "detected"
-        print(f"| {slowdown:.1%} | {1 - 1 / (1 + slowdown):.1%} | {label} {counts[V.REGRESSED] / t:.1%} | "
-              f"{counts[V.NOISY] / t:.1%} | {counts['other'] / t:.1%} | {spent / t:.1f} |")
+        print(
+            f"| {slowdown:.1%} | {1 - 1 / (1 + slowdown):.1%} | {label} {counts[V.REGRESSED] / t:.1%} | "
+            f"{counts[V.NOISY] / t:.1%} | {counts['other'] / t:.1%} | {spent / t:.1f} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,8 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("data")
     a.add_argument("--tolerances", type=float, nargs="+", default=[0.05, 0.10])
     a.add_argument("--noisy-limit", type=float, default=V.DEFAULT_NOISY_LIMIT)
-    a.add_argument("--baseline-launches", type=int, default=1,
-                   help="baseline = that many clean launches merged as `update-baselines RUN RUN ...` does")
+    a.add_argument(
+        "--baseline-launches",
+        type=int,
+        default=1,
+        help="baseline = that many clean launches merged as `update-baselines RUN RUN ...` does",
+    )
     g = sub.add_parser("simulate", help="replay the whole gate: M-launch baseline, N-launch candidate, confirmation")
     g.add_argument("data")
     g.add_argument("--tolerance", type=float, default=0.10)
@@ -256,9 +307,12 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--baseline-launches", type=int, default=1, help="--scaling-launches of the run that recorded it")
     g.add_argument("--confirm", type=int, default=1, help="--scaling-confirm")
     g.add_argument("--trials", type=int, default=2000)
-    g.add_argument("--paired", action="store_true",
-                   help="judge against reference steps timed inside each launch (data of the reverted --scaling-paired "
-                        "experiment, docs/detection-data-paired.jsonl)")
+    g.add_argument(
+        "--paired",
+        action="store_true",
+        help="judge against reference steps timed inside each launch (data of the reverted --scaling-paired "
+        "experiment, docs/detection-data-paired.jsonl)",
+    )
     g.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     {"collect": collect, "analyse": analyse, "simulate": simulate}[args.command](args)

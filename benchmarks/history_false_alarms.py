@@ -56,9 +56,11 @@ def main() -> None:
         found = alarms(series(30, 300 + s, args.noise, 20, -0.10), range(21, 31), settings, args.min_effect, f"s{s}")
         nights.append(next((i + 1 for i, f in enumerate(found) if any(abs(c.index - 20) <= 1 for c in f)), None))
     seen = [n for n in nights if n is not None]
-    print(f"noise {args.noise:.0%}, min effect {args.min_effect:.0%}, p <= {settings.pvalue}: false new regressions "
-          f"in {false} of {checks} nightly checks of steady series ({false / checks:.2%}); a 10% drop found in "
-          f"{len(seen)} of 30 histories, after a median of {statistics.median(seen) if seen else '-'} nights")
+    print(
+        f"noise {args.noise:.0%}, min effect {args.min_effect:.0%}, p <= {settings.pvalue}: false new regressions "
+        f"in {false} of {checks} nightly checks of steady series ({false / checks:.2%}); a 10% drop found in "
+        f"{len(seen)} of 30 histories, after a median of {statistics.median(seen) if seen else '-'} nights"
+    )
 
 
 if __name__ == "__main__":

@@ -49,12 +49,36 @@ SLOWED = ("efficiency", "local_efficiency", "throughput", "mfu")  # MFU is throu
 def one_run(args: argparse.Namespace, i: int, work: Path) -> dict:
     run_id = f"series-{i:03d}"
     slow = args.slowdown if i >= args.inject_from else 0.0
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(ROOT / "scaling_tests" / "test_scaling.py"),
-           "--scaling-models", "cnn", "--scaling-strategies", args.strategies, "--scaling-topologies", "1x1,1x2",
-           "-k", "single-cnn-1x1 or 1x2",  # the control and the 1x2 cases, not the other strategies' 1x1
-           "--scaling-steps", str(args.steps), "--scaling-warmup", "2", "--scaling-max-launches", "1",
-           "--scaling-local-steps", str(args.local_steps),
-           "--scaling-results-dir", str(work / "results"), "--scaling-inject-slowdown", str(slow), *args.pytest_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        str(ROOT / "scaling_tests" / "test_scaling.py"),
+        "--scaling-models",
+        "cnn",
+        "--scaling-strategies",
+        args.strategies,
+        "--scaling-topologies",
+        "1x1,1x2",
+        "-k",
+        "single-cnn-1x1 or 1x2",  # the control and the 1x2 cases, not the other strategies' 1x1
+        "--scaling-steps",
+        str(args.steps),
+        "--scaling-warmup",
+        "2",
+        "--scaling-max-launches",
+        "1",
+        "--scaling-local-steps",
+        str(args.local_steps),
+        "--scaling-results-dir",
+        str(work / "results"),
+        "--scaling-inject-slowdown",
+        str(slow),
+        *args.pytest_args,
+    ]
     env = {**os.environ, "SCALEGATE_RUN_ID": run_id}
     env.pop("PYTEST_ADDOPTS", None)
     start = time.monotonic()
@@ -63,15 +87,43 @@ def one_run(args: argparse.Namespace, i: int, work: Path) -> dict:
     (work / "logs").mkdir(exist_ok=True)
     (work / "logs" / f"{run_id}.log").write_text(done.stdout + done.stderr)
     date = (_dt.datetime(2026, 1, 1, 2, 17, tzinfo=_dt.timezone.utc) + _dt.timedelta(days=i)).isoformat()
-    note = (f"synthetic series: commit and date set by benchmarks/history_series.py (all runs from {args.commit}); "
-            f"slowdown {slow}")
-    added = subprocess.run([sys.executable, "-m", "harness", "history", "add", str(work / "results" / run_id),
-                            "--db", str(work / "history.sqlite"), "--commit", f"{args.commit[:7]}+r{i:02d}",
-                            "--date", date, "--note", note], cwd=ROOT, capture_output=True, text=True)
-    print(f"run {i:2d}: slowdown {slow:.2f}, pytest exit {done.returncode}, {wall:.0f} s; "
-          f"{(added.stdout + added.stderr).strip()}", flush=True)
-    return {"run": run_id, "slowdown": slow, "pytest_exit": done.returncode, "wall_s": round(wall, 1),
-            "added": added.returncode == 0}
+    note = (
+        f"synthetic series: commit and date set by benchmarks/history_series.py (all runs from {args.commit}); "
+        f"slowdown {slow}"
+    )
+    added = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scalegate",
+            "history",
+            "add",
+            str(work / "results" / run_id),
+            "--db",
+            str(work / "history.sqlite"),
+            "--commit",
+            f"{args.commit[:7]}+r{i:02d}",
+            "--date",
+            date,
+            "--note",
+            note,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    print(
+        f"run {i:2d}: slowdown {slow:.2f}, pytest exit {done.returncode}, {wall:.0f} s; "
+        f"{(added.stdout + added.stderr).strip()}",
+        flush=True,
+    )
+    return {
+        "run": run_id,
+        "slowdown": slow,
+        "pytest_exit": done.returncode,
+        "wall_s": round(wall, 1),
+        "added": added.returncode == 0,
+    }
 
 
 def outcome(v: check.SeriesVerdict, inject_from: int, slowed_case: bool) -> tuple[str, str]:
@@ -99,9 +151,18 @@ def judge(args: argparse.Namespace, work: Path) -> list[dict]:
         expected, result = outcome(v, args.inject_from, slowed_case)
         found = ", ".join(f"{c.kind} at {c.index} ({c.effect:+.1%}, p={c.pvalue:.3f})" for c in v.changes) or "none"
         print(f"{v.case_key:22} {v.metric:18} {len(v.points):4}  {expected:16} {found:34} {result}")
-        rows.append({"case": v.case_key, "metric": v.metric, "runs": len(v.points), "expected": expected,
-                     "found": [{"index": c.index, "kind": c.kind, "effect": c.effect, "pvalue": c.pvalue}
-                               for c in v.changes], "result": result})
+        rows.append(
+            {
+                "case": v.case_key,
+                "metric": v.metric,
+                "runs": len(v.points),
+                "expected": expected,
+                "found": [
+                    {"index": c.index, "kind": c.kind, "effect": c.effect, "pvalue": c.pvalue} for c in v.changes
+                ],
+                "result": result,
+            }
+        )
     return rows
 
 
@@ -111,14 +172,21 @@ def main() -> int:
     p.add_argument("--inject-from", type=int, default=12, help="first slowed run, counted from 0 (default: 12)")
     p.add_argument("--slowdown", type=float, default=0.2, help="fraction each multi-rank step is slowed (default: 0.2)")
     p.add_argument("--steps", type=int, default=10, help="measured steps per case (default: 10)")
-    p.add_argument("--local-steps", type=int, default=10,
-                   help="same-launch (distributed, local) step pairs behind the local efficiency (default: 10)")
+    p.add_argument(
+        "--local-steps",
+        type=int,
+        default=10,
+        help="same-launch (distributed, local) step pairs behind the local efficiency (default: 10)",
+    )
     p.add_argument("--strategies", default="single,ddp,fsdp")
     p.add_argument("--min-effect", type=float, default=0.05)
     p.add_argument("--work", default="results/history-series", help="where runs, history and page go")
     p.add_argument("--analyze-only", action="store_true", help="judge the history already in --work, run nothing")
-    p.add_argument("pytest_args", nargs="*", help="more pytest options for every run, after --, e.g. "
-                                                  "-- --scaling-launcher torchrun")
+    p.add_argument(
+        "pytest_args",
+        nargs="*",
+        help="more pytest options for every run, after --, e.g. -- --scaling-launcher torchrun",
+    )
     args = p.parse_args()
     if not 0 < args.inject_from < args.runs:
         p.error(f"--inject-from {args.inject_from} must be inside 1..{args.runs - 1}")
@@ -134,12 +202,16 @@ def main() -> int:
         print(f"{args.runs} runs in {time.monotonic() - start:.0f} s")
     rows = judge(args, work)
     bad = [r for r in rows if r["result"] not in ("hit", "ok")]
-    print(f"\nhistory_series: {sum(r['result'] == 'hit' for r in rows)} hits, "
-          f"{sum(r['result'] == 'ok' for r in rows)} quiet as expected, {len(bad)} not as expected"
-          + (": " + "; ".join(f"{r['case']} {r['metric']} {r['result']}" for r in bad) if bad else "")
-          + f"; page: {work / 'page' / 'index.html'}")
+    print(
+        f"\nhistory_series: {sum(r['result'] == 'hit' for r in rows)} hits, "
+        f"{sum(r['result'] == 'ok' for r in rows)} quiet as expected, {len(bad)} not as expected"
+        + (": " + "; ".join(f"{r['case']} {r['metric']} {r['result']}" for r in bad) if bad else "")
+        + f"; page: {work / 'page' / 'index.html'}"
+    )
     summary = {"settings": {k: v for k, v in vars(args).items()}, "runs": runs, "series": rows}
-    (work / ("summary-analysis.json" if args.analyze_only else "summary.json")).write_text(json.dumps(summary, indent=2))
+    (work / ("summary-analysis.json" if args.analyze_only else "summary.json")).write_text(
+        json.dumps(summary, indent=2)
+    )
     return 0 if not bad else 1
 
 

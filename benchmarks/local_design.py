@@ -22,19 +22,21 @@ from collections import defaultdict
 def trimmed(values: list[float], share: float = 0.2) -> float:
     values = sorted(values)
     cut = int(len(values) * share)
-    return st.mean(values[cut:len(values) - cut])
+    return st.mean(values[cut : len(values) - cut])
 
 
 def estimators(row: dict) -> dict[str, float]:
     dist = [max(pair) for pair in zip(*row["ranks_pair"])]  # the slowest rank's distributed step
     mean_local = [st.mean(pair) for pair in zip(*row["ranks_local"])]
     slowest_local = [max(pair) for pair in zip(*row["ranks_local"])]
-    logs_mean = [math.log(l / d) for l, d in zip(mean_local, dist)]
-    logs_slowest = [math.log(l / d) for l, d in zip(slowest_local, dist)]
-    return {"slowest rank's local, median": st.median(logs_slowest),
-            "ranks' mean local, median": st.median(logs_mean),
-            "ranks' mean local, 20% trimmed mean (shipped)": trimmed(logs_mean),
-            "ratio of medians": math.log(st.median(mean_local) / st.median(dist))}
+    logs_mean = [math.log(loc / d) for loc, d in zip(mean_local, dist)]
+    logs_slowest = [math.log(loc / d) for loc, d in zip(slowest_local, dist)]
+    return {
+        "slowest rank's local, median": st.median(logs_slowest),
+        "ranks' mean local, median": st.median(logs_mean),
+        "ranks' mean local, 20% trimmed mean (shipped)": trimmed(logs_mean),
+        "ratio of medians": math.log(st.median(mean_local) / st.median(dist)),
+    }
 
 
 def main(path: str) -> None:
@@ -46,7 +48,9 @@ def main(path: str) -> None:
         key = (row["set"], row["strategy"], row["variant"], row["pairs"], row["slowdown"])
         for name, value in estimators(row).items():
             groups[key][name].append(value)
-    print("| set | case | variant | pairs | slowdown | estimator | launches | median | sd(ln) | MAD-sigma(ln) | shift |")
+    print(
+        "| set | case | variant | pairs | slowdown | estimator | launches | median | sd(ln) | MAD-sigma(ln) | shift |"
+    )
     print("|---|---|---|--:|--:|---|--:|--:|--:|--:|--:|")
     for key in sorted(groups):
         clean = groups[(*key[:4], 0.0)]
@@ -54,8 +58,10 @@ def main(path: str) -> None:
             center = st.median(logs)
             mad = 1.4826 * st.median([abs(x - center) for x in logs])
             shift = center - st.median(clean[name]) if key[4] else 0.0
-            print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]:g} | {name} | {len(logs)} | "
-                  f"{math.exp(center):.3f} | {st.stdev(logs):.3f} | {mad:.3f} | {shift:+.3f} |")
+            print(
+                f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]:g} | {name} | {len(logs)} | "
+                f"{math.exp(center):.3f} | {st.stdev(logs):.3f} | {mad:.3f} | {shift:+.3f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scalegate.contract.spec import CaseSpec  # noqa: E402
 from scalegate.launch import run_case  # noqa: E402
 from scalegate.measure.memory import DEFAULT_INTERVAL_S, MemorySampler  # noqa: E402
-from scalegate.contract.spec import CaseSpec  # noqa: E402
 
 OFF_MS = 3_600_000.0  # one hour: the thread never wakes during the run
 
@@ -41,8 +41,17 @@ def per_sample_cost_s(reads: int = 2000) -> float:
 
 
 def run(interval_ms: float, steps: int, root: Path, tag: str) -> float:
-    spec = CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=steps,
-                    warmup=3, grad_check=False, memory_interval_ms=interval_ms)
+    spec = CaseSpec(
+        strategy="ddp",
+        model="cnn",
+        preset="tiny",
+        topology="1x2",
+        micro_batch=32,
+        steps=steps,
+        warmup=3,
+        grad_check=False,
+        memory_interval_ms=interval_ms,
+    )
     return run_case(spec, root / tag).median_step_s
 
 
@@ -53,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-ms", type=float, default=DEFAULT_INTERVAL_S * 1000)
     args = parser.parse_args(argv)
     cost = per_sample_cost_s()
-    print(f"direct: one RSS sample costs {cost * 1e6:.1f} us; at {args.interval_ms:g} ms that is "
-          f"{cost / (args.interval_ms / 1000):.4%} of one core")
+    print(
+        f"direct: one RSS sample costs {cost * 1e6:.1f} us; at {args.interval_ms:g} ms that is "
+        f"{cost / (args.interval_ms / 1000):.4%} of one core"
+    )
     on, off = [], []
     with tempfile.TemporaryDirectory(prefix="sampler-overhead-") as tmp:
         for i in range(args.pairs):  # interleaved, so drift in the machine's load hits both sides
@@ -63,9 +74,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pair {i}: off {off[-1] * 1e3:.2f} ms/step, on {on[-1] * 1e3:.2f} ms/step", flush=True)
     m_on, m_off = statistics.median(on), statistics.median(off)
     spread = (max(on + off) - min(on + off)) / m_off
-    print(f"end to end: median step {m_off * 1e3:.2f} ms without, {m_on * 1e3:.2f} ms with the sampler at "
-          f"{args.interval_ms:g} ms: {m_on / m_off - 1:+.2%} (run-to-run spread {spread:.1%}, so differences "
-          f"below that are noise)")
+    print(
+        f"end to end: median step {m_off * 1e3:.2f} ms without, {m_on * 1e3:.2f} ms with the sampler at "
+        f"{args.interval_ms:g} ms: {m_on / m_off - 1:+.2%} (run-to-run spread {spread:.1%}, so differences "
+        f"below that are noise)"
+    )
     direct_share = cost / (args.interval_ms / 1000)
     verdict = "meets" if direct_share < 0.01 else "MISSES"
     print(f"sampler overhead: {direct_share:.4%} of step time by direct cost ({verdict} the < 1% goal)")

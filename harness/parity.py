@@ -38,17 +38,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scalegate.contract import atomic, metrics
-from scalegate.plan import matrix
-from scalegate.figures import stats
 from scalegate import strategies
+from scalegate.contract import atomic, metrics
 from scalegate.contract.errors import ScalegateError
-from scalegate.judge import sequential
-from scalegate.plan.hostinfo import HostInfo
-from scalegate.launch import run_case
-from scalegate.plan.options import Options
 from scalegate.contract.results import CaseResult
 from scalegate.contract.spec import CaseSpec
+from scalegate.figures import stats
+from scalegate.judge import sequential
+from scalegate.launch import run_case
+from scalegate.plan import matrix
+from scalegate.plan.hostinfo import HostInfo
+from scalegate.plan.options import Options
 
 if TYPE_CHECKING:
     from scalegate.launch import warm
@@ -102,8 +102,9 @@ class ParityOutcome:
         if self.problems:
             return "\n".join(self.problems)
         verb = "is undecided" if self.status == "noisy" else "holds"
-        return (f"{self.case_id}: parity {verb}{' (--scaling-strict)' if self.failed else ''}. "
-                f"{self.timing_note}").strip()
+        return (
+            f"{self.case_id}: parity {verb}{' (--scaling-strict)' if self.failed else ''}. {self.timing_note}"
+        ).strip()
 
 
 def build(options: Options, host: HostInfo, pairs=PAIRS, topologies=TOPOLOGIES) -> list[ParityCase]:
@@ -115,13 +116,19 @@ def build(options: Options, host: HostInfo, pairs=PAIRS, topologies=TOPOLOGIES) 
             for topology in topologies:
                 # parity judges losses and the paired steps only: the same-launch local window would be idle time
                 spec = matrix.spec_for(candidate, model, topology, options, host).replace(
-                    companion=baseline, local_steps=0)
+                    companion=baseline, local_steps=0
+                )
                 skip = matrix.skip_reason(spec, host)  # either strategy's reason, or an unknown companion's error
                 if skip is None and spec.topo.multi_node:
                     skip = f"parity runs single-node topologies; {topology} has {spec.topo.nodes} nodes"
-                cases.append(ParityCase(
-                    id=f"parity-{candidate}-vs-{baseline}-{model}-{topology}", spec=spec, skip=skip,
-                    oversubscribed=matrix.oversubscribed(spec.topo, host, options.cpu_threads)))
+                cases.append(
+                    ParityCase(
+                        id=f"parity-{candidate}-vs-{baseline}-{model}-{topology}",
+                        spec=spec,
+                        skip=skip,
+                        oversubscribed=matrix.oversubscribed(spec.topo, host, options.cpu_threads),
+                    )
+                )
     return cases
 
 
@@ -133,8 +140,10 @@ def loss_problem(case_id: str, result: CaseResult, atol: float = LOSS_ATOL) -> t
         cand = rank.warmup_losses + rank.losses
         base = rank.companion_warmup_losses + rank.companion_losses
         if len(cand) != len(base):
-            return (f"loss parity failed [{case_id}] rank {rank.rank}: {cs} recorded {len(cand)} losses, {bs} "
-                    f"{len(base)}: the two did not train the same steps"), math.inf
+            return (
+                f"loss parity failed [{case_id}] rank {rank.rank}: {cs} recorded {len(cand)} losses, {bs} "
+                f"{len(base)}: the two did not train the same steps"
+            ), math.inf
         for step, (a, b) in enumerate(zip(cand, base)):
             if math.isnan(a) and math.isnan(b):
                 continue  # a rank that computes no loss does so in both
@@ -144,9 +153,11 @@ def loss_problem(case_id: str, result: CaseResult, atol: float = LOSS_ATOL) -> t
     diff, rank_id, step, a, b = worst
     if diff <= atol:
         return None, diff
-    return (f"loss parity failed [{case_id}] rank {rank_id} step {step}: {cs} loss {a:.9g} vs {bs} loss {b:.9g}, "
-            f"difference {diff:.3g} > {atol:.0e} ({result.spec.dtype}, same seed and data): {cs} does not "
-            f"compute what {bs} computes"), diff
+    return (
+        f"loss parity failed [{case_id}] rank {rank_id} step {step}: {cs} loss {a:.9g} vs {bs} loss {b:.9g}, "
+        f"difference {diff:.3g} > {atol:.0e} ({result.spec.dtype}, same seed and data): {cs} does not "
+        f"compute what {bs} computes"
+    ), diff
 
 
 def throughput_ratio(result: CaseResult) -> stats.Estimate:
@@ -196,31 +207,52 @@ def decide(ratios: list[stats.Estimate], tolerance: float, design: sequential.De
     if len(ratios) >= 3:
         sigma = max(sigma, statistics.stdev(math.log(r.value) for r in ratios))
     acceptable = 1 - tolerance / 2
-    design = dataclasses.replace(design, detect=1 - (1 - tolerance) / acceptable, drift=0.0,
-                                 min_launches_regressed=max(design.min_launches_regressed, MIN_LAUNCHES_REGRESSED))
+    design = dataclasses.replace(
+        design,
+        detect=1 - (1 - tolerance) / acceptable,
+        drift=0.0,
+        min_launches_regressed=max(design.min_launches_regressed, MIN_LAUNCHES_REGRESSED),
+    )
     found = sequential.decide([r.value for r in ratios], acceptable, sigma, math.inf, design)  # type: ignore[arg-type]
     return dataclasses.replace(found, change=(1 + found.change) * acceptable - 1)  # against ratio 1, as reported
 
 
-def throughput_problem(case_id: str, result: CaseResult, ratios: list[stats.Estimate],
-                       found: sequential.Decision, design: sequential.Design) -> str | None:
+def throughput_problem(
+    case_id: str,
+    result: CaseResult,
+    ratios: list[stats.Estimate],
+    found: sequential.Decision,
+    design: sequential.Design,
+) -> str | None:
     """A shortfall of ``tolerance`` explains the launches better than none (the sequential test decided so)."""
     if found.status != sequential.REGRESSED:
         return None
     cs, bs = result.spec.strategy, result.spec.companion
     each = ", ".join(f"{r.value:.3f} ({r.low:.3f}-{r.high:.3f})" for r in ratios)
-    return (f"throughput parity failed [{case_id}]: {cs} runs at {pooled(ratios).value:.3f}x {bs}'s throughput over "
-            f"{len(ratios)} launches ({each}; 95% intervals): a {design.detect:.0%} shortfall explains it better than "
-            f"an overhead of {design.detect / 2:.0%} or less (sequential test: caught with probability {1 - design.beta:.0%}, false alarms {design.alpha:.0%}; "
-            f"per-launch spread ±{found.sigma:.1%}); {cs} {result.throughput:.1f} vs {bs} "
-            f"{baseline_throughput(result):.1f} samples/s in the last launch, both trained interleaved step by step "
-            f"in each: {cs}'s framework overhead is a regression")
+    return (
+        f"throughput parity failed [{case_id}]: {cs} runs at {pooled(ratios).value:.3f}x {bs}'s throughput over "
+        f"{len(ratios)} launches ({each}; 95% intervals): a {design.detect:.0%} shortfall explains it better than "
+        f"an overhead of {design.detect / 2:.0%} or less (sequential test: caught with probability {1 - design.beta:.0%}, false alarms {design.alpha:.0%}; "
+        f"per-launch spread ±{found.sigma:.1%}); {cs} {result.throughput:.1f} vs {bs} "
+        f"{baseline_throughput(result):.1f} samples/s in the last launch, both trained interleaved step by step "
+        f"in each: {cs}'s framework overhead is a regression"
+    )
 
 
 def step_ratio_summary(result: CaseResult) -> dict[str, Any]:
     ratios = [b / c for b, c in zip(result.companion_step_times_s, result.step_times_s)]
-    return {"n": len(ratios), "min": min(ratios), "median": metrics.median(ratios), "max": max(ratios),
-            "trim": stats.TRIM, "values": ratios} if ratios else {"n": 0}
+    return (
+        {
+            "n": len(ratios),
+            "min": min(ratios),
+            "median": metrics.median(ratios),
+            "max": max(ratios),
+            "trim": stats.TRIM,
+            "values": ratios,
+        }
+        if ratios
+        else {"n": 0}
+    )
 
 
 @dataclass
@@ -251,8 +283,11 @@ class ParityRunner:
             loss, max_diff = loss_problem(case.id, result)
             worst_diff = max(worst_diff, max_diff)
             if loss:  # a run that computes something else gets no performance verdict
-                return self._write(self._outcome(result, ratios + [throughput_ratio(result)], (loss,), "failed",
-                                                 worst_diff, None, design))
+                return self._write(
+                    self._outcome(
+                        result, ratios + [throughput_ratio(result)], (loss,), "failed", worst_diff, None, design
+                    )
+                )
             ratios.append(throughput_ratio(result))
             if case.oversubscribed:
                 return self._write(self._outcome(result, ratios, (), "not-meaningful", worst_diff, None, design))
@@ -264,32 +299,75 @@ class ParityRunner:
         outcome = self._outcome(result, ratios, (problem,) if problem else (), status, worst_diff, found, design)
         return self._write(dataclasses.replace(outcome, timing_note=outcome.timing_note + note))
 
-    def _outcome(self, result: CaseResult, ratios: list[stats.Estimate], problems: tuple[str, ...], status: str,
-                 max_diff: float, found: sequential.Decision | None, design: sequential.Design) -> ParityOutcome:
+    def _outcome(
+        self,
+        result: CaseResult,
+        ratios: list[stats.Estimate],
+        problems: tuple[str, ...],
+        status: str,
+        max_diff: float,
+        found: sequential.Decision | None,
+        design: sequential.Design,
+    ) -> ParityOutcome:
         case, ratio = self.case, pooled(ratios)
         if status == "not-meaningful":
             note = f"{case.spec.topology} oversubscribes this machine: throughput is not judged"
         else:
             over = ", ".join(f"{r.value:.3f}" for r in ratios)
-            note = (f"{case.candidate} at {ratio.value:.3f}x {case.baseline}'s "
-                    f"throughput over {len(ratios)} launch{'es' if len(ratios) > 1 else ''} ({over}), each interleaved "
-                    f"in one launch" + (f"; {status}: neither no shortfall nor a {design.detect:.0%} one decided after "
-                                        f"the budget of {design.max_launches} launches" if status == "noisy" else ""))
-        state = {} if found is None else {
-            "llr": round(found.llr, 3), "upper": round(found.upper, 3), "lower": round(found.lower, 3),
-            "change": round(found.change, 4), "sigma": round(found.sigma, 4), "detect": design.detect,
-            "alpha": design.alpha, "beta": design.beta, "max_launches": design.max_launches}
+            note = (
+                f"{case.candidate} at {ratio.value:.3f}x {case.baseline}'s "
+                f"throughput over {len(ratios)} launch{'es' if len(ratios) > 1 else ''} ({over}), each interleaved "
+                f"in one launch"
+                + (
+                    f"; {status}: neither no shortfall nor a {design.detect:.0%} one decided after "
+                    f"the budget of {design.max_launches} launches"
+                    if status == "noisy"
+                    else ""
+                )
+            )
+        state = (
+            {}
+            if found is None
+            else {
+                "llr": round(found.llr, 3),
+                "upper": round(found.upper, 3),
+                "lower": round(found.lower, 3),
+                "change": round(found.change, 4),
+                "sigma": round(found.sigma, 4),
+                "detect": design.detect,
+                "alpha": design.alpha,
+                "beta": design.beta,
+                "max_launches": design.max_launches,
+            }
+        )
         return ParityOutcome(
-            case_id=case.id, problems=problems, candidate_throughput=result.throughput,
-            baseline_throughput=baseline_throughput(result), ratio=ratio.value,
-            ratio_ci=(ratio.low, ratio.high), step_ratios=step_ratio_summary(result), max_loss_diff=max_diff,
-            timing_note=note, status=status, launch_ratios=tuple(r.value for r in ratios), sequential=state,
-            strict=self.strict)
+            case_id=case.id,
+            problems=problems,
+            candidate_throughput=result.throughput,
+            baseline_throughput=baseline_throughput(result),
+            ratio=ratio.value,
+            ratio_ci=(ratio.low, ratio.high),
+            step_ratios=step_ratio_summary(result),
+            max_loss_diff=max_diff,
+            timing_note=note,
+            status=status,
+            launch_ratios=tuple(r.value for r in ratios),
+            sequential=state,
+            strict=self.strict,
+        )
 
     def _write(self, outcome: ParityOutcome) -> ParityOutcome:
         data: dict[str, Any] = dataclasses.asdict(outcome)
-        data.update(spec=self.case.spec.to_dict(), candidate=self.case.candidate, baseline=self.case.baseline,
-                    interleaved=True, tolerance=self.tolerance, loss_atol=LOSS_ATOL, written=time.time(),
-                    failed=outcome.failed, launches=len(outcome.launch_ratios))
+        data.update(
+            spec=self.case.spec.to_dict(),
+            candidate=self.case.candidate,
+            baseline=self.case.baseline,
+            interleaved=True,
+            tolerance=self.tolerance,
+            loss_atol=LOSS_ATOL,
+            written=time.time(),
+            failed=outcome.failed,
+            launches=len(outcome.launch_ratios),
+        )
         atomic.write_json(self.out_dir / f"{self.case.id}.json", data)
         return outcome

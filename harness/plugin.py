@@ -17,14 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from scalegate.record import baselines, runfiles, run_status, update
-from scalegate.plan import catalog, hostinfo, marker, matrix, options
 from scalegate import hookspec, parity, strategies, workloads
-from scalegate.report import table
-from scalegate.judge import metric
 from scalegate.contract.errors import ScalegateError
+from scalegate.judge import Outcome, metric, sequential
 from scalegate.launch import warm
-from scalegate.judge import Outcome, sequential
+from scalegate.plan import catalog, hostinfo, marker, matrix, options
+from scalegate.record import baselines, run_status, runfiles, update
+from scalegate.report import table
 from scalegate.session import ScalingSession, run_id
 
 SESSION = pytest.StashKey[ScalingSession]()
@@ -42,16 +41,24 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scaling: a scaling benchmark case (launches a real multi-process job)")
-    config.addinivalue_line("markers", "scaling_tolerance(**fractions): per-test tolerances, e.g. "
-                                       "scaling_tolerance(efficiency=0.15, peak_memory_bytes=0.3)")
-    config.addinivalue_line("markers", "scaling_matrix(models=[...], strategies=[...], topologies=[...]): the "
-                                       "scaling matrix of a test taking scaling_case (docs/your-model.md)")
+    config.addinivalue_line(
+        "markers",
+        "scaling_tolerance(**fractions): per-test tolerances, e.g. "
+        "scaling_tolerance(efficiency=0.15, peak_memory_bytes=0.3)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "scaling_matrix(models=[...], strategies=[...], topologies=[...]): the "
+        "scaling matrix of a test taking scaling_case (docs/your-model.md)",
+    )
     try:
-        known = catalog.discover(config.pluginmanager.hook.pytest_scaling_workloads.get_hookimpls(),
-                                 search_paths=[str(config.rootpath)])
+        known = catalog.discover(
+            config.pluginmanager.hook.pytest_scaling_workloads.get_hookimpls(), search_paths=[str(config.rootpath)]
+        )
         config.stash[CATALOG] = known
-        opts = options.parse(config.getoption, Path(config.rootpath), strategies.names(), workloads.names(),
-                             catalog=known)
+        opts = options.parse(
+            config.getoption, Path(config.rootpath), strategies.names(), workloads.names(), catalog=known
+        )
         host = hostinfo.detect()
         baseline = baselines.load(opts.baseline_dir, host.profile)
     except ScalegateError as exc:
@@ -80,12 +87,20 @@ def _declared_cases(metafunc: pytest.Metafunc, mark: pytest.Mark) -> list[matrix
     """The matrix a test declares with ``@pytest.mark.scaling_matrix`` (harness/plan/marker.py)."""
     config = metafunc.config
     state = config.stash[SESSION]
-    given = {"models": config.getoption("--scaling-models").strip() != "all",
-             "strategies": config.getoption("--scaling-strategies").strip() != "all",
-             "topologies": config.getoption("--scaling-topologies") is not None}
-    opts = marker.options_for(state.options, config.stash[CATALOG], mark.args, mark.kwargs,
-                                explicit=[key for key, on in given.items() if on], strategy_names=strategies.names(),
-                                where=metafunc.definition.nodeid)
+    given = {
+        "models": config.getoption("--scaling-models").strip() != "all",
+        "strategies": config.getoption("--scaling-strategies").strip() != "all",
+        "topologies": config.getoption("--scaling-topologies") is not None,
+    }
+    opts = marker.options_for(
+        state.options,
+        config.stash[CATALOG],
+        mark.args,
+        mark.kwargs,
+        explicit=[key for key, on in given.items() if on],
+        strategy_names=strategies.names(),
+        where=metafunc.definition.nodeid,
+    )
     return matrix.build(opts, state.host)
 
 
@@ -101,14 +116,16 @@ def _generate(metafunc: pytest.Metafunc) -> None:
     if "parity_case" in metafunc.fixturenames:  # scaling_tests/test_parity.py: front end vs raw PyTorch
         state = metafunc.config.stash[SESSION]
         pairs = parity.build(state.options, state.host)
-        metafunc.parametrize("parity_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in pairs],
-                             indirect=True)
+        metafunc.parametrize(
+            "parity_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in pairs], indirect=True
+        )
     if "scaling_case" not in metafunc.fixturenames:
         return
     mark = metafunc.definition.get_closest_marker("scaling_matrix")
     cases = _declared_cases(metafunc, mark) if mark is not None else _cases(metafunc.config)
-    metafunc.parametrize("scaling_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in cases],
-                         indirect=True)
+    metafunc.parametrize(
+        "scaling_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in cases], indirect=True
+    )
 
 
 class CaseRunner:
@@ -157,8 +174,15 @@ def parity_case(request: pytest.FixtureRequest) -> parity.ParityRunner:
     tolerance = state.options.tolerance if state.options.tolerance is not None else parity.THROUGHPUT_TOLERANCE
     opts = state.options  # the same sequential test as the efficiency gate: its budget, alpha and beta
     design = sequential.Design(max_launches=opts.max_launches, alpha=opts.alpha, beta=opts.beta)
-    return parity.ParityRunner(case=case, out_dir=state.run_dir / "parity", tolerance=tolerance,
-                               data_dir=opts.data_dir, agents=state.agents, design=design, strict=opts.strict)
+    return parity.ParityRunner(
+        case=case,
+        out_dir=state.run_dir / "parity",
+        tolerance=tolerance,
+        data_dir=opts.data_dir,
+        agents=state.agents,
+        design=design,
+        strict=opts.strict,
+    )
 
 
 def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
@@ -172,24 +196,43 @@ def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
     benchmark._mode = "external timings (scalegate)"  # so the fixture does not report itself as unused
     spec = result.spec
     benchmark.extra_info.update(
-        strategy=spec.strategy, model=spec.model, preset=spec.preset, topology=spec.topology,
-        world_size=spec.world_size, global_batch=spec.global_batch_size, throughput=result.throughput,
-        speedup=outcome.speedup, efficiency=outcome.efficiency, noise_rel=outcome.noise_rel,
-        local_efficiency=outcome.local_efficiency, gated_on=outcome.gate, launches=outcome.launches,
-        verdict=outcome.status, profile=profile,
-        tokens_per_s=outcome.tokens_per_s, flops_per_step=outcome.flops_per_step,
-        achieved_flops_per_device=outcome.achieved_flops, mfu=outcome.mfu, peak_flops=outcome.peak_flops,
-        peak_source=outcome.peak_source, mfu_unavailable=outcome.mfu_unavailable,
+        strategy=spec.strategy,
+        model=spec.model,
+        preset=spec.preset,
+        topology=spec.topology,
+        world_size=spec.world_size,
+        global_batch=spec.global_batch_size,
+        throughput=result.throughput,
+        speedup=outcome.speedup,
+        efficiency=outcome.efficiency,
+        noise_rel=outcome.noise_rel,
+        local_efficiency=outcome.local_efficiency,
+        gated_on=outcome.gate,
+        launches=outcome.launches,
+        verdict=outcome.status,
+        profile=profile,
+        tokens_per_s=outcome.tokens_per_s,
+        flops_per_step=outcome.flops_per_step,
+        achieved_flops_per_device=outcome.achieved_flops,
+        mfu=outcome.mfu,
+        peak_flops=outcome.peak_flops,
+        peak_source=outcome.peak_source,
+        mfu_unavailable=outcome.mfu_unavailable,
         peak_memory_bytes=[r.peak_memory_bytes for r in result.ranks],
         memory_source=result.ranks[0].memory_source,
     )
     found = outcome.resources or {}
     wire = found.get("wire") or {}
     benchmark.extra_info.update(
-        state_bytes=found.get("state_bytes"), ddp_state_bytes=found.get("ddp_state_bytes"),
-        cuda_memory=found.get("cuda_memory"), cpu_s=found.get("cpu_s"), compile_s=found.get("compile_s"),
-        bytes_per_step=wire.get("bytes_per_step"), analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
-        wire_source=wire.get("source"), wire_unavailable=wire.get("unavailable"),
+        state_bytes=found.get("state_bytes"),
+        ddp_state_bytes=found.get("ddp_state_bytes"),
+        cuda_memory=found.get("cuda_memory"),
+        cpu_s=found.get("cpu_s"),
+        compile_s=found.get("compile_s"),
+        bytes_per_step=wire.get("bytes_per_step"),
+        analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
+        wire_source=wire.get("source"),
+        wire_unavailable=wire.get("unavailable"),
         checkpoint=found.get("checkpoint"),  # --scaling-checkpoint: save_s, load_s, bytes per rank, s/GB
     )
 
@@ -207,8 +250,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     tr.write_sep("=", f"scaling results ({session.profile})")
     tr.write_line(table.table(cases))
     if session.baseline is None:
-        tr.write_line(f"no baseline for {session.profile} "
-                      f"(record one with --scaling-update-baselines into {session.options.baseline_dir})")
+        tr.write_line(
+            f"no baseline for {session.profile} "
+            f"(record one with --scaling-update-baselines into {session.options.baseline_dir})"
+        )
     for case in cases:
         if case["status"] in ("regressed", "failed", "improved"):
             tr.write_line(f"{case['case_id']}: {case['message'].splitlines()[0]}")
@@ -219,8 +264,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for case in cases:  # --scaling-profile: Chrome traces, one per rank (chrome://tracing, ui.perfetto.dev)
         traces = [Path(t) for t in case.get("traces") or []]
         if traces:
-            tr.write_line(f"{case['case_id']} profiler traces: {traces[0].parent}/"
-                          f"{{{','.join(t.name for t in traces)}}}")
+            tr.write_line(
+                f"{case['case_id']} profiler traces: {traces[0].parent}/{{{','.join(t.name for t in traces)}}}"
+            )
     if session.options.tensorboard_dir is not None:
         tr.write_line(f"tensorboard scalars: tensorboard --logdir {session.options.tensorboard_dir}")
     if session.options.update_baselines:

@@ -16,22 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from scalegate import workloads
-from scalegate.contract import atomic
-from scalegate.record import baselines
 from scalegate.checks import agreement, sharding
-from scalegate.figures import peaks, resources, stragglers
-from scalegate.report import tensorboard
+from scalegate.contract import atomic
 from scalegate.contract.errors import LaunchError, ScalegateError
-from scalegate.plan.hostinfo import HostInfo, commit
+from scalegate.contract.results import CaseResult
+from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.figures import peaks, resources, stragglers
+from scalegate.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judge
+from scalegate.judge import metric as V
+from scalegate.judge.evidence import from_results
 from scalegate.launch import emulated, run_case, warm
 from scalegate.launch import slurm as slurm_agent
+from scalegate.plan.hostinfo import HostInfo, commit
 from scalegate.plan.matrix import Case
 from scalegate.plan.options import Options
-from scalegate.contract.results import CaseResult
-from scalegate.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judge
-from scalegate.judge.evidence import from_results
-from scalegate.contract.spec import CaseSpec, Faults
-from scalegate.judge import metric as V
+from scalegate.record import baselines
+from scalegate.report import tensorboard
 
 
 def run_id() -> str:
@@ -73,8 +73,9 @@ class ScalingSession:
                 self.references[key] = exc
         found = self.references[key]
         if isinstance(found, LaunchError):
-            raise LaunchError(f"the reference {ref_spec.case_id} failed, so no speedup can be computed:\n"
-                              f"{found.message}", found.hint)
+            raise LaunchError(
+                f"the reference {ref_spec.case_id} failed, so no speedup can be computed:\n{found.message}", found.hint
+            )
         if more:
             found.extend(self._launches(ref_spec, more))
         return list(found)
@@ -87,8 +88,10 @@ class ScalingSession:
         directory (a relaunch of the case replaces its traces); unchanged when the option is off."""
         if not self.options.profile_steps:
             return spec
-        return spec.replace(profile_steps=self.options.profile_steps,
-                            profile_dir=str((self.run_dir / spec.case_id / "profile").resolve()))
+        return spec.replace(
+            profile_steps=self.options.profile_steps,
+            profile_dir=str((self.run_dir / spec.case_id / "profile").resolve()),
+        )
 
     def _windows(self, spec: CaseSpec) -> CaseSpec:
         """Where the post-measurement windows write: ``--scaling-profile``'s traces and ``--scaling-checkpoint``'s
@@ -105,22 +108,36 @@ class ScalingSession:
             return slurm_agent.run_agent(spec, case_dir, self.slurm, data_dir=self.options.data_dir)  # type: ignore[return-value]
         if spec.topo.multi_node:
             return emulated.run_case(spec, case_dir, link_rate=self.options.link_rate, data_dir=self.options.data_dir)
-        return run_case(spec, case_dir, data_dir=self.options.data_dir, agents=self.agents)  # single node, also under srun
+        return run_case(
+            spec, case_dir, data_dir=self.options.data_dir, agents=self.agents
+        )  # single node, also under srun
 
     def _run_other_node(self, case: Case) -> Outcome:
         """Nodes 1.. of a SLURM allocation run their agent; node 0 judges, writes and records."""
         spec, node = case.spec, self.slurm.node_id  # type: ignore[union-attr]
         key = baselines.case_key(spec.case_id, spec.preset, spec.compile)
         if node >= spec.topo.nodes:
-            return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
-                           message=f"node {node} has no part in a {spec.topo.nodes}-node case; node 0 reports it")
+            return Outcome(
+                case_id=spec.case_id,
+                key=key,
+                status=V.NOT_MEANINGFUL,
+                message=f"node {node} has no part in a {spec.topo.nodes}-node case; node 0 reports it",
+            )
         try:
-            slurm_agent.run_agent(self._windows(spec), self.run_dir / spec.case_id, self.slurm,  # type: ignore[arg-type]
-                                  data_dir=self.options.data_dir)
+            slurm_agent.run_agent(
+                self._windows(spec),
+                self.run_dir / spec.case_id,
+                self.slurm,  # type: ignore[arg-type]
+                data_dir=self.options.data_dir,
+            )
         except ScalegateError as exc:
             return Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
-        return Outcome(case_id=spec.case_id, key=key, status=V.NOT_MEANINGFUL,
-                       message=f"node {node} ran its agent; node 0 judges and records the case")
+        return Outcome(
+            case_id=spec.case_id,
+            key=key,
+            status=V.NOT_MEANINGFUL,
+            message=f"node {node} ran its agent; node 0 judges and records the case",
+        )
 
     @property
     def overrides(self) -> Overrides:
@@ -159,33 +176,79 @@ class ScalingSession:
                 break
         chosen = _median_launch(results, outcome)
         late = stragglers.attribute(chosen) or {}
-        message = f"{outcome.message}\n{late['message']}" if late.get("message") else outcome.message  # named in the verdict
-        outcome = dataclasses.replace(outcome, result=chosen, resources=resources.summary(chosen), stragglers=late,
-                                      message=message)
+        message = (
+            f"{outcome.message}\n{late['message']}" if late.get("message") else outcome.message
+        )  # named in the verdict
+        outcome = dataclasses.replace(
+            outcome, result=chosen, resources=resources.summary(chosen), stragglers=late, message=message
+        )
         self._write(outcome, record, spec)
         return outcome
 
-    def _record(self, case: Case, key: str, results: list[CaseResult], references: list[CaseResult],
-                tolerances: dict[str, float], failure: str = "") -> CaseRecord:
+    def _record(
+        self,
+        case: Case,
+        key: str,
+        results: list[CaseResult],
+        references: list[CaseResult],
+        tolerances: dict[str, float],
+        failure: str = "",
+    ) -> CaseRecord:
         """The judge's input: every launch as numbers, correctness problems (no baseline needed), how it ran."""
         spec = case.spec
-        fraction = workloads.preset_of(workloads.resolve(spec), spec.preset).convergence_fraction  # the workload's own bar
-        problems = tuple(dict.fromkeys(p for r in results for p in (  # every launch must train correctly
-            agreement.agreement(r), agreement.loss_curve(r), agreement.convergence(r, fraction), sharding.check(r),
-            agreement.checkpoint(r)) if p))
+        fraction = workloads.preset_of(
+            workloads.resolve(spec), spec.preset
+        ).convergence_fraction  # the workload's own bar
+        problems = tuple(
+            dict.fromkeys(
+                p
+                for r in results
+                for p in (  # every launch must train correctly
+                    agreement.agreement(r),
+                    agreement.loss_curve(r),
+                    agreement.convergence(r, fraction),
+                    sharding.check(r),
+                    agreement.checkpoint(r),
+                )
+                if p
+            )
+        )
         opts = self.options
         fields = dict(
-            problems=problems, failure=failure, oversubscribed=case.oversubscribed,
-            oversubscribed_why=(f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at {spec.cpu_threads} "
-                                f"thread(s) per rank: timing is not judged") if case.oversubscribed else "",
-            tolerances=tolerances, note=next((r.launch["note"] for r in results if r.launch.get("note")), ""),
-            host=self.host.host_id, **self._peak(spec),
+            problems=problems,
+            failure=failure,
+            oversubscribed=case.oversubscribed,
+            oversubscribed_why=(
+                f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at {spec.cpu_threads} "
+                f"thread(s) per rank: timing is not judged"
+            )
+            if case.oversubscribed
+            else "",
+            tolerances=tolerances,
+            note=next((r.launch["note"] for r in results if r.launch.get("note")), ""),
+            host=self.host.host_id,
+            **self._peak(spec),
             reference_itself=spec == self.reference_spec(spec),
-            conduct=Conduct(launches=opts.launches, confirm=opts.confirm, max_launches=opts.max_launches,
-                            alpha=opts.alpha, beta=opts.beta, tolerance=opts.tolerance))
+            conduct=Conduct(
+                launches=opts.launches,
+                confirm=opts.confirm,
+                max_launches=opts.max_launches,
+                alpha=opts.alpha,
+                beta=opts.beta,
+                tolerance=opts.tolerance,
+            ),
+        )
         if not results:
-            return CaseRecord(case_id=spec.case_id, key=key, profile=self.profile, world_size=spec.world_size,
-                              global_batch=spec.global_batch_size, steps=spec.steps, warmup=spec.warmup, **fields)
+            return CaseRecord(
+                case_id=spec.case_id,
+                key=key,
+                profile=self.profile,
+                world_size=spec.world_size,
+                global_batch=spec.global_batch_size,
+                steps=spec.steps,
+                warmup=spec.warmup,
+                **fields,
+            )
         return from_results(results, references, key=key, profile=self.profile, **fields)
 
     def _peak(self, spec: CaseSpec) -> dict[str, Any]:
@@ -197,12 +260,22 @@ class ScalingSession:
 
     def _write(self, outcome: Outcome, record: CaseRecord, spec: CaseSpec) -> None:
         data: dict[str, Any] = {k: v for k, v in dataclasses.asdict(outcome).items() if k != "result"}
-        data.update(spec=spec.to_dict(), profile=self.profile, host=self.host.hostname, host_id=self.host.host_id,
-                    commit=commit(),
-                    fingerprint=self.host.fingerprint(), written=time.time(), record=record.to_dict(),
-                    result=outcome.result.to_dict() if outcome.result else None)
-        traces = [r.extra["profile_trace"] for r in (outcome.result.ranks if outcome.result else ())
-                  if r.extra.get("profile_trace")]
+        data.update(
+            spec=spec.to_dict(),
+            profile=self.profile,
+            host=self.host.hostname,
+            host_id=self.host.host_id,
+            commit=commit(),
+            fingerprint=self.host.fingerprint(),
+            written=time.time(),
+            record=record.to_dict(),
+            result=outcome.result.to_dict() if outcome.result else None,
+        )
+        traces = [
+            r.extra["profile_trace"]
+            for r in (outcome.result.ranks if outcome.result else ())
+            if r.extra.get("profile_trace")
+        ]
         if traces:  # --scaling-profile: one Chrome trace per rank (harness/measure/profiling.py)
             data["traces"] = traces
         atomic.write_json(self.run_dir / f"{spec.case_id}.json", data)

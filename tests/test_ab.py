@@ -10,17 +10,18 @@ import dataclasses
 
 import pytest
 
+from scalegate.judge import CaseRecord, Conduct, Overrides, ab, judge
 from scalegate.record import baselines
-from scalegate.judge import CaseRecord, Conduct, Overrides, judge
-from scalegate.judge import ab
 from tests.test_judge import KEY, PROFILE, launch, record
 
 
 @pytest.fixture
 def stored(tmp_path) -> baselines.BaselineFile:
     """A stored baseline from another machine: its level (0.75) is not what this one measures; its spread is lent."""
-    entry = {"local_efficiency": {"value": 0.75, "tolerance": 0.25, "sigma": 0.02, "launches": 20},
-             "bytes_per_step": {"value": 9.8e6, "tolerance": 0.05}}
+    entry = {
+        "local_efficiency": {"value": 0.75, "tolerance": 0.25, "sigma": 0.02, "launches": 20},
+        "bytes_per_step": {"value": 9.8e6, "tolerance": 0.05},
+    }
     baselines.update(tmp_path, PROFILE, {}, {KEY: entry})
     return baselines.load(tmp_path, PROFILE)
 
@@ -46,9 +47,13 @@ def test_a_10_percent_drop_against_the_base_commit_is_confirmed_over_rounds(stor
     assert two.status == "noisy" and two.next_launches == 1  # at the 5% floor of the paired spread: one more
     three = judge(rounds(0.594, 0.596, 0.593), stored, base=rounds(0.66, 0.661, 0.659))
     assert three.status == "regressed" and three.failed, three.message
-    assert ("is 9.9% below the base commit's 0.660 over 3 rounds (head/base 0.594/0.660, 0.596/0.661, 0.593/0.659)"
-            in three.message)
-    assert "a 10% drop explains it better than no change" in three.message and "the floor of A/B rounds" in three.message
+    assert (
+        "is 9.9% below the base commit's 0.660 over 3 rounds (head/base 0.594/0.660, 0.596/0.661, 0.593/0.659)"
+        in three.message
+    )
+    assert (
+        "a 10% drop explains it better than no change" in three.message and "the floor of A/B rounds" in three.message
+    )
     assert three.sequential["sigma"] == ab.SIGMA_FLOOR  # the recorded 2% x sqrt(2) is below the floor
 
 
@@ -64,14 +69,19 @@ def test_memory_and_bytes_are_judged_against_the_base_commit(stored):
     """A PR that adds an all-reduce: bytes 20% above the base's, with the stored file's 5% tolerance."""
     head = rounds(0.66, 0.66, bytes_per_step=9.8e6 * 1.2)
     outcome = judge(head, stored, base=rounds(0.66, 0.66, bytes_per_step=9.8e6))
-    assert outcome.status == "regressed" and "bytes on the wire 11.760 MB/step are above baseline 9.800" in outcome.message
+    assert (
+        outcome.status == "regressed" and "bytes on the wire 11.760 MB/step are above baseline 9.800" in outcome.message
+    )
     fat = rounds(0.66, 0.66, peak_memory_bytes=(500 << 20, 500 << 20))
     assert judge(fat, None, base=rounds(0.66, 0.66)).status == "regressed"  # default 25% without a stored file
 
 
 def test_a_base_without_the_case_or_without_pairs_decides_nothing(stored):
-    missing = judge(rounds(0.66), stored, base=CaseRecord(**{**dataclasses.asdict(record()), "launches": (),
-                                                             "failure": "not collected"}))
+    missing = judge(
+        rounds(0.66),
+        stored,
+        base=CaseRecord(**{**dataclasses.asdict(record()), "launches": (), "failure": "not collected"}),
+    )
     assert missing.status == "no-baseline" and "the base commit has no result" in missing.message
     bare = judge(rounds(0.66), stored, base=record(launch(pair_step_times_s=(), local_step_times_s=())))
     [timed] = [m for m in bare.metrics if m.metric == "local_efficiency"]  # memory and bytes still judged: ok overall

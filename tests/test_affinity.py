@@ -8,8 +8,8 @@ import pytest
 
 from scalegate import workloads
 from scalegate.contract import affinity
-from scalegate.launch import run_case
 from scalegate.contract.spec import CaseSpec
+from scalegate.launch import run_case
 
 
 def test_each_local_rank_gets_its_own_slice():
@@ -37,14 +37,18 @@ def test_a_launcher_can_turn_binding_off():
 
 def test_a_nodes_only_rank_is_left_to_the_scheduler():
     assert affinity.bind(1, env={"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}) == {
-        "cpus": None, "why": "the node's only rank: left to the scheduler"}
+        "cpus": None,
+        "why": "the node's only rank: left to the scheduler",
+    }
 
 
 def test_bind_sets_this_process_affinity():
     first = sorted(os.sched_getaffinity(0))[0]
-    code = ("import os; from scalegate import affinity; "
-            f"print(affinity.bind(1, env={{'SCALEGATE_CPUS': '{first}', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}), "
-            "sorted(os.sched_getaffinity(0)))")
+    code = (
+        "import os; from scalegate import affinity; "
+        f"print(affinity.bind(1, env={{'SCALEGATE_CPUS': '{first}', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}), "
+        "sorted(os.sched_getaffinity(0)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == f"{{'cpus': [{first}], 'why': ''}} [{first}]"
 
@@ -53,8 +57,17 @@ def test_bind_sets_this_process_affinity():
 @pytest.mark.parametrize("binding", [True, False])
 def test_real_ranks_record_their_cores(tmp_path, binding):
     preset = workloads.preset("cnn", "tiny")
-    spec = CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=preset.micro_batch,
-                    steps=2, warmup=1, grad_check=False, cpu_binding=binding)
+    spec = CaseSpec(
+        strategy="ddp",
+        model="cnn",
+        preset="tiny",
+        topology="1x2",
+        micro_batch=preset.micro_batch,
+        steps=2,
+        warmup=1,
+        grad_check=False,
+        cpu_binding=binding,
+    )
     result = run_case(spec, tmp_path / "case")
     cpus = sorted(os.sched_getaffinity(0))
     got = [r.extra["cpu_binding"] for r in result.ranks]

@@ -1,15 +1,21 @@
 """Gradient and parameter agreement catch injected faults in real two-rank DDP jobs."""
 
-import pytest
-
 from scalegate.checks import agreement
-from scalegate.launch import run_case
 from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.launch import run_case
 
 
 def ddp_spec(**faults) -> CaseSpec:
-    return CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=32,
-                    steps=2, warmup=3, faults=Faults(**faults))
+    return CaseSpec(
+        strategy="ddp",
+        model="cnn",
+        preset="tiny",
+        topology="1x2",
+        micro_batch=32,
+        steps=2,
+        warmup=3,
+        faults=Faults(**faults),
+    )
 
 
 def test_clean_ddp_agrees_with_a_single_process(tmp_path):
@@ -47,5 +53,6 @@ def test_clean_loss_curve_tracks_the_single_process_and_final_loss_gate(tmp_path
     final = result.losses[-1]
     assert agreement.final_loss(result, final, 0.25, "k on p") is None
     message = agreement.final_loss(result, final / 2, 0.25, "ddp-cnn-1x2:tiny on cpu-x")
-    assert message == (f"final loss {final:.4g} is above baseline {final / 2:.4g} (tolerance 25%) "
-                       "[ddp-cnn-1x2:tiny on cpu-x]")
+    assert message == (
+        f"final loss {final:.4g} is above baseline {final / 2:.4g} (tolerance 25%) [ddp-cnn-1x2:tiny on cpu-x]"
+    )

@@ -2,22 +2,40 @@
 world sizes 1-4, and every example is a real multi-process DDP job compared with a single process.
 """
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scalegate.checks import agreement
-from scalegate.launch import run_case
 from scalegate.contract.spec import CaseSpec
+from scalegate.launch import run_case
 
 
-@settings(max_examples=3, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(width=st.integers(2, 24), hidden=st.integers(4, 96), micro_batch=st.integers(1, 12),
-       world=st.integers(1, 4), strategy=st.sampled_from(["ddp", "single"]))
+@settings(
+    max_examples=3,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    width=st.integers(2, 24),
+    hidden=st.integers(4, 96),
+    micro_batch=st.integers(1, 12),
+    world=st.integers(1, 4),
+    strategy=st.sampled_from(["ddp", "single"]),
+)
 def test_ddp_agrees_for_drawn_shapes(tmp_path_factory, width, hidden, micro_batch, world, strategy):
     if strategy == "single":
         world = 1
-    spec = CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=f"1x{world}", micro_batch=micro_batch,
-                    steps=1, warmup=2, dims={"width": width, "hidden": hidden})
+    spec = CaseSpec(
+        strategy=strategy,
+        model="cnn",
+        preset="tiny",
+        topology=f"1x{world}",
+        micro_batch=micro_batch,
+        steps=1,
+        warmup=2,
+        dims={"width": width, "hidden": hidden},
+    )
     result = run_case(spec, tmp_path_factory.mktemp("case"))
     assert agreement.agreement(result) is None
     assert len(result.ranks) == world

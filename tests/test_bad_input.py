@@ -30,14 +30,27 @@ BAD_OPTIONS = [
     (["--scaling-tolerance", "-0.1"], "--scaling-tolerance=-0.1 is not a fraction in [0, 1)"),
     (["--scaling-steps", "0"], "--scaling-steps=0 is below 1"),
     (["--scaling-launches", "0"], "--scaling-launches=0 is not in 1..20"),
-    (["--scaling-scaling", "strong", "--scaling-global-batch", "6", "--scaling-topologies", "1x1,1x4",
-      "--scaling-strategies", "ddp"], "--scaling-global-batch 6 does not divide by world size 4 of topology 1x4"),
+    (
+        [
+            "--scaling-scaling",
+            "strong",
+            "--scaling-global-batch",
+            "6",
+            "--scaling-topologies",
+            "1x1,1x4",
+            "--scaling-strategies",
+            "ddp",
+        ],
+        "--scaling-global-batch 6 does not divide by world size 4 of topology 1x4",
+    ),
     (["--scaling-scaling", "strong"], "--scaling-scaling strong needs --scaling-global-batch N >= 1"),
     (["--scaling-scaling", "both"], "--scaling-scaling both needs --scaling-global-batch N >= 1"),
     (["--scaling-scaling", "sideways"], "--scaling-scaling='sideways' is not one of weak, strong, both"),
     (["--scaling-global-batch", "8"], "--scaling-global-batch 8 conflicts with weak scaling"),
-    (["--scaling-update-baselines", "--scaling-inject-fault", "crash:rank=1"],
-     "--scaling-update-baselines with --scaling-inject-fault would record a faulty baseline"),
+    (
+        ["--scaling-update-baselines", "--scaling-inject-fault", "crash:rank=1"],
+        "--scaling-update-baselines with --scaling-inject-fault would record a faulty baseline",
+    ),
     (["--scaling-inject-fault", "hang:rank=1"], "--scaling-inject-fault 'hang:rank=1': missing step"),
     (["--scaling-inject-fault", "explode:rank=1"], "unknown fault 'explode'"),
 ]
@@ -54,8 +67,15 @@ def _run(pytester: pytest.Pytester, *args: str, subprocess: bool = False) -> pyt
     pytester.makepyfile(test_scaling=SCALING_TEST)
     pytester.makeini("[pytest]\n")
     run = pytester.runpytest_subprocess if subprocess else pytester.runpytest_inprocess
-    return run("-p", "scalegate.plugin", "-p", "no:cacheprovider",
-                                         "--scaling-results-dir", str(pytester.path / "results"), *args)
+    return run(
+        "-p",
+        "scalegate.plugin",
+        "-p",
+        "no:cacheprovider",
+        "--scaling-results-dir",
+        str(pytester.path / "results"),
+        *args,
+    )
 
 
 def _assert_usage_error(result: pytest.RunResult, says: str) -> None:
@@ -82,8 +102,12 @@ def _baseline(pytester: pytest.Pytester, text: str) -> Path:
 
 
 def _good(profile: str) -> dict:
-    return {"schema_version": SCHEMA_VERSION, "profile": profile, "fingerprint": {},
-            "cases": {"ddp-cnn-1x2:tiny": {"efficiency": {"value": 0.8, "tolerance": 0.1}}}}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "profile": profile,
+        "fingerprint": {},
+        "cases": {"ddp-cnn-1x2:tiny": {"efficiency": {"value": 0.8, "tolerance": 0.1}}},
+    }
 
 
 def _bad_baselines() -> list[tuple[str, str, str]]:

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from scalegate.contract import SCHEMA_VERSION
-from scalegate.record import baselines
 from scalegate.contract.errors import BaselineError
+from scalegate.record import baselines
 
 PROFILE = "cpu-test-2c-torch2.13.0"
 
@@ -20,7 +20,12 @@ def write(directory, data):
 def good(**case):
     entry = {"efficiency": {"value": 0.8, "tolerance": 0.1}}
     entry.update(case)
-    return {"schema_version": SCHEMA_VERSION, "profile": PROFILE, "fingerprint": {}, "cases": {"ddp-cnn-1x2:tiny": entry}}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "profile": PROFILE,
+        "fingerprint": {},
+        "cases": {"ddp-cnn-1x2:tiny": entry},
+    }
 
 
 def test_missing_file_means_no_baseline(tmp_path):
@@ -33,17 +38,20 @@ def test_reference_lookup(tmp_path):
     assert (ref.value, ref.tolerance) == (0.8, 0.1)
 
 
-@pytest.mark.parametrize("content, words", [
-    ("{not json", "is not valid JSON"),
-    ('{"schema_version": 1, "profile": "cpu-test', "is not valid JSON"),  # truncated
-    ("[1, 2]", "top level is list"),
-    (dict(good(), schema_version=99), "schema_version 99"),
-    (dict(good(), profile="cuda-h100-x8"), "is for profile 'cuda-h100-x8'"),
-    (dict(good(), cases=[]), "has no 'cases' object"),
-    (good(efficiency={"value": 0.8}), "metric 'efficiency' needs"),
-    (good(efficiency={"value": "fast", "tolerance": 0.1}), "is not a number"),
-    (good(efficiency={"value": 0.8, "tolerance": -1}), "metric 'efficiency' needs"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("{not json", "is not valid JSON"),
+        ('{"schema_version": 1, "profile": "cpu-test', "is not valid JSON"),  # truncated
+        ("[1, 2]", "top level is list"),
+        (dict(good(), schema_version=99), "schema_version 99"),
+        (dict(good(), profile="cuda-h100-x8"), "is for profile 'cuda-h100-x8'"),
+        (dict(good(), cases=[]), "has no 'cases' object"),
+        (good(efficiency={"value": 0.8}), "metric 'efficiency' needs"),
+        (good(efficiency={"value": "fast", "tolerance": 0.1}), "is not a number"),
+        (good(efficiency={"value": 0.8, "tolerance": -1}), "metric 'efficiency' needs"),
+    ],
+)
 def test_corrupt_baseline_names_file_and_hints(tmp_path, content, words):
     path = write(tmp_path, content)
     with pytest.raises(BaselineError) as err:

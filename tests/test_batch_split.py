@@ -2,7 +2,8 @@
 and every rank (whatever the world size) builds the same global batch for a step."""
 
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scalegate import workloads
 from scalegate.contract.spec import CaseSpec
@@ -13,8 +14,14 @@ def shards(spec: CaseSpec) -> list[torch.Tensor]:
     samples = torch.arange(spec.global_batch_size)
     out = []
     for rank in range(spec.world_size):
-        ctx = RankContext(rank=rank, world_size=spec.world_size, local_rank=rank, local_world_size=spec.world_size,
-                          node_rank=0, device=torch.device("cpu"))
+        ctx = RankContext(
+            rank=rank,
+            world_size=spec.world_size,
+            local_rank=rank,
+            local_world_size=spec.world_size,
+            node_rank=0,
+            device=torch.device("cpu"),
+        )
         out.append(Strategy(ctx, spec).shard(samples, samples)[0])
     return out
 
@@ -29,8 +36,15 @@ def test_weak_scaling_assigns_every_sample_once(world, micro):
 
 @given(world=st.integers(1, 16), per_rank=st.integers(1, 32))
 def test_strong_scaling_assigns_every_sample_once(world, per_rank):
-    spec = CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology=f"1x{world}", micro_batch=8,
-                    scaling="strong", global_batch=world * per_rank)
+    spec = CaseSpec(
+        strategy="ddp",
+        model="cnn",
+        preset="tiny",
+        topology=f"1x{world}",
+        micro_batch=8,
+        scaling="strong",
+        global_batch=world * per_rank,
+    )
     assert torch.equal(torch.sort(torch.cat(shards(spec))).values, torch.arange(world * per_rank))
 
 

@@ -17,7 +17,11 @@ from tests.test_gate import SLOW_COMMIT
 
 def test_the_selection_leaves_parity_out_and_needs_a_case():
     assert bisect.selection(["-k", "ddp-cnn-1x2", "--scaling-steps", "5"]) == [
-        "-k", "(ddp-cnn-1x2) and not parity", "--scaling-steps", "5"]
+        "-k",
+        "(ddp-cnn-1x2) and not parity",
+        "--scaling-steps",
+        "5",
+    ]
     assert bisect.selection(["-kfsdp"]) == ["-k(fsdp) and not parity"]
     with pytest.raises(ScalegateError, match="bisect needs the case to bisect: -k EXPR"):
         bisect.selection(["--scaling-steps", "5"])
@@ -35,15 +39,23 @@ def _history(where):
     worktree.copy_checkout(ROOT, where)
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=where, check=True,
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=where,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     git("init", "-q")
     git("add", "-A")
     git("commit", "-qm", "base")
     path, line, added = SLOW_COMMIT
-    for name, change in (("a README line", None), ("DDP's step waits 12 ms", (line, added + line)),
-                         ("another README line", None)):
+    for name, change in (
+        ("a README line", None),
+        ("DDP's step waits 12 ms", (line, added + line)),
+        ("another README line", None),
+    ):
         if change is None:
             (where / "README.md").write_text((where / "README.md").read_text() + f"\n{name}\n")
         else:
@@ -53,15 +65,39 @@ def _history(where):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("SCALEGATE_HEAVY_TESTS"),
-                    reason="2-4 minutes of A/B steps: set SCALEGATE_HEAVY_TESTS=1 (CI stays under 30 minutes)")
+@pytest.mark.skipif(
+    not os.environ.get("SCALEGATE_HEAVY_TESTS"),
+    reason="2-4 minutes of A/B steps: set SCALEGATE_HEAVY_TESTS=1 (CI stays under 30 minutes)",
+)
 def test_bisect_finds_the_commit_that_slowed_ddp(tmp_path):
     repo = tmp_path / "repo"
     commits = _history(repo)
-    done = subprocess.run([sys.executable, "-m", "harness", "bisect", commits[0], commits[-1], "--results-dir",
-                           str(tmp_path / "bisect"), "-k", "ddp-cnn-1x2", "--scaling-strategies", "ddp",
-                           "--scaling-steps", "10", "--scaling-warmup", "2", "--scaling-local-steps", "20"],
-                          cwd=repo, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scalegate",
+            "bisect",
+            commits[0],
+            commits[-1],
+            "--results-dir",
+            str(tmp_path / "bisect"),
+            "-k",
+            "ddp-cnn-1x2",
+            "--scaling-strategies",
+            "ddp",
+            "--scaling-steps",
+            "10",
+            "--scaling-warmup",
+            "2",
+            "--scaling-local-steps",
+            "20",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert f"bisect: {commits[2][:12]} is bad (ddp-cnn-1x2:tiny regressed)" in done.stdout, done.stdout[-4000:]
     if f"bisect: {commits[1][:12]} is skipped" in done.stdout:  # its A/A stayed undecided (a loaded host): a range
         assert done.returncode == 1 and f"bisect: could be {commits[2][:7]} DDP's step waits 12 ms" in done.stdout
@@ -72,4 +108,7 @@ def test_bisect_finds_the_commit_that_slowed_ddp(tmp_path):
     # the user's checkout is untouched: no bisect in progress, no worktree left
     assert subprocess.run(["git", "bisect", "log"], cwd=repo, capture_output=True).returncode != 0
     assert subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout.count("\n") == 1
-    assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip() == commits[-1]
+    assert (
+        subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+        == commits[-1]
+    )

@@ -14,26 +14,41 @@ import pytest
 import torch
 
 from scalegate.checks import agreement, tolerances
-from scalegate.measure import checkpoint, gradcheck
+from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.figures import resources
-from scalegate.report import table
-from scalegate.record import update
-from scalegate.record.baselines import BaselineFile
 from scalegate.judge import budgets
+from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord, LaunchRecord
 from scalegate.launch import run_case
-from scalegate.contract.spec import CaseSpec, Faults
-from scalegate.judge import metric as V
+from scalegate.measure import checkpoint, gradcheck
+from scalegate.record import update
+from scalegate.record.baselines import BaselineFile
+from scalegate.report import table
 
 
 def spec(strategy: str, directory, **changes) -> CaseSpec:
-    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=2, warmup=1,
-                    checkpoint=True, checkpoint_dir=str(directory), **changes)
+    return CaseSpec(
+        strategy=strategy,
+        model="cnn",
+        preset="tiny",
+        topology="1x2",
+        micro_batch=32,
+        steps=2,
+        warmup=1,
+        checkpoint=True,
+        checkpoint_dir=str(directory),
+        **changes,
+    )
 
 
-@pytest.mark.parametrize("strategy, fmt", [("ddp", "torch.distributed.checkpoint"),
-                                           ("fsdp", "torch.distributed.checkpoint"),
-                                           ("deepspeed-zero3", "deepspeed")])
+@pytest.mark.parametrize(
+    "strategy, fmt",
+    [
+        ("ddp", "torch.distributed.checkpoint"),
+        ("fsdp", "torch.distributed.checkpoint"),
+        ("deepspeed-zero3", "deepspeed"),
+    ],
+)
 def test_a_checkpoint_round_trip_is_timed_measured_and_exact(tmp_path, strategy, fmt):
     if strategy.startswith("deepspeed"):
         pytest.importorskip("deepspeed")
@@ -53,8 +68,13 @@ def test_a_checkpoint_round_trip_is_timed_measured_and_exact(tmp_path, strategy,
     if strategy != "ddp":  # sharded state: each rank writes its own shards, about half of the whole
         low, high = sorted(figures["bytes_per_rank"])
         assert high < 0.8 * figures["bytes"], figures
-    case = {"case_id": result.spec.case_id, "status": "ok", "spec": result.spec.to_dict(),
-            "result": result.to_dict(), "resources": resources.summary(result)}
+    case = {
+        "case_id": result.spec.case_id,
+        "status": "ok",
+        "spec": result.spec.to_dict(),
+        "result": result.to_dict(),
+        "resources": resources.summary(result),
+    }
     row = dict(zip(table.header([case]), table.rows([case])[0]))
     assert row["ckpt s/GB"] == f"{figures['s_per_gb']:.3g}" and row["verdict"] == "ok"
     if keep:  # 2 -> 1: the same step resumed by one process, within the agreement tolerance (another reduction order)
@@ -78,8 +98,14 @@ def test_a_resume_without_the_optimizer_state_fails_the_case_naming_the_paramete
 
 
 def test_checkpoint_files_are_attributed_to_the_rank_that_wrote_them(tmp_path):
-    names = {"__0_0.distcp": 10, "__1_0.distcp": 20, ".metadata": 3, "scalegate/zero_pp_rank_1_mp_rank_00_optim_"
-             "states.pt": 40, "scalegate/mp_rank_00_model_states.pt": 5, "latest": 1}
+    names = {
+        "__0_0.distcp": 10,
+        "__1_0.distcp": 20,
+        ".metadata": 3,
+        "scalegate/zero_pp_rank_1_mp_rank_00_optim_states.pt": 40,
+        "scalegate/mp_rank_00_model_states.pt": 5,
+        "latest": 1,
+    }
     for name, size in names.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x" * size)
@@ -88,25 +114,44 @@ def test_checkpoint_files_are_attributed_to_the_rank_that_wrote_them(tmp_path):
 
 
 def _record(per_gb):
-    return CaseRecord(case_id="ddp-cnn-1x2", key="ddp-cnn-1x2:tiny", profile="p", world_size=2, global_batch=64,
-                      steps=2, warmup=1, launches=(LaunchRecord(step_times_s=(0.1, 0.1), checkpoint_s_per_gb=per_gb),))
+    return CaseRecord(
+        case_id="ddp-cnn-1x2",
+        key="ddp-cnn-1x2:tiny",
+        profile="p",
+        world_size=2,
+        global_batch=64,
+        steps=2,
+        warmup=1,
+        launches=(LaunchRecord(step_times_s=(0.1, 0.1), checkpoint_s_per_gb=per_gb),),
+    )
 
 
 def test_checkpoint_seconds_per_gb_is_a_budget_with_a_generous_tolerance():
-    case = {"case_id": "ddp-cnn-1x2", "key": "ddp-cnn-1x2:tiny", "status": "ok", "spec": {"steps": 2, "warmup": 1},
-            "result": {"ranks": [{"peak_memory_bytes": 1}], "throughput": 1.0, "losses": [1.0], "median_step_s": 0.1},
-            "resources": {"checkpoint": {"s_per_gb": 12.5, "format": "torch.distributed.checkpoint"}}}
+    case = {
+        "case_id": "ddp-cnn-1x2",
+        "key": "ddp-cnn-1x2:tiny",
+        "status": "ok",
+        "spec": {"steps": 2, "warmup": 1},
+        "result": {"ranks": [{"peak_memory_bytes": 1}], "throughput": 1.0, "losses": [1.0], "median_step_s": 0.1},
+        "resources": {"checkpoint": {"s_per_gb": 12.5, "format": "torch.distributed.checkpoint"}},
+    }
     entry = update.entries_from_run([case], 0.1)[0]["ddp-cnn-1x2:tiny"]["checkpoint_s_per_gb"]
-    assert entry == {"value": 12.5, "tolerance": update.CHECKPOINT_TOLERANCE, "unit": "s/GB",
-                     "format": "torch.distributed.checkpoint"}
-    baseline = BaselineFile(path=None, profile="p", fingerprint={}, cases={"ddp-cnn-1x2:tiny": {
-        "checkpoint_s_per_gb": entry}})
+    assert entry == {
+        "value": 12.5,
+        "tolerance": update.CHECKPOINT_TOLERANCE,
+        "unit": "s/GB",
+        "format": "torch.distributed.checkpoint",
+    }
+    baseline = BaselineFile(
+        path=None, profile="p", fingerprint={}, cases={"ddp-cnn-1x2:tiny": {"checkpoint_s_per_gb": entry}}
+    )
     within = budgets.checkpoint(_record(20.0), _record(20.0).launches[0], baseline)
     assert [v.status for v in within] == [V.OK]
     slower = budgets.checkpoint(_record(30.0), _record(30.0).launches[0], baseline)[0]
     assert slower.status == V.REGRESSED
-    assert slower.message == ("checkpoint save + load 30 s/GB is above baseline 12.5 s/GB (tolerance 100%) "
-                              "[ddp-cnn-1x2:tiny on p]")
+    assert slower.message == (
+        "checkpoint save + load 30 s/GB is above baseline 12.5 s/GB (tolerance 100%) [ddp-cnn-1x2:tiny on p]"
+    )
     assert budgets.checkpoint(_record(None), _record(None).launches[0], baseline) == []
 
 
@@ -117,9 +162,17 @@ def test_a_strategy_that_cannot_checkpoint_reports_why_and_the_table_says_n_a():
         checkpoint_unavailable = get("pipeline-gpipe").checkpoint_unavailable
 
     found = checkpoint.run_window(spec("pipeline-gpipe", "/nonexistent"), 0, Stub(), lambda i: 0.0, 0, lambda: None)
-    assert found == {"checkpoint": {"unavailable": Stub.checkpoint_unavailable}} and "pipeline" in Stub.checkpoint_unavailable
-    case = {"case_id": "pipeline-gpipe-cnn-1x2", "status": "ok", "spec": {}, "result": None,
-            "resources": {"checkpoint": {"unavailable": Stub.checkpoint_unavailable}}}
+    assert (
+        found == {"checkpoint": {"unavailable": Stub.checkpoint_unavailable}}
+        and "pipeline" in Stub.checkpoint_unavailable
+    )
+    case = {
+        "case_id": "pipeline-gpipe-cnn-1x2",
+        "status": "ok",
+        "spec": {},
+        "result": None,
+        "resources": {"checkpoint": {"unavailable": Stub.checkpoint_unavailable}},
+    }
     assert table.rows([case])[0][table.header([case]).index("ckpt s/GB")] == "n/a"
     assert table.header([{"case_id": "x", "status": "ok"}]) == table.HEADER  # no column without the option
 
@@ -156,16 +209,21 @@ def _resume_on_rank(rank: int, directory: str, port: int, out: str) -> None:
 
     import torch.distributed as dist
 
-    from scalegate import workloads
-    from scalegate import strategies
+    from scalegate import strategies, workloads
     from scalegate.worker.loop import make_optimizer_factory, rank_context
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE="2",
+    )
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
         two = CaseSpec(strategy="fsdp", model="cnn", preset="tiny", topology="1x2", micro_batch=16, steps=2, warmup=1)
-        kept = torch.load(f"{directory}/{checkpointing.UNINTERRUPTED}")
+        kept = torch.load(f"{directory}/{checkpoint.UNINTERRUPTED}")
         workload = workloads.resolve(two)(two.preset, two.seed, None, dims=two.dims)
         torch.manual_seed(1)  # other initial weights: the load must replace every one
         strategy = strategies.get("fsdp")(rank_context(two), two, workload=workload)
@@ -183,8 +241,10 @@ def _resume_on_rank(rank: int, directory: str, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.skipif(not os.environ.get("SCALEGATE_HEAVY_TESTS"),
-                    reason="a 1x1 launch and two spawned ranks (~30 s on 2 cores): set SCALEGATE_HEAVY_TESTS=1")
+@pytest.mark.skipif(
+    not os.environ.get("SCALEGATE_HEAVY_TESTS"),
+    reason="a 1x1 launch and two spawned ranks (~30 s on 2 cores): set SCALEGATE_HEAVY_TESTS=1",
+)
 def test_resume_at_another_world_size_one_rank_to_two(tmp_path):
     """A single-process DCP checkpoint loaded by two FSDP2 ranks (each reads its shards): the step resumed on the
     same global batch, split over the two ranks, matches the single process's uninterrupted step."""
@@ -195,8 +255,18 @@ def test_resume_at_another_world_size_one_rank_to_two(tmp_path):
     from scalegate.launch.process import free_port
 
     directory = tmp_path / "case" / "checkpoint"
-    one = CaseSpec(strategy="single", model="cnn", preset="tiny", topology="1x1", micro_batch=32, steps=2, warmup=1,
-                   checkpoint=True, checkpoint_dir=str(directory), checkpoint_keep=True)
+    one = CaseSpec(
+        strategy="single",
+        model="cnn",
+        preset="tiny",
+        topology="1x1",
+        micro_batch=32,
+        steps=2,
+        warmup=1,
+        checkpoint=True,
+        checkpoint_dir=str(directory),
+        checkpoint_keep=True,
+    )
     result = run_case(one, tmp_path / "case")
     assert agreement.checkpoint(result) is None
     out = tmp_path / "resumed.json"
@@ -209,14 +279,32 @@ def test_resume_at_another_world_size_one_rank_to_two(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("SCALEGATE_HEAVY_TESTS"),
-                    reason="the suite end to end (a case and its 1x1 reference, ~40 s on 2 cores): SCALEGATE_HEAVY_TESTS=1")
+@pytest.mark.skipif(
+    not os.environ.get("SCALEGATE_HEAVY_TESTS"),
+    reason="the suite end to end (a case and its 1x1 reference, ~40 s on 2 cores): SCALEGATE_HEAVY_TESTS=1",
+)
 def test_the_suite_reports_checkpoint_figures_in_the_table_the_case_json_and_extra_info(suite, tmp_path):
     import json
 
-    done = suite("-k", "not parity", "--scaling-strategies", "ddp", "--scaling-models", "cnn", "--scaling-topologies",
-                 "1x2", "--scaling-steps", "3", "--scaling-warmup", "1", "--scaling-local-steps", "0",
-                 "--scaling-checkpoint", "--benchmark-json", str(tmp_path / "bench.json"))
+    done = suite(
+        "-k",
+        "not parity",
+        "--scaling-strategies",
+        "ddp",
+        "--scaling-models",
+        "cnn",
+        "--scaling-topologies",
+        "1x2",
+        "--scaling-steps",
+        "3",
+        "--scaling-warmup",
+        "1",
+        "--scaling-local-steps",
+        "0",
+        "--scaling-checkpoint",
+        "--benchmark-json",
+        str(tmp_path / "bench.json"),
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = next((tmp_path / "results").glob("2*"))
     case = json.loads((run_dir / "ddp-cnn-1x2.json").read_text())
@@ -224,7 +312,8 @@ def test_the_suite_reports_checkpoint_figures_in_the_table_the_case_json_and_ext
     assert figures["format"] == "torch.distributed.checkpoint" and figures["s_per_gb"] > 0
     assert len(figures["bytes_per_rank"]) == 2 and not (run_dir / "ddp-cnn-1x2" / "checkpoint").exists()
     assert case["result"]["ranks"][0]["extra"]["checkpoint"]["directory"] == str(
-        (run_dir / "ddp-cnn-1x2" / "checkpoint").resolve())
+        (run_dir / "ddp-cnn-1x2" / "checkpoint").resolve()
+    )
     assert "ckpt s/GB" in done.stdout and f"{figures['s_per_gb']:.3g}" in done.stdout
     bench = json.loads((tmp_path / "bench.json").read_text())["benchmarks"]
     assert next(b for b in bench if "ddp-cnn-1x2" in b["name"])["extra_info"]["checkpoint"] == figures
@@ -235,15 +324,33 @@ def test_the_option_reaches_every_case_spec_and_the_session_puts_the_files_in_th
     from scalegate.plan.options import Options
     from scalegate.session import ScalingSession
 
-    opts = Options(strategies=("ddp",), models=("cnn",), topologies=("1x2",), preset="tiny", steps=2, warmup=1,
-                   tolerance=None, default_tolerance=0.1, results_dir=tmp_path, baseline_dir=tmp_path,
-                   update_baselines=False, require_baseline=False, timeout_s=240, cpu_threads=1, seed=1,
-                   dtype="fp32", inject_delay_ms=0.0, checkpoint=True)
+    opts = Options(
+        strategies=("ddp",),
+        models=("cnn",),
+        topologies=("1x2",),
+        preset="tiny",
+        steps=2,
+        warmup=1,
+        tolerance=None,
+        default_tolerance=0.1,
+        results_dir=tmp_path,
+        baseline_dir=tmp_path,
+        update_baselines=False,
+        require_baseline=False,
+        timeout_s=240,
+        cpu_threads=1,
+        seed=1,
+        dtype="fp32",
+        inject_delay_ms=0.0,
+        checkpoint=True,
+    )
     host = hostinfo.detect()
     case_spec = matrix.spec_for("ddp", "cnn", "1x2", opts, host)
     assert case_spec.checkpoint and not case_spec.checkpoint_dir  # the session decides where
     session = ScalingSession(options=opts, host=host, run_dir=tmp_path / "run", baseline=None)
-    assert session._windows(case_spec).checkpoint_dir == str((tmp_path / "run" / "ddp-cnn-1x2" / "checkpoint").resolve())
+    assert session._windows(case_spec).checkpoint_dir == str(
+        (tmp_path / "run" / "ddp-cnn-1x2" / "checkpoint").resolve()
+    )
     off = matrix.spec_for("ddp", "cnn", "1x2", Options(**{**opts.__dict__, "checkpoint": False}), host)
     assert not off.checkpoint and session._windows(off).checkpoint_dir == ""  # off by default: nothing changes
 
@@ -260,8 +367,8 @@ def test_the_history_tracks_checkpoint_seconds_per_gb_lower_is_better():
 
 def test_the_resume_fault_is_a_command_line_switch_that_needs_the_option():
     from scalegate.contract.errors import SpecError
-    from scalegate.plan.options import _faults
     from scalegate.contract.spec import parse_fault
+    from scalegate.plan.options import _faults
 
     assert parse_fault("checkpoint-skip-optimizer") == {"checkpoint_skip_optimizer": 1}
     assert Faults(**parse_fault("checkpoint-skip-optimizer")).checkpoint_skip_optimizer is True

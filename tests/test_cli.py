@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scalegate.contract.errors import ScalegateError
 from scalegate.figures import stats
+from scalegate.judge import CaseRecord, LaunchRecord
 from scalegate.judge import metric as V
 from scalegate.record.baselines import Reference
-from scalegate.contract.errors import ScalegateError
-from scalegate.judge import CaseRecord, LaunchRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = "cpu-test-2c-torch2.13.0"
@@ -30,37 +30,107 @@ def _steps(median_s: float, n: int = 20, spread: float = 0.01) -> list[float]:
     return [median_s * (1 + spread * ((i * 7) % 5 - 2)) for i in range(n)]
 
 
-def make_case(case_id: str = "ddp-cnn-1x2", *, step_s: float = 0.030, ref_step_s: float = 0.021, world: int = 2,
-              status: str = "ok", problems: tuple[str, ...] = (), faults: dict | None = None,
-              bytes_per_step: float | None = None, spread: float = 0.01, tolerances: dict | None = None) -> dict:
+def make_case(
+    case_id: str = "ddp-cnn-1x2",
+    *,
+    step_s: float = 0.030,
+    ref_step_s: float = 0.021,
+    world: int = 2,
+    status: str = "ok",
+    problems: tuple[str, ...] = (),
+    faults: dict | None = None,
+    bytes_per_step: float | None = None,
+    spread: float = 0.01,
+    tolerances: dict | None = None,
+) -> dict:
     """One results/<run>/<case_id>.json as harness/session.py writes it."""
     strategy, model, topology = case_id.split("-")
     steps, ref_steps, batch = _steps(step_s, spread=spread), _steps(ref_step_s, spread=spread), 32
     throughput = batch * world / stats.median(steps)
     ref_tp = batch / stats.median(ref_steps)
     est = stats.efficiency_estimate(steps, batch * world, ref_steps, batch, world)
-    ranks = [{"rank": r, "peak_memory_bytes": 400 * 2**20 + r * 2**20, "memory_source": "rss",
-              "step_times_s": steps, "losses": [2.0] * len(steps)} for r in range(world)]
-    spec = {"strategy": strategy, "model": model, "preset": "tiny", "topology": topology, "micro_batch": batch,
-            "steps": len(steps), "warmup": 5, "faults": {"delay_ms": 0.0, "grad_scale": 1.0, **(faults or {})}}
-    wire = {"bytes_per_step": bytes_per_step, "bytes_per_rank": bytes_per_step / world, "source": "netns-lo"} \
-        if bytes_per_step else {"bytes_per_step": None, "source": "unavailable"}
-    record = CaseRecord(case_id=case_id, key=f"{case_id}:tiny", profile=PROFILE, world_size=world,
-                        global_batch=batch * world, steps=len(steps), warmup=5,
-                        launches=(LaunchRecord(step_times_s=tuple(steps), final_loss=2.0, memory_source="rss",
-                                               peak_memory_bytes=tuple(r["peak_memory_bytes"] for r in ranks),
-                                               bytes_per_step=bytes_per_step, wire_source=wire["source"]),),
-                        reference_step_times_s=tuple(ref_steps), reference_global_batch=batch, reference_launches=1,
-                        problems=tuple(problems), tolerances=tolerances or {})
-    return {"case_id": case_id, "key": f"{case_id}:tiny", "status": status, "message": "\n".join(problems) or status,
-            "record": record.to_dict(), "launches": 1,
-            "problems": list(problems), "oversubscribed": False, "speedup": throughput / ref_tp,
-            "efficiency": est.value, "efficiency_ci": [est.low, est.high], "noise_rel": 0.02,
-            "reference_throughput": ref_tp, "reference_step_times_s": ref_steps, "baseline_efficiency": None,
-            "tolerances": tolerances or {}, "resources": {"wire": wire}, "profile": PROFILE, "host": "vm",
-            "commit": "abc123", "fingerprint": {"cpu_cores": 2}, "spec": spec, "written": 1.0,
-            "result": {"case_id": case_id, "throughput": throughput, "median_step_s": stats.median(steps),
-                       "step_times_s": steps, "losses": [2.0] * len(steps), "ranks": ranks}}
+    ranks = [
+        {
+            "rank": r,
+            "peak_memory_bytes": 400 * 2**20 + r * 2**20,
+            "memory_source": "rss",
+            "step_times_s": steps,
+            "losses": [2.0] * len(steps),
+        }
+        for r in range(world)
+    ]
+    spec = {
+        "strategy": strategy,
+        "model": model,
+        "preset": "tiny",
+        "topology": topology,
+        "micro_batch": batch,
+        "steps": len(steps),
+        "warmup": 5,
+        "faults": {"delay_ms": 0.0, "grad_scale": 1.0, **(faults or {})},
+    }
+    wire = (
+        {"bytes_per_step": bytes_per_step, "bytes_per_rank": bytes_per_step / world, "source": "netns-lo"}
+        if bytes_per_step
+        else {"bytes_per_step": None, "source": "unavailable"}
+    )
+    record = CaseRecord(
+        case_id=case_id,
+        key=f"{case_id}:tiny",
+        profile=PROFILE,
+        world_size=world,
+        global_batch=batch * world,
+        steps=len(steps),
+        warmup=5,
+        launches=(
+            LaunchRecord(
+                step_times_s=tuple(steps),
+                final_loss=2.0,
+                memory_source="rss",
+                peak_memory_bytes=tuple(r["peak_memory_bytes"] for r in ranks),
+                bytes_per_step=bytes_per_step,
+                wire_source=wire["source"],
+            ),
+        ),
+        reference_step_times_s=tuple(ref_steps),
+        reference_global_batch=batch,
+        reference_launches=1,
+        problems=tuple(problems),
+        tolerances=tolerances or {},
+    )
+    return {
+        "case_id": case_id,
+        "key": f"{case_id}:tiny",
+        "status": status,
+        "message": "\n".join(problems) or status,
+        "record": record.to_dict(),
+        "launches": 1,
+        "problems": list(problems),
+        "oversubscribed": False,
+        "speedup": throughput / ref_tp,
+        "efficiency": est.value,
+        "efficiency_ci": [est.low, est.high],
+        "noise_rel": 0.02,
+        "reference_throughput": ref_tp,
+        "reference_step_times_s": ref_steps,
+        "baseline_efficiency": None,
+        "tolerances": tolerances or {},
+        "resources": {"wire": wire},
+        "profile": PROFILE,
+        "host": "vm",
+        "commit": "abc123",
+        "fingerprint": {"cpu_cores": 2},
+        "spec": spec,
+        "written": 1.0,
+        "result": {
+            "case_id": case_id,
+            "throughput": throughput,
+            "median_step_s": stats.median(steps),
+            "step_times_s": steps,
+            "losses": [2.0] * len(steps),
+            "ranks": ranks,
+        },
+    }
 
 
 def write_run(directory: Path, *cases: dict) -> Path:
@@ -71,15 +141,17 @@ def write_run(directory: Path, *cases: dict) -> Path:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "scalegate", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.fixture
 def baseline_dir(tmp_path: Path) -> Path:
     """Baselines recorded from a clean run through the real update-baselines command."""
-    run = write_run(tmp_path / "clean-for-baseline", make_case(bytes_per_step=10e6), make_case("ddp-cnn-1x4",
-                                                                                                world=4, step_s=0.04))
+    run = write_run(
+        tmp_path / "clean-for-baseline", make_case(bytes_per_step=10e6), make_case("ddp-cnn-1x4", world=4, step_s=0.04)
+    )
     done = cli("update-baselines", run, "--baseline-dir", tmp_path / "baselines", "--tolerance", "0.05")
     assert done.returncode == 0, done.stderr
     return tmp_path / "baselines"
@@ -142,11 +214,14 @@ def test_a_result_file_without_a_judge_record_is_bad_input(tmp_path):
     assert "HINT: it was written by another scalegate version" in done.stderr and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("setup, expected", [
-    (lambda d: d / "missing", "does not exist"),
-    (lambda d: write_run(d / "empty"), "holds no case results"),
-    (lambda d: (write_run(d / "bad") / "x.json").write_text("{nope") and d / "bad", "is malformed"),
-])
+@pytest.mark.parametrize(
+    "setup, expected",
+    [
+        (lambda d: d / "missing", "does not exist"),
+        (lambda d: write_run(d / "empty"), "holds no case results"),
+        (lambda d: (write_run(d / "bad") / "x.json").write_text("{nope") and d / "bad", "is malformed"),
+    ],
+)
 def test_compare_bad_input_exits_2_with_one_line_and_a_hint(tmp_path, setup, expected):
     done = cli("compare", setup(tmp_path))
     assert done.returncode == 2
@@ -163,8 +238,11 @@ def test_compare_unusable_baseline_file_exits_2(tmp_path):
 
 
 def test_update_refuses_a_run_with_failing_correctness(tmp_path):
-    run = write_run(tmp_path / "run", make_case(), make_case("ddp-cnn-1x4", world=4, status="failed",
-                                                             problems=("parameter agreement failed [ddp] rank 1",)))
+    run = write_run(
+        tmp_path / "run",
+        make_case(),
+        make_case("ddp-cnn-1x4", world=4, status="failed", problems=("parameter agreement failed [ddp] rank 1",)),
+    )
     done = cli("update-baselines", run, "--baseline-dir", tmp_path / "baselines")
     assert done.returncode == 2
     assert "refusing to update baselines: 1 case(s) failed correctness (ddp-cnn-1x4)" in done.stderr
@@ -290,4 +368,6 @@ def test_record_baselines_refuses_bad_rounds_and_makes_one_launch_per_case_per_r
     argv = record_baselines.round_argv(["-k", "ddp", "--scaling-launches", "10"], tmp_path / "r")
     # the round's own settings come last and win: relaunches would make the launches consecutive again
     assert argv[argv.index("-k") - 1] == "scaling_tests" and argv[-8:-2] == record_baselines.ROUND
-    assert record_baselines.round_argv(["tests/test_cli.py", "-k", "x"], tmp_path)[5] == "tests/test_cli.py"  # no scaling_tests
+    assert (
+        record_baselines.round_argv(["tests/test_cli.py", "-k", "x"], tmp_path)[5] == "tests/test_cli.py"
+    )  # no scaling_tests

@@ -9,22 +9,30 @@ from __future__ import annotations
 
 import pytest
 
-from scalegate.record import baselines
+from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.figures import resources
-from scalegate.report import table
-from scalegate.launch import netns, run_case
-from scalegate.launch.wirecount import ENV_DISABLE
 from scalegate.judge import judge
 from scalegate.judge.evidence import from_results
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.launch import netns, run_case
+from scalegate.launch.wirecount import ENV_DISABLE
 from scalegate.measure.wire import WireCounter
+from scalegate.record import baselines
+from scalegate.report import table
 
 needs_netns = pytest.mark.skipif(netns.available() is not None, reason=f"no network namespaces: {netns.available()}")
 
 
 def spec(strategy: str = "ddp", **faults) -> CaseSpec:
-    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=3,
-                    warmup=1, faults=Faults(**faults))
+    return CaseSpec(
+        strategy=strategy,
+        model="cnn",
+        preset="tiny",
+        topology="1x2",
+        micro_batch=32,
+        steps=3,
+        warmup=1,
+        faults=Faults(**faults),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +63,7 @@ def test_ddp_sends_what_ring_all_reduce_predicts(clean):
 @needs_netns
 def test_an_extra_all_reduce_per_step_fails_the_bytes_gate(clean, tmp_path):
     base = baseline_from(clean, tmp_path / "baselines")
-    key, where = "ddp-cnn-1x2:tiny", "ddp-cnn-1x2:tiny on cpu-test"
+    key = "ddp-cnn-1x2:tiny"
     assert judge(from_results([clean], [], key=key, profile="cpu-test"), base).status != "regressed"
     faulty = run_case(spec(extra_allreduce=1), tmp_path / "faulty")
     outcome = judge(from_results([faulty], [], key=key, profile="cpu-test"), base)
@@ -76,8 +84,17 @@ def test_without_a_namespace_bytes_are_unavailable_with_the_reason(tmp_path, mon
     assert wire["bytes_per_step"] is None and wire["source"] == "unavailable"
     assert wire["unavailable"] == f"{ENV_DISABLE}=1: the job ran in the root network namespace"
     assert wire["analytic_bytes_per_step"] > 0  # the prediction does not need a measurement
-    row = table.rows([{"case_id": "ddp-cnn-1x2", "status": "ok", "spec": {}, "result": result.to_dict(),
-                         "resources": resources.summary(result)}])[0]
+    row = table.rows(
+        [
+            {
+                "case_id": "ddp-cnn-1x2",
+                "status": "ok",
+                "spec": {},
+                "result": result.to_dict(),
+                "resources": resources.summary(result),
+            }
+        ]
+    )[0]
     assert row[table.HEADER.index("MB/step")] == "n/a"
 
 
@@ -85,8 +102,10 @@ def test_a_worker_outside_a_private_namespace_records_no_bytes():
     counter = WireCounter(environ={})
     counter.start()
     counter.stop()
-    assert counter.result(3) == {"source": "unavailable",
-                                 "unavailable": "the launcher gave this job no private network namespace"}
+    assert counter.result(3) == {
+        "source": "unavailable",
+        "unavailable": "the launcher gave this job no private network namespace",
+    }
 
 
 def synthetic(topology: str, strategy: str, wires: list[dict], device: str = "cpu", wire_factor: float | None = None):
@@ -96,11 +115,23 @@ def synthetic(topology: str, strategy: str, wires: list[dict], device: str = "cp
 
     s = spec(strategy).replace(topology=topology)
     per_node = s.topo.per_node
-    ranks = [RankResult(rank=r, world_size=s.world_size, node_rank=r // per_node, host="h", device=device,
-                        step_times_s=[0.1] * s.steps, losses=[1.0] * s.steps, warmup_losses=[1.0],
-                        loss_weight=1 / s.world_size, full_state_bytes={"params": 4_000_000}, wire=w,
-                        wire_factor=wire_factor)
-             for r, w in enumerate(wires)]
+    ranks = [
+        RankResult(
+            rank=r,
+            world_size=s.world_size,
+            node_rank=r // per_node,
+            host="h",
+            device=device,
+            step_times_s=[0.1] * s.steps,
+            losses=[1.0] * s.steps,
+            warmup_losses=[1.0],
+            loss_weight=1 / s.world_size,
+            full_state_bytes={"params": 4_000_000},
+            wire=w,
+            wire_factor=wire_factor,
+        )
+        for r, w in enumerate(wires)
+    ]
     return aggregate(s, ranks)
 
 
@@ -111,10 +142,15 @@ def test_wire_summary_sums_nodes_and_keys_the_analytic_volume_by_backend():
     assert wire["measured_over_analytic"] is None and "inter-node bytes only" in wire["note"]
     gloo = synthetic("1x2", "fsdp", [{"bytes_per_step": 16_000_000, "source": "netns:lo"}] * 2, wire_factor=4.0)
     assert resources.wire(gloo)["analytic_bytes_per_rank"] == 4 * 1 / 2 * 4_000_000  # gloo reduce-scatter = all-reduce
-    nccl = synthetic("1x2", "fsdp", [{"bytes_per_step": 12_000_000, "source": "netns:lo"}] * 2, device="cuda:0",
-                     wire_factor=3.0)
+    nccl = synthetic(
+        "1x2", "fsdp", [{"bytes_per_step": 12_000_000, "source": "netns:lo"}] * 2, device="cuda:0", wire_factor=3.0
+    )
     assert resources.wire(nccl)["analytic_bytes_per_rank"] == 3 * 1 / 2 * 4_000_000
-    assert resources.wire(synthetic("1x2", "pipeline-gpipe", [{"bytes_per_step": 9, "source": "netns:lo"}] * 2)
-                          )["analytic_bytes_per_rank"] is None  # activations on the wire: no formula
+    assert (
+        resources.wire(synthetic("1x2", "pipeline-gpipe", [{"bytes_per_step": 9, "source": "netns:lo"}] * 2))[
+            "analytic_bytes_per_rank"
+        ]
+        is None
+    )  # activations on the wire: no formula
     missing = synthetic("1x2", "ddp", [{"source": "unavailable", "unavailable": "not root"}, {}])
     assert resources.wire(missing)["unavailable"] == "not root"

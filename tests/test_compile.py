@@ -3,18 +3,27 @@ the case skips with the reason; a compiled run keeps a baseline of its own."""
 
 from __future__ import annotations
 
-from scalegate.record import baselines
 from scalegate.checks import agreement
-from scalegate.plan.hostinfo import detect
-from scalegate.launch import run_case
-from scalegate.plan.matrix import skip_reason
-from scalegate.figures.resources import summary
 from scalegate.contract.spec import CaseSpec
+from scalegate.figures.resources import summary
+from scalegate.launch import run_case
+from scalegate.plan.hostinfo import detect
+from scalegate.plan.matrix import skip_reason
+from scalegate.record import baselines
 
 
 def spec(strategy: str, **fields) -> CaseSpec:
-    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=2, warmup=1,
-                    compile=True, **fields)
+    return CaseSpec(
+        strategy=strategy,
+        model="cnn",
+        preset="tiny",
+        topology="1x2",
+        micro_batch=32,
+        steps=2,
+        warmup=1,
+        compile=True,
+        **fields,
+    )
 
 
 def test_a_compiled_ddp_step_computes_what_the_eager_single_process_does(tmp_path):

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from scalegate.plan import hostinfo
 from scalegate import strategies
 from scalegate.checks import tolerances
 from scalegate.contract.topology import Topology
+from scalegate.plan import hostinfo
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "your_model"
@@ -36,9 +36,21 @@ def test_the_example_runs_outside_the_repository(tmp_path):
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "results", "baselines"))
     assert "scalegate.plugin" not in (project / "conftest.py").read_text()  # only the entry point can load it
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SCALEGATE_RUN_ID", "PYTEST_ADDOPTS")}
-    cmd = [sys.executable, "-m", "pytest", str(project), "-p", "no:cacheprovider", "-q", *FEW_STEPS,
-           "--scaling-update-baselines", "--scaling-baseline-dir", str(tmp_path / "baselines"),
-           "--scaling-results-dir", str(tmp_path / "results")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(project),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        *FEW_STEPS,
+        "--scaling-update-baselines",
+        "--scaling-baseline-dir",
+        str(tmp_path / "baselines"),
+        "--scaling-results-dir",
+        str(tmp_path / "results"),
+    ]
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-4000:]

@@ -14,14 +14,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalegate import workloads
+from scalegate import strategies, workloads
 from scalegate.contract import SCHEMA_VERSION
-from scalegate.record import baselines
-from scalegate.plan import options
-from scalegate import strategies
 from scalegate.contract.errors import BaselineError, SpecError
 from scalegate.contract.spec import parse_fault
 from scalegate.contract.topology import Topology
+from scalegate.plan import options
+from scalegate.record import baselines
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOPOLOGY_LIKE = st.from_regex(r"\A\s*[0-9]{0,6}\s*[xX]?\s*[0-9]{0,6}\s*\Z")
@@ -38,8 +37,11 @@ def test_topology_parse_returns_a_valid_topology_or_spec_error(text):
     assert topo.nodes >= 1 and topo.per_node >= 1 and Topology.parse(str(topo)) == topo
 
 
-FAULT_LIKE = st.builds(lambda k, a: f"{k}:{a}", st.sampled_from(["hang", "crash", "no-result", "bad-result", "x"]),
-                       st.from_regex(r"\A((rank|step|foo)=?[0-9a-z]{0,8},?){0,3}\Z"))
+FAULT_LIKE = st.builds(
+    lambda k, a: f"{k}:{a}",
+    st.sampled_from(["hang", "crash", "no-result", "bad-result", "x"]),
+    st.from_regex(r"\A((rank|step|foo)=?[0-9a-z]{0,8},?){0,3}\Z"),
+)
 
 
 @SETTINGS
@@ -71,25 +73,31 @@ def _defaults() -> dict[str, object]:
 
 DEFAULTS = _defaults()
 NUMBER = st.one_of(st.integers(-5, 10**6), st.floats(allow_nan=True, allow_infinity=True))
-OVERRIDES = st.fixed_dictionaries({}, optional={
-    # mostly valid names, so the numeric options behind them get exercised too
-    "--scaling-topologies": st.one_of(st.sampled_from(["1x1", "1x2,1x4", "2x2"]), st.text(max_size=20),
-                                      st.lists(TOPOLOGY_LIKE, max_size=4).map(",".join)),
-    "--scaling-strategies": st.one_of(st.sampled_from(["all", "ddp", "ddp,single", "ddp"]), st.text(max_size=20)),
-    "--scaling-models": st.one_of(st.sampled_from(["all", "cnn", "cnn"]), st.text(max_size=20)),
-    "--scaling-steps": st.integers(-3, 100),
-    "--scaling-warmup": st.integers(-3, 100),
-    "--scaling-tolerance": st.one_of(st.none(), NUMBER),
-    "--scaling-default-tolerance": NUMBER,
-    "--scaling-timeout": NUMBER,
-    "--scaling-cpu-threads": st.integers(-2, 64),
-    "--scaling-dtype": st.sampled_from(["fp32", "bf16", "fp8", ""]),
-    "--scaling-inject-delay-ms": NUMBER,
-    "--scaling-inject-fault": st.lists(st.one_of(FAULT_LIKE, st.text(max_size=10)), max_size=2),
-    "--scaling-scaling": st.sampled_from(["weak", "strong", "both", "other"]),
-    "--scaling-global-batch": st.one_of(st.none(), st.integers(-4, 4096)),
-    "--scaling-update-baselines": st.booleans(),
-})
+OVERRIDES = st.fixed_dictionaries(
+    {},
+    optional={
+        # mostly valid names, so the numeric options behind them get exercised too
+        "--scaling-topologies": st.one_of(
+            st.sampled_from(["1x1", "1x2,1x4", "2x2"]),
+            st.text(max_size=20),
+            st.lists(TOPOLOGY_LIKE, max_size=4).map(",".join),
+        ),
+        "--scaling-strategies": st.one_of(st.sampled_from(["all", "ddp", "ddp,single", "ddp"]), st.text(max_size=20)),
+        "--scaling-models": st.one_of(st.sampled_from(["all", "cnn", "cnn"]), st.text(max_size=20)),
+        "--scaling-steps": st.integers(-3, 100),
+        "--scaling-warmup": st.integers(-3, 100),
+        "--scaling-tolerance": st.one_of(st.none(), NUMBER),
+        "--scaling-default-tolerance": NUMBER,
+        "--scaling-timeout": NUMBER,
+        "--scaling-cpu-threads": st.integers(-2, 64),
+        "--scaling-dtype": st.sampled_from(["fp32", "bf16", "fp8", ""]),
+        "--scaling-inject-delay-ms": NUMBER,
+        "--scaling-inject-fault": st.lists(st.one_of(FAULT_LIKE, st.text(max_size=10)), max_size=2),
+        "--scaling-scaling": st.sampled_from(["weak", "strong", "both", "other"]),
+        "--scaling-global-batch": st.one_of(st.none(), st.integers(-4, 4096)),
+        "--scaling-update-baselines": st.booleans(),
+    },
+)
 
 
 @SETTINGS
@@ -112,17 +120,29 @@ def test_options_parse_returns_valid_options_or_spec_error(overrides):
 
 
 PROFILE = "cpu-fuzz"
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=20)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
 METRIC = st.one_of(JSON, st.fixed_dictionaries({"value": JSON, "tolerance": JSON}))
-NEAR_VALID = st.fixed_dictionaries({
-    "schema_version": st.one_of(st.just(SCHEMA_VERSION), JSON),
-    "profile": st.one_of(st.just(PROFILE), JSON),
-    "fingerprint": JSON,
-    "cases": st.one_of(JSON, st.dictionaries(st.text(max_size=12), st.one_of(JSON, st.dictionaries(
-        st.sampled_from(list(baselines.METRICS) + ["provenance"]), METRIC, max_size=4)), max_size=3)),
-})
+NEAR_VALID = st.fixed_dictionaries(
+    {
+        "schema_version": st.one_of(st.just(SCHEMA_VERSION), JSON),
+        "profile": st.one_of(st.just(PROFILE), JSON),
+        "fingerprint": JSON,
+        "cases": st.one_of(
+            JSON,
+            st.dictionaries(
+                st.text(max_size=12),
+                st.one_of(
+                    JSON, st.dictionaries(st.sampled_from(list(baselines.METRICS) + ["provenance"]), METRIC, max_size=4)
+                ),
+                max_size=3,
+            ),
+        ),
+    }
+)
 
 
 def _load(raw: bytes) -> None:
@@ -140,9 +160,13 @@ def _load(raw: bytes) -> None:
 
 
 @SETTINGS
-@given(st.one_of(st.binary(max_size=200), NEAR_VALID.map(lambda d: json.dumps(d).encode()),
-                 NEAR_VALID.map(lambda d: json.dumps(d).encode()).flatmap(
-                     lambda b: st.integers(0, len(b)).map(lambda n: b[:n]))))
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        NEAR_VALID.map(lambda d: json.dumps(d).encode()),
+        NEAR_VALID.map(lambda d: json.dumps(d).encode()).flatmap(lambda b: st.integers(0, len(b)).map(lambda n: b[:n])),
+    )
+)
 def test_baseline_load_returns_a_file_or_baseline_error(raw):
     _load(raw)
 

@@ -15,31 +15,49 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
-CASE = ["-k", "ddp-cnn-1x2", "--scaling-models", "cnn", "--scaling-strategies", "single,ddp", "--scaling-topologies", "1x1,1x2", "--scaling-steps", "15", "--scaling-warmup", "3",
-        "--scaling-tolerance", "0.25"]
+CASE = [
+    "-k",
+    "ddp-cnn-1x2",
+    "--scaling-models",
+    "cnn",
+    "--scaling-strategies",
+    "single,ddp",
+    "--scaling-topologies",
+    "1x1,1x2",
+    "--scaling-steps",
+    "15",
+    "--scaling-warmup",
+    "3",
+    "--scaling-tolerance",
+    "0.25",
+]
 
 
 def test_baseline_then_injected_delay_fails_and_clean_run_passes(tmp_path, suite):
     baselines, storage = tmp_path / "baselines", tmp_path / "bench"
     common = CASE + ["--scaling-baseline-dir", str(baselines), "--benchmark-storage", str(storage)]
 
-    first = suite(*common, "--scaling-update-baselines", "--benchmark-autosave",
-                  "--benchmark-json", str(tmp_path / "bench.json"))
+    first = suite(
+        *common, "--scaling-update-baselines", "--benchmark-autosave", "--benchmark-json", str(tmp_path / "bench.json")
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     assert "no baseline for" in first.stdout
     assert "baselines updated:" in first.stdout and "+ ddp-cnn-1x2:tiny: efficiency" in first.stdout
-    profile_file, = baselines.glob("*.json")
+    (profile_file,) = baselines.glob("*.json")
     entry = json.loads(profile_file.read_text())["cases"]["ddp-cnn-1x2:tiny"]
     assert entry["efficiency"]["value"] > 0 and entry["provenance"]["schema_version"] == 1
 
-    bench, = json.loads((tmp_path / "bench.json").read_text())["benchmarks"]
+    (bench,) = json.loads((tmp_path / "bench.json").read_text())["benchmarks"]
     assert bench["param"] == "ddp-cnn-1x2" and bench["stats"]["rounds"] == 15
-    assert {"speedup", "efficiency", "world_size", "topology", "strategy", "model", "preset"} <= set(bench["extra_info"])
+    assert {"speedup", "efficiency", "world_size", "topology", "strategy", "model", "preset"} <= set(
+        bench["extra_info"]
+    )
     assert bench["extra_info"]["world_size"] == 2
 
     # ~40 ms of extra "communication" on every step of a ~30 ms step: efficiency drops well past 25%.
-    slow = suite(*common, "--scaling-inject-delay-ms", "40", "--benchmark-compare",
-                 "--benchmark-compare-fail=median:30%")
+    slow = suite(
+        *common, "--scaling-inject-delay-ms", "40", "--benchmark-compare", "--benchmark-compare-fail=median:30%"
+    )
     assert slow.returncode == 1, slow.stdout + slow.stderr
     # the local (same-launch) efficiency decides; a regression needs a second launch (docs/gate.md)
     assert "ddp-cnn-1x2: local efficiency" in slow.stdout and "below baseline" in slow.stdout
@@ -54,14 +72,32 @@ def test_baseline_then_injected_delay_fails_and_clean_run_passes(tmp_path, suite
 
 def test_several_launches_are_judged_together(tmp_path, suite):
     # the classic gate (no same-launch pairs): several launches against the session's reference launches
-    run = suite("-k", "ddp-cnn-1x2", "--scaling-models", "cnn", "--scaling-strategies", "ddp",
-                "--scaling-topologies", "1x2", "--scaling-steps", "5", "--scaling-warmup", "1", "--scaling-launches", "2",
-                "--scaling-local-steps", "0", "--scaling-tolerance", "0.5")
+    run = suite(
+        "-k",
+        "ddp-cnn-1x2",
+        "--scaling-models",
+        "cnn",
+        "--scaling-strategies",
+        "ddp",
+        "--scaling-topologies",
+        "1x2",
+        "--scaling-steps",
+        "5",
+        "--scaling-warmup",
+        "1",
+        "--scaling-launches",
+        "2",
+        "--scaling-local-steps",
+        "0",
+        "--scaling-tolerance",
+        "0.5",
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     case = tmp_path / "results" / "latest" / "ddp-cnn-1x2.json"
     data = json.loads(case.read_text())
     assert len(data["launch_efficiencies"]) == 2 and data["efficiency"] == pytest.approx(
-        sum(data["launch_efficiencies"]) / 2)  # the median of two launches
+        sum(data["launch_efficiencies"]) / 2
+    )  # the median of two launches
     assert len(data["record"]["reference_step_times_s"]) == 10  # two reference launches of 5 steps, pooled
     assert data["gate"] == "classic" and data["launches"] == 2
     assert "(median of 2 launches: " in data["message"]
@@ -69,15 +105,28 @@ def test_several_launches_are_judged_together(tmp_path, suite):
 
 
 def test_require_baseline_fails_a_machine_without_one(tmp_path, suite):
-    run = suite("-k", "single-cnn-1x1", "--scaling-models", "cnn", "--scaling-strategies", "single", "--scaling-steps", "3", "--scaling-warmup", "1",
-                "--scaling-baseline-dir", str(tmp_path / "empty"), "--scaling-require-baseline")
+    run = suite(
+        "-k",
+        "single-cnn-1x1",
+        "--scaling-models",
+        "cnn",
+        "--scaling-strategies",
+        "single",
+        "--scaling-steps",
+        "3",
+        "--scaling-warmup",
+        "1",
+        "--scaling-baseline-dir",
+        str(tmp_path / "empty"),
+        "--scaling-require-baseline",
+    )
     assert run.returncode == 1
     assert "no baseline for single-cnn-1x1:tiny on" in run.stdout
 
 
 # A slowdown from outside the project: a sitecustomize on PYTHONPATH that makes every DDP forward sleep,
 # as a pull request that slowed the training framework would. Not the harness's own fault injection.
-SLOW_DDP = '''
+SLOW_DDP = """
 import os
 if os.environ.get("SLOW_DDP_MS"):
     import time
@@ -90,9 +139,17 @@ if os.environ.get("SLOW_DDP_MS"):
         return _forward(self, *args, **kwargs)
 
     torch.nn.parallel.DistributedDataParallel.forward = forward
-'''
-GATE_CASE = ["-k", "ddp-cnn-1x2 or single-cnn-1x1", "--scaling-strategies", "single,ddp", "--scaling-steps", "10",
-             "--scaling-warmup", "2"]
+"""
+GATE_CASE = [
+    "-k",
+    "ddp-cnn-1x2 or single-cnn-1x1",
+    "--scaling-strategies",
+    "single,ddp",
+    "--scaling-steps",
+    "10",
+    "--scaling-warmup",
+    "2",
+]
 
 
 def gate(tmp_path, *args: str, env: dict | None = None):
@@ -102,21 +159,45 @@ def gate(tmp_path, *args: str, env: dict | None = None):
 
     from tests.conftest import ROOT
 
-    return subprocess.run([sys.executable, "-m", "harness", "gate", "--results-dir", str(tmp_path / "gate"),
-                           "--markdown", str(tmp_path / "gate.md"), *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=900, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scalegate",
+            "gate",
+            "--results-dir",
+            str(tmp_path / "gate"),
+            "--markdown",
+            str(tmp_path / "gate.md"),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_the_gate_command_fails_a_slowdown_applied_from_outside(tmp_path, suite):
     bases = tmp_path / "baselines"
-    recorded = suite("--scaling-models", "cnn", *GATE_CASE, "--scaling-baseline-dir", str(bases),
-                     "--scaling-update-baselines", "--scaling-launches", "4")
+    recorded = suite(
+        "--scaling-models",
+        "cnn",
+        *GATE_CASE,
+        "--scaling-baseline-dir",
+        str(bases),
+        "--scaling-update-baselines",
+        "--scaling-launches",
+        "4",
+    )
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SLOW_DDP)
-    slow = gate(tmp_path, *GATE_CASE, "--scaling-baseline-dir", str(bases),
-                env={"PYTHONPATH": str(site), "SLOW_DDP_MS": "12"})
+    slow = gate(
+        tmp_path, *GATE_CASE, "--scaling-baseline-dir", str(bases), env={"PYTHONPATH": str(site), "SLOW_DDP_MS": "12"}
+    )
     assert slow.returncode == 1, slow.stdout + slow.stderr
     table = (tmp_path / "gate.md").read_text()
     assert table.startswith("### scalegate: PR gate:") and "**FAIL**" in table
@@ -127,23 +208,43 @@ def test_the_gate_command_fails_a_slowdown_applied_from_outside(tmp_path, suite)
     assert "gate: round 2 done" in slow.stdout
     merged = json.loads((tmp_path / "gate" / "latest" / "ddp-cnn-1x2.json").read_text())
     assert merged["launches"] >= 2 and merged["rounds"] == merged["launches"]
-    again = subprocess.run([sys.executable, "-m", "harness", "compare", str(tmp_path / "gate" / "latest"),
-                            "--baseline-dir", str(bases), "--require-baseline"], cwd=ROOT, capture_output=True, text=True)
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scalegate",
+            "compare",
+            str(tmp_path / "gate" / "latest"),
+            "--baseline-dir",
+            str(bases),
+            "--require-baseline",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert again.returncode == 1 and "❌ regressed" in again.stdout  # compare re-judges the gate's merged record
 
 
 # A pull request that slows DDP: a commit of a throwaway copy of this repository makes every DDP step wait on the
 # host, as a synchronous check added to the training step would. The base commit is the same tree without it.
-SLOW_COMMIT = ("harness/strategies/ddp.py", "        loss = loss_fn(self.wrapped(inputs), targets)\n",
-               "        __import__('time').sleep(0.012)  # the PR's synchronous host-side check\n")
+SLOW_COMMIT = (
+    "harness/strategies/ddp.py",
+    "        loss = loss_fn(self.wrapped(inputs), targets)\n",
+    "        __import__('time').sleep(0.012)  # the PR's synchronous host-side check\n",
+)
 
 
 def throwaway_repo(where):
     """This checkout's files (tracked and untracked-but-not-ignored) as a fresh repository of two commits:
     the base, and a head that slows DDP's step."""
     worktree.copy_checkout(ROOT, where)
-    git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=where,
-                                       check=True, capture_output=True)
+
+    def git(*args):
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=where, check=True, capture_output=True
+        )
+
     git("init", "-q")
     git("add", "-A")
     git("commit", "-qm", "base")
@@ -157,13 +258,40 @@ def throwaway_repo(where):
 
 def test_the_ab_gate_fails_a_commit_that_slows_ddp_and_passes_the_same_commit(tmp_path):
     repo = throwaway_repo(tmp_path / "repo")
-    args = ["-k", "ddp-cnn-1x2 or single-cnn-1x1", "--scaling-strategies", "single,ddp", "--scaling-steps", "10",
-            "--scaling-warmup", "2", "--scaling-local-steps", "20"]
+    args = [
+        "-k",
+        "ddp-cnn-1x2 or single-cnn-1x1",
+        "--scaling-strategies",
+        "single,ddp",
+        "--scaling-steps",
+        "10",
+        "--scaling-warmup",
+        "2",
+        "--scaling-local-steps",
+        "20",
+    ]
 
     def ab(base: str, *extra: str):
-        return subprocess.run([sys.executable, "-m", "harness", "gate", "--base", base, "--results-dir",
-                               str(tmp_path / "gate"), "--markdown", str(tmp_path / "gate.md"), *args, *extra],
-                              cwd=repo, capture_output=True, text=True, timeout=900)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "scalegate",
+                "gate",
+                "--base",
+                base,
+                "--results-dir",
+                str(tmp_path / "gate"),
+                "--markdown",
+                str(tmp_path / "gate.md"),
+                *args,
+                *extra,
+            ],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
 
     slow = ab("HEAD~1")
     assert slow.returncode == 1, slow.stdout[-4000:] + slow.stderr[-4000:]
@@ -174,12 +302,22 @@ def test_the_ab_gate_fails_a_commit_that_slows_ddp_and_passes_the_same_commit(tm
     assert "gate: A/B," in slow.stdout and "gate: round 2 done" in slow.stdout  # a drop is confirmed by a second round
     # both commits ran in every round, in alternating order; the base's checkout is gone afterwards
     latest = tmp_path / "gate" / "latest"
-    assert json.loads((latest / "ddp-cnn-1x2.json").read_text())["launches"] == len(
-        json.loads((latest / "base" / "ddp-cnn-1x2.json").read_text())["record"]["launches"]) >= 2
-    assert not list((tmp_path / "gate").glob("gate-*/base-tree")) and "base-tree" not in subprocess.run(
-        ["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
-    again = subprocess.run([sys.executable, "-m", "harness", "compare", str(latest), "--base-run", str(latest / "base")],
-                           cwd=repo, capture_output=True, text=True)
+    assert (
+        json.loads((latest / "ddp-cnn-1x2.json").read_text())["launches"]
+        == len(json.loads((latest / "base" / "ddp-cnn-1x2.json").read_text())["record"]["launches"])
+        >= 2
+    )
+    assert (
+        not list((tmp_path / "gate").glob("gate-*/base-tree"))
+        and "base-tree"
+        not in subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    )
+    again = subprocess.run(
+        [sys.executable, "-m", "scalegate", "compare", str(latest), "--base-run", str(latest / "base")],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
     assert again.returncode == 1 and "❌ regressed" in again.stdout and "(A/B)" in again.stdout  # the same judge
     same = ab("HEAD", "--scaling-max-launches", "3")  # A/A: the head against itself, within a short budget
     assert same.returncode == 0, same.stdout[-4000:] + same.stderr[-4000:]
@@ -188,7 +326,11 @@ def test_the_ab_gate_fails_a_commit_that_slows_ddp_and_passes_the_same_commit(tm
 
 def test_the_ab_gate_refuses_an_unknown_base(tmp_path):
     bad = gate(tmp_path, "--base", "no-such-ref")
-    assert bad.returncode == 2 and "--base 'no-such-ref' is not a commit of" in bad.stderr and "HINT: fetch it" in bad.stderr
+    assert (
+        bad.returncode == 2
+        and "--base 'no-such-ref' is not a commit of" in bad.stderr
+        and "HINT: fetch it" in bad.stderr
+    )
     assert "Traceback" not in bad.stderr
 
 
@@ -203,11 +345,39 @@ def test_the_gate_command_exits_2_on_bad_input(tmp_path):
 def test_record_baselines_merges_rounds_of_single_launches(tmp_path):
     """Two rounds of ddp-cnn-1x2 (and its reference): one baseline entry from both rounds' launches."""
     bases = tmp_path / "baselines"
-    done = subprocess.run([sys.executable, "-m", "harness", "record-baselines", "--rounds", "2", "--results-dir",
-                           str(tmp_path / "results"), "--baseline-dir", str(bases), "--local-tolerance", "0.2",
-                           "scaling_tests/test_scaling.py", "-k", "ddp-cnn-1x2 or single-cnn-1x1", "--scaling-models",
-                           "cnn", "--scaling-strategies", "single,ddp", "--scaling-steps", "5", "--scaling-warmup", "1",
-                           "--scaling-local-steps", "10"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scalegate",
+            "record-baselines",
+            "--rounds",
+            "2",
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--baseline-dir",
+            str(bases),
+            "--local-tolerance",
+            "0.2",
+            "scaling_tests/test_scaling.py",
+            "-k",
+            "ddp-cnn-1x2 or single-cnn-1x1",
+            "--scaling-models",
+            "cnn",
+            "--scaling-strategies",
+            "single,ddp",
+            "--scaling-steps",
+            "5",
+            "--scaling-warmup",
+            "1",
+            "--scaling-local-steps",
+            "10",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "record-baselines: round 1/2 done" in done.stdout and "record-baselines: round 2/2 done" in done.stdout
     rounds_made = sorted(p.name for p in (tmp_path / "results").glob("record-*/round-*"))

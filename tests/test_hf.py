@@ -18,10 +18,10 @@ import torch
 pytest.importorskip("transformers")
 
 from scalegate import workloads  # noqa: E402
-from scalegate.workloads import hf, hf_config, hf_tasks, loader  # noqa: E402
 from scalegate.checks import agreement  # noqa: E402
 from scalegate.contract.errors import SpecError  # noqa: E402
 from scalegate.contract.spec import CaseSpec  # noqa: E402
+from scalegate.workloads import hf, hf_config, hf_tasks, loader  # noqa: E402
 
 
 def _model(model_type: str, seed: int = 0):
@@ -45,14 +45,27 @@ def test_presets_tiny_and_small_are_generic_and_full_is_the_configs_own_size():
     tiny = cls.presets["tiny"].dims
     assert (tiny["layers"], tiny["hidden"], tiny["heads"], tiny["vocab_size"], tiny["seq_len"]) == (2, 64, 4, 512, 32)
     full = cls.presets["full"].dims  # transformers' GPT2Config defaults: gpt2 (124M)
-    assert (full["layers"], full["hidden"], full["heads"], full["vocab_size"], full["seq_len"]) == (12, 768, 12, 50257,
-                                                                                                     1024)
+    assert (full["layers"], full["hidden"], full["heads"], full["vocab_size"], full["seq_len"]) == (
+        12,
+        768,
+        12,
+        50257,
+        1024,
+    )
     llama = hf.hf_workload("llama").presets["full"].dims
     assert (llama["hidden"], llama["intermediate"], llama["seq_len"]) == (4096, 11008, 1024)
 
 
-@pytest.mark.parametrize("model_type, task", [("gpt2", "causal_lm"), ("llama", "causal_lm"), ("bert", "masked_lm"),
-                                              ("bart", "masked_lm"), ("t5", "classification")])
+@pytest.mark.parametrize(
+    "model_type, task",
+    [
+        ("gpt2", "causal_lm"),
+        ("llama", "causal_lm"),
+        ("bert", "masked_lm"),
+        ("bart", "masked_lm"),
+        ("t5", "classification"),
+    ],
+)
 def test_the_task_follows_the_models_heads(model_type, task):
     assert hf.hf_workload(model_type).task == task
 
@@ -66,8 +79,13 @@ def test_generic_dims_land_in_each_configs_own_fields_with_dropout_off():
     llama = hf_config.build_config("llama", d)
     assert (llama.num_key_value_heads, llama.head_dim, llama.intermediate_size) == (2, 16, 256)
     bart = hf_config.build_config("bart", d)
-    assert (bart.d_model, bart.encoder_layers, bart.decoder_layers, bart.decoder_attention_heads,
-            bart.decoder_ffn_dim) == (64, 2, 2, 4, 256)
+    assert (
+        bart.d_model,
+        bart.encoder_layers,
+        bart.decoder_layers,
+        bart.decoder_attention_heads,
+        bart.decoder_ffn_dim,
+    ) == (64, 2, 2, 4, 256)
     assert bart.dropout == bart.encoder_layerdrop == 0.0
     t5 = hf_config.build_config("t5", d)
     assert (t5.d_model, t5.d_kv, t5.d_ff, t5.num_decoder_layers, t5.dropout_rate) == (64, 16, 256, 2, 0.0)
@@ -195,8 +213,16 @@ def _run(tmp_path, model_type: str, strategy: str, steps: int, warmup: int):
     from scalegate.launch import run_case
 
     name = hf.hf_workload(model_type).name
-    spec = CaseSpec(strategy=strategy, model=name, preset="tiny", topology="1x2", micro_batch=8, steps=steps,
-                    warmup=warmup, workload=f"hf:{model_type}")
+    spec = CaseSpec(
+        strategy=strategy,
+        model=name,
+        preset="tiny",
+        topology="1x2",
+        micro_batch=8,
+        steps=steps,
+        warmup=warmup,
+        workload=f"hf:{model_type}",
+    )
     return run_case(spec, tmp_path / spec.case_id)
 
 
@@ -209,11 +235,15 @@ def test_fsdp_gpt2_on_two_ranks_agrees_with_a_single_process(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("SCALEGATE_HEAVY_TESTS"),
-                    reason="several minutes of torchrun jobs: set SCALEGATE_HEAVY_TESTS=1 (CI stays under 30 minutes)")
-@pytest.mark.parametrize("model_type, strategy", [(m, s) for m in ("gpt2", "llama", "bert", "opt")
-                                                   for s in ("ddp", "fsdp", "deepspeed-zero3")]
-                         + [("llama", "pipeline-gpipe")])
+@pytest.mark.skipif(
+    not os.environ.get("SCALEGATE_HEAVY_TESTS"),
+    reason="several minutes of torchrun jobs: set SCALEGATE_HEAVY_TESTS=1 (CI stays under 30 minutes)",
+)
+@pytest.mark.parametrize(
+    "model_type, strategy",
+    [(m, s) for m in ("gpt2", "llama", "bert", "opt") for s in ("ddp", "fsdp", "deepspeed-zero3")]
+    + [("llama", "pipeline-gpipe")],
+)
 def test_heavy_agreement_and_convergence(tmp_path, model_type, strategy):
     result = _run(tmp_path, model_type, strategy, steps=20, warmup=5)
     assert agreement.agreement(result) is None

@@ -35,18 +35,44 @@ def run(*args) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
-def case(case_id: str, efficiency: float, *, memory: float = 400e6, wire: float = 9.8e6, status: str = "ok",
-         commit: str = "c", written: float = 0.0) -> dict:
+def case(
+    case_id: str,
+    efficiency: float,
+    *,
+    memory: float = 400e6,
+    wire: float = 9.8e6,
+    status: str = "ok",
+    commit: str = "c",
+    written: float = 0.0,
+) -> dict:
     """The fields of results/<run>/<case>.json that the history reads."""
-    return {"case_id": case_id, "key": f"{case_id}:tiny", "status": status, "efficiency": efficiency,
-            "local_efficiency": efficiency * 1.1, "profile": PROFILE, "commit": commit, "written": written,
-            "oversubscribed": False, "resources": {"wire": {"bytes_per_step": wire}},
-            "result": {"throughput": 1000 * efficiency, "losses": [2.0, 1.5],
-                       "ranks": [{"peak_memory_bytes": memory}, {"peak_memory_bytes": memory * 0.99}]}}
+    return {
+        "case_id": case_id,
+        "key": f"{case_id}:tiny",
+        "status": status,
+        "efficiency": efficiency,
+        "local_efficiency": efficiency * 1.1,
+        "profile": PROFILE,
+        "commit": commit,
+        "written": written,
+        "oversubscribed": False,
+        "resources": {"wire": {"bytes_per_step": wire}},
+        "result": {
+            "throughput": 1000 * efficiency,
+            "losses": [2.0, 1.5],
+            "ranks": [{"peak_memory_bytes": memory}, {"peak_memory_bytes": memory * 0.99}],
+        },
+    }
 
 
-def series_runs(tmp_path: Path, n: int = 20, *, slow_from: int | None = None, grow_from: int | None = None,
-                cases: tuple[str, ...] = ("ddp-cnn-1x2", "fsdp-cnn-1x2")) -> list[Path]:
+def series_runs(
+    tmp_path: Path,
+    n: int = 20,
+    *,
+    slow_from: int | None = None,
+    grow_from: int | None = None,
+    cases: tuple[str, ...] = ("ddp-cnn-1x2", "fsdp-cnn-1x2"),
+) -> list[Path]:
     """n nightly runs with ~3% noise; ddp-cnn-1x2 loses 15% efficiency from run ``slow_from`` on and
     fsdp-cnn-1x2 gains 20% peak memory from run ``grow_from`` on."""
     rng = np.random.default_rng(0)
@@ -108,8 +134,10 @@ with store.connect(Path(sys.argv[1]), create=True) as conn:
 
 def test_two_processes_adding_at_once_lose_nothing(tmp_path):
     db = tmp_path / "shared" / "h.sqlite"
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), name], stderr=subprocess.PIPE, text=True)
-             for name in ("job-a", "job-b")]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(db), name], stderr=subprocess.PIPE, text=True)
+        for name in ("job-a", "job-b")
+    ]
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     with store.connect(db) as conn:
@@ -132,10 +160,17 @@ def test_a_database_locked_past_the_busy_timeout_exits_2_and_says_so(tmp_path, m
     assert "no job holds it locked" in done.stderr
 
 
-@pytest.mark.parametrize("make, said", [
-    (lambda p: None, "does not exist"),
-    (lambda p: p.write_text("not a database at all, just text" * 50), "is not a readable SQLite file"),
-    (lambda p: sqlite3.connect(p).execute("CREATE TABLE other (x)").connection.commit(), "is not a scalegate history")])
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (lambda p: None, "does not exist"),
+        (lambda p: p.write_text("not a database at all, just text" * 50), "is not a readable SQLite file"),
+        (
+            lambda p: sqlite3.connect(p).execute("CREATE TABLE other (x)").connection.commit(),
+            "is not a scalegate history",
+        ),
+    ],
+)
 def test_a_missing_or_corrupt_database_exits_2_with_a_hint(tmp_path, make, said):
     db = tmp_path / "h.sqlite"
     make(db)
@@ -148,12 +183,14 @@ def test_a_missing_or_corrupt_database_exits_2_with_a_hint(tmp_path, make, said)
 def test_bad_input_to_the_commands_exits_2(tmp_path):
     db = tmp_path / "h.sqlite"
     add_all(db, series_runs(tmp_path, 3))
-    for args, said in ((("show", "nope-cnn-1x2"), "case nope-cnn-1x2 is not in the history"),
-                       (("check", "--case", "nope"), "known cases: ddp-cnn-1x2:tiny, fsdp-cnn-1x2:tiny"),
-                       (("check", "--pvalue", "2"), "--pvalue 2.0 is not in (0, 1)"),
-                       (("check", "--recent", "0"), "need --recent >= 1"),
-                       (("add", tmp_path / "missing"), "does not exist"),
-                       (("add", tmp_path / "nightly-00", "--date", "yesterday"), "is not an ISO date")):
+    for args, said in (
+        (("show", "nope-cnn-1x2"), "case nope-cnn-1x2 is not in the history"),
+        (("check", "--case", "nope"), "known cases: ddp-cnn-1x2:tiny, fsdp-cnn-1x2:tiny"),
+        (("check", "--pvalue", "2"), "--pvalue 2.0 is not in (0, 1)"),
+        (("check", "--recent", "0"), "need --recent >= 1"),
+        (("add", tmp_path / "missing"), "does not exist"),
+        (("add", tmp_path / "nightly-00", "--date", "yesterday"), "is not an ISO date"),
+    ):
         done = run("history", *args, "--db", db)
         assert done.returncode == 2 and said in done.stderr and "HINT: " in done.stderr, (args, done.stderr)
 
@@ -162,8 +199,10 @@ def test_check_passes_a_steady_history_and_reports_short_ones(tmp_path):
     db = tmp_path / "h.sqlite"
     add_all(db, series_runs(tmp_path, 4))
     short = run("history", "check", "--db", db)
-    assert short.returncode == 0 and "efficiency [cpu-test-2c-torch2.13.0]: insufficient data (4 runs, need 6)" \
-        in short.stdout
+    assert (
+        short.returncode == 0
+        and "efficiency [cpu-test-2c-torch2.13.0]: insufficient data (4 runs, need 6)" in short.stdout
+    )
     add_all(db, series_runs(tmp_path / "more", 20))
     steady = run("history", "check", "--db", db, "--baseline-dir", tmp_path)
     assert steady.returncode == 0, steady.stdout
@@ -178,16 +217,21 @@ def test_check_fails_a_new_regression_and_names_the_commit_range(tmp_path):
     out = done.stdout
     data = json.loads((tmp_path / "check.json").read_text())
     slow = next(s for s in data["series"] if s["case"] == "ddp-cnn-1x2:tiny" and s["metric"] == "efficiency")
-    assert data["failed"] and slow["failed"] and slow["changes"][0]["first_bad"] == {"run": "nightly-16",
-                                                                                      "commit": "commit16"}
+    assert (
+        data["failed"]
+        and slow["failed"]
+        and slow["changes"][0]["first_bad"] == {"run": "nightly-16", "commit": "commit16"}
+    )
     assert "ddp-cnn-1x2:tiny efficiency [cpu-test-2c-torch2.13.0]: regression -1" in out
     assert "from run nightly-16, commits commit15..commit16" in out and "NEW" in out
     assert "fsdp-cnn-1x2:tiny peak_memory_bytes [cpu-test-2c-torch2.13.0]: regression +2" in out
     assert "commits commit14..commit15" in out
     assert "new regressions (first bad run among the last 5): 4 in ddp-cnn-1x2:tiny efficiency" in out
     assert "fsdp-cnn-1x2:tiny efficiency" not in out  # the untouched metrics stay quiet
-    assert "next: python -m scalegate bisect commit15 commit16 -k ddp-cnn-1x2   # efficiency, local_efficiency, " \
-           "throughput" in out
+    assert (
+        "next: python -m scalegate bisect commit15 commit16 -k ddp-cnn-1x2   # efficiency, local_efficiency, "
+        "throughput" in out
+    )
 
 
 def test_an_old_regression_no_longer_fails_and_a_wide_tolerance_makes_it_suspicious(tmp_path):
@@ -204,8 +248,10 @@ def test_a_case_dropped_from_the_nightlies_does_not_fail_them_forever(tmp_path):
     db = tmp_path / "h.sqlite"
     add_all(db, series_runs(tmp_path, 20, slow_from=16))
     assert run("history", "check", "--db", db, "--baseline-dir", tmp_path).returncode == 1
-    later = [write_run(tmp_path / f"later-{i}", case("fsdp-cnn-1x2", 0.8, commit=f"later{i}", written=1.9e9 + i))
-             for i in range(5)]  # ddp-cnn-1x2 is no longer in the matrix
+    later = [
+        write_run(tmp_path / f"later-{i}", case("fsdp-cnn-1x2", 0.8, commit=f"later{i}", written=1.9e9 + i))
+        for i in range(5)
+    ]  # ddp-cnn-1x2 is no longer in the matrix
     add_all(db, later)
     done = run("history", "check", "--db", db, "--baseline-dir", tmp_path)
     assert done.returncode == 0, done.stdout
@@ -227,8 +273,10 @@ def test_the_baseline_lends_the_tolerance_and_its_quarantine_holds_the_failure(t
     _baseline(tmp_path / "b2", quarantine=QUARANTINE)
     held = run("history", "check", "--db", db, "--baseline-dir", tmp_path / "b2", "--min-effect", "0.05")
     assert held.returncode == 0, held.stdout
-    assert "regression -1" in held.stdout and "quarantined, not failing: shared runner, #17 (until 2999-12-31)" \
-        in held.stdout
+    assert (
+        "regression -1" in held.stdout
+        and "quarantined, not failing: shared runner, #17 (until 2999-12-31)" in held.stdout
+    )
     _baseline(tmp_path / "b3", quarantine={**QUARANTINE, "until": "2000-01-01"})
     expired = run("history", "check", "--db", db, "--baseline-dir", tmp_path / "b3", "--min-effect", "0.05")
     assert expired.returncode == 1 and "quarantined" not in expired.stdout
@@ -257,13 +305,30 @@ def screenshot(page: Path, png: Path) -> subprocess.CompletedProcess:
     if browser is None and os.environ.get("SCALEGATE_REQUIRE_BROWSER"):  # .ci/run installed one: it must be there
         pytest.fail(f"SCALEGATE_REQUIRE_BROWSER is set but none of {', '.join(BROWSERS)} is on PATH")
     if browser is None:
-        pytest.skip(f"no headless browser ({', '.join(BROWSERS)}) on PATH: apt-get install -y chromium "
-                    "(.ci/run does this in CI)")
-    return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={png.parent / 'profile'}", f"--screenshot={png}",
-                           "--window-size=1280,2000", page.resolve().as_uri()],
-                          capture_output=True, text=True, timeout=120)
+        pytest.skip(
+            f"no headless browser ({', '.join(BROWSERS)}) on PATH: apt-get install -y chromium "
+            "(.ci/run does this in CI)"
+        )
+    return subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={png.parent / 'profile'}",
+            f"--screenshot={png}",
+            "--window-size=1280,2000",
+            page.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_page_draws_in_a_headless_browser(tmp_path):
@@ -300,11 +365,19 @@ def test_the_nightly_sbatch_adds_its_run_and_fails_on_a_new_regression(tmp_path)
     (submit / "slurm").symlink_to(ROOT / "slurm")
     (submit / "bin" / "srun").write_text(STUB_SRUN)
     (submit / "bin" / "srun").chmod(0o755)
-    env = {**os.environ, "PATH": f"{submit / 'bin'}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
-           "SLURM_JOB_NODELIST": "node1", "SLURM_SUBMIT_DIR": str(submit), "SCALEGATE_TOPOLOGIES": "1x2",
-           "SCALEGATE_HISTORY_DB": str(db), "STUB_RUN": str(runs[-1])}
-    done = subprocess.run(["bash", str(ROOT / "slurm" / "nightly.sbatch")], env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = {
+        **os.environ,
+        "PATH": f"{submit / 'bin'}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_SUBMIT_DIR": str(submit),
+        "SCALEGATE_TOPOLOGIES": "1x2",
+        "SCALEGATE_HISTORY_DB": str(db),
+        "STUB_RUN": str(runs[-1]),
+    }
+    done = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "nightly.sbatch")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "added slurm-4242.0" in done.stdout
     assert "ddp-cnn-1x2:tiny efficiency [cpu-test-2c-torch2.13.0]: regression" in done.stdout

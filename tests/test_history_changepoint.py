@@ -34,7 +34,9 @@ def test_a_10_percent_step_at_12_of_20_with_3_percent_noise_is_one_change_point_
 
 def test_flat_noisy_series_have_no_change_point():
     hits = [s for s in range(40) if indices(noisy(20, 100 + s), seed=s)]
-    assert len(hits) <= 1, f"false change points in {len(hits)} of 40 flat series (seeds {hits}); p <= 0.01 expects ~0.4"
+    assert len(hits) <= 1, (
+        f"false change points in {len(hits)} of 40 flat series (seeds {hits}); p <= 0.01 expects ~0.4"
+    )
 
 
 def test_a_constant_series_and_a_short_one_have_none():
@@ -59,8 +61,14 @@ def test_rejects_non_finite_values():
 
 
 @settings(max_examples=15, deadline=None)
-@given(n_before=st.integers(3, 12), n_after=st.integers(3, 12), step=st.floats(0.3, 3.0),
-       scale=st.floats(0.01, 1e6), shift=st.floats(-1e3, 1e3), seed=st.integers(0, 2**16))
+@given(
+    n_before=st.integers(3, 12),
+    n_after=st.integers(3, 12),
+    step=st.floats(0.3, 3.0),
+    scale=st.floats(0.01, 1e6),
+    shift=st.floats(-1e3, 1e3),
+    seed=st.integers(0, 2**16),
+)
 def test_a_clean_step_is_found_exactly_whatever_the_units(n_before, n_after, step, scale, shift, seed):
     """Noise ten times smaller than the step: the split is found exactly, in any units (energy distance is shift-
     and scale-free), and reversing the series mirrors it. (Only "found", not "alone": a segment of pure noise is
@@ -76,21 +84,31 @@ def test_a_clean_step_is_found_exactly_whatever_the_units(n_before, n_after, ste
 
 
 def points(values) -> list[Point]:
-    return [Point(run_id=f"run{i}", commit=f"c{i:03d}", date=f"2026-11-{i + 1:02d}", value=float(v))
-            for i, v in enumerate(values)]
+    return [
+        Point(run_id=f"run{i}", commit=f"c{i:03d}", date=f"2026-11-{i + 1:02d}", value=float(v))
+        for i, v in enumerate(values)
+    ]
 
 
-@pytest.mark.parametrize("metric,step,kind", [
-    ("efficiency", -0.10, C.REGRESSION), ("efficiency", +0.10, C.IMPROVEMENT),
-    ("throughput", -0.10, C.REGRESSION), ("peak_memory_bytes", +0.10, C.REGRESSION),
-    ("bytes_per_step", -0.10, C.IMPROVEMENT), ("peak_memory_bytes", -0.10, C.IMPROVEMENT)])
+@pytest.mark.parametrize(
+    "metric,step,kind",
+    [
+        ("efficiency", -0.10, C.REGRESSION),
+        ("efficiency", +0.10, C.IMPROVEMENT),
+        ("throughput", -0.10, C.REGRESSION),
+        ("peak_memory_bytes", +0.10, C.REGRESSION),
+        ("bytes_per_step", -0.10, C.IMPROVEMENT),
+        ("peak_memory_bytes", -0.10, C.IMPROVEMENT),
+    ],
+)
 def test_the_verdict_knows_each_metrics_direction(metric, step, kind):
-    changes, status = C.judge_series(points(noisy(20, 5, step_at=12, step=step)), metric, min_effect=0.05,
-                                     settings=C.Settings(), name="x")
+    changes, status = C.judge_series(
+        points(noisy(20, 5, step_at=12, step=step)), metric, min_effect=0.05, settings=C.Settings(), name="x"
+    )
     assert status == kind and [c.index for c in changes] == [12]
     assert (changes[0].last_good.commit, changes[0].first_bad.commit) == ("c011", "c012")
     assert changes[0].new is False  # 12 of 20: 8 runs ago, the default --recent is 5
-    assert f"commits c011..c012" in changes[0].describe(metric)
+    assert "commits c011..c012" in changes[0].describe(metric)
 
 
 def test_a_significant_shift_below_the_minimum_effect_is_suspicious():
@@ -100,10 +118,13 @@ def test_a_significant_shift_below_the_minimum_effect_is_suspicious():
 
 
 def test_too_few_runs_are_insufficient_data_and_a_late_step_is_new():
-    assert C.judge_series(points([1, 1, 1, 1, 1]), "efficiency", min_effect=0.05, settings=C.Settings(),
-                          name="x") == ((), C.INSUFFICIENT)
-    changes, status = C.judge_series(points(noisy(20, 4, step_at=16, step=-0.15)), "efficiency", min_effect=0.05,
-                                     settings=C.Settings(), name="x")
+    assert C.judge_series(points([1, 1, 1, 1, 1]), "efficiency", min_effect=0.05, settings=C.Settings(), name="x") == (
+        (),
+        C.INSUFFICIENT,
+    )
+    changes, status = C.judge_series(
+        points(noisy(20, 4, step_at=16, step=-0.15)), "efficiency", min_effect=0.05, settings=C.Settings(), name="x"
+    )
     assert status == C.REGRESSION and changes[-1].index == 16 and changes[-1].new
 
 
@@ -111,7 +132,11 @@ def test_steady_noisy_nightlies_rarely_hold_a_regression():
     """100 steady series of 20 runs with 3% noise: p <= 0.01 and then the 5% minimum effect leave at most 2 of
     them with a regression anywhere (1 here: three low runs at the end, -5.1%); the rate per nightly check is
     lower still (benchmarks/history_false_alarms.py: ~0.1% per series at 3% noise, none with a 10% minimum)."""
-    kinds = [c.kind for s in range(100) for c in C.judge_series(points(noisy(20, 500 + s)), "efficiency",
-                                                                 min_effect=0.05, settings=C.Settings(),
-                                                                 name=f"flat{s}")[0]]
+    kinds = [
+        c.kind
+        for s in range(100)
+        for c in C.judge_series(
+            points(noisy(20, 500 + s)), "efficiency", min_effect=0.05, settings=C.Settings(), name=f"flat{s}"
+        )[0]
+    ]
     assert kinds.count(C.REGRESSION) <= 2, kinds

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from scalegate.record import baselines
 from scalegate.judge import CaseRecord, Conduct, LaunchRecord, Overrides, judge, timing
+from scalegate.record import baselines
 from scalegate.record.runfiles import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,28 +27,50 @@ def launch(local: float = 0.75, step_s: float = 0.040, **fields) -> LaunchRecord
     """One launch: 20 measured steps, 40 pairs whose local/distributed ratio is ``local``."""
     wobble = [1 + 0.01 * ((i * 7) % 5 - 2) for i in range(40)]
     pair = tuple(step_s * w for w in wobble)
-    values = dict(step_times_s=tuple(step_s * w for w in wobble[:20]), pair_step_times_s=pair,
-                  local_step_times_s=tuple(p * local for p in pair), final_loss=1.0,
-                  peak_memory_bytes=(300 << 20, 300 << 20), memory_source="rss", bytes_per_step=9.8e6)
+    values = dict(
+        step_times_s=tuple(step_s * w for w in wobble[:20]),
+        pair_step_times_s=pair,
+        local_step_times_s=tuple(p * local for p in pair),
+        final_loss=1.0,
+        peak_memory_bytes=(300 << 20, 300 << 20),
+        memory_source="rss",
+        bytes_per_step=9.8e6,
+    )
     return LaunchRecord(**{**values, **fields})
 
 
 def record(*launches: LaunchRecord, **fields) -> CaseRecord:
-    values = dict(case_id="ddp-cnn-1x2", key=KEY, profile=PROFILE, world_size=2, global_batch=64, steps=20, warmup=5,
-                  launches=launches or (launch(),), reference_step_times_s=tuple([0.028] * 20),
-                  reference_global_batch=32, reference_launches=1)
+    values = dict(
+        case_id="ddp-cnn-1x2",
+        key=KEY,
+        profile=PROFILE,
+        world_size=2,
+        global_batch=64,
+        steps=20,
+        warmup=5,
+        launches=launches or (launch(),),
+        reference_step_times_s=tuple([0.028] * 20),
+        reference_global_batch=32,
+        reference_launches=1,
+    )
     values.update(fields)
     return CaseRecord(**values)
 
 
 @pytest.fixture
 def baseline(tmp_path) -> baselines.BaselineFile:
-    entry = {"efficiency": {"value": 0.70, "tolerance": 0.10}, "noise_rel": 0.02,
-             "local_efficiency": {"value": 0.75, "tolerance": 0.10, "sigma": 0.02, "launches": 10},
-             "peak_memory_bytes": {"value": [300 << 20, 300 << 20], "tolerance": 0.25}, "memory_source": "rss",
-             "bytes_per_step": {"value": 9.8e6, "tolerance": 0.05},
-             "final_loss": {"value": 1.0, "tolerance": 0.25}, "throughput": {"value": 1600.0, "tolerance": 0.10},
-             "steps": 20, "warmup": 5}
+    entry = {
+        "efficiency": {"value": 0.70, "tolerance": 0.10},
+        "noise_rel": 0.02,
+        "local_efficiency": {"value": 0.75, "tolerance": 0.10, "sigma": 0.02, "launches": 10},
+        "peak_memory_bytes": {"value": [300 << 20, 300 << 20], "tolerance": 0.25},
+        "memory_source": "rss",
+        "bytes_per_step": {"value": 9.8e6, "tolerance": 0.05},
+        "final_loss": {"value": 1.0, "tolerance": 0.25},
+        "throughput": {"value": 1600.0, "tolerance": 0.10},
+        "steps": 20,
+        "warmup": 5,
+    }
     baselines.update(tmp_path, PROFILE, {}, {KEY: entry})
     return baselines.load(tmp_path, PROFILE)
 
@@ -56,7 +78,9 @@ def baseline(tmp_path) -> baselines.BaselineFile:
 def test_a_clean_launch_is_ok_on_the_local_gate(baseline):
     outcome = judge(record(), baseline)
     assert outcome.status == "ok" and outcome.gate == "local" and outcome.next_launches == 0
-    assert outcome.local_efficiency == pytest.approx(0.75, rel=1e-3) and outcome.efficiency == pytest.approx(0.7, rel=0.02)
+    assert outcome.local_efficiency == pytest.approx(0.75, rel=1e-3) and outcome.efficiency == pytest.approx(
+        0.7, rel=0.02
+    )
     assert outcome.message.startswith("local efficiency 0.750 within baseline 0.750")
 
 
@@ -72,7 +96,9 @@ def test_a_drop_asks_for_another_launch_then_regresses(baseline):
 def test_undecided_at_the_budget_is_noisy_and_strict_fails_it(baseline):
     values = [launch(0.71), launch(0.72), launch(0.70), launch(0.71)]
     outcome = judge(record(*values, conduct=Conduct(max_launches=4)), baseline)
-    assert outcome.status == "noisy" and outcome.next_launches == 0 and "after the budget of 4 launches" in outcome.message
+    assert (
+        outcome.status == "noisy" and outcome.next_launches == 0 and "after the budget of 4 launches" in outcome.message
+    )
     assert judge(record(*values, conduct=Conduct(max_launches=4)), baseline, Overrides(strict=True)).status == "failed"
 
 
@@ -126,10 +152,15 @@ def test_without_a_local_baseline_the_classic_gate_decides_and_confirms(baseline
     classic_only = dataclasses.replace(baseline, cases={KEY: entry})
     slow = launch(step_s=0.056)  # 0.028 / 0.056 = 0.5 against the baseline's 0.70
     first = judge(record(slow), classic_only)
-    assert first.gate == "classic" and first.status == "regressed" and first.next_launches == 1 and first.needs_reference
+    assert (
+        first.gate == "classic" and first.status == "regressed" and first.next_launches == 1 and first.needs_reference
+    )
     confirmed = judge(record(slow, slow), classic_only)
     assert confirmed.status == "regressed" and confirmed.next_launches == 0
-    assert "regression confirmed by relaunching the case and its reference; 2 launches judged together" in confirmed.message
+    assert (
+        "regression confirmed by relaunching the case and its reference; 2 launches judged together"
+        in confirmed.message
+    )
     # from another host the classic band widens by the spread between hosts: 0.60 (-14%) is no longer regressed
     elsewhere = _recorded_on(classic_only, "vm#00000001")
     shifted = record(launch(step_s=0.0467), host="vm#00000002")  # 0.028 / 0.0467 = 0.60
@@ -143,7 +174,9 @@ def test_memory_and_bytes_regress_without_a_confirmation(baseline):
     outcome = judge(record(heavy), baseline)
     assert outcome.status == "regressed" and outcome.next_launches == 0
     lines = outcome.message.splitlines()
-    assert lines[0].startswith("peak memory of rank 1 500.0 MiB is above baseline 300.0 MiB (tolerance 25%, source rss)")
+    assert lines[0].startswith(
+        "peak memory of rank 1 500.0 MiB is above baseline 300.0 MiB (tolerance 25%, source rss)"
+    )
     assert lines[1].startswith("bytes on the wire 20.000 MB/step are above baseline 9.800 MB/step")
 
 
@@ -178,8 +211,15 @@ def test_failures_and_oversubscription(baseline):
 
 def test_the_runs_tolerance_travels_with_its_record(baseline):
     """`gate` runs pytest with --scaling-tolerance 0.1 and re-judges the result files: the same drop must decide."""
-    wide = dataclasses.replace(baseline, cases={KEY: {**baseline.cases[KEY], "local_efficiency": {
-        **baseline.cases[KEY]["local_efficiency"], "tolerance": 0.25}}})
+    wide = dataclasses.replace(
+        baseline,
+        cases={
+            KEY: {
+                **baseline.cases[KEY],
+                "local_efficiency": {**baseline.cases[KEY]["local_efficiency"], "tolerance": 0.25},
+            }
+        },
+    )
     dropped = (launch(0.675), launch(0.675))  # 10% below the baseline's 0.75
     assert judge(record(*dropped), wide).status == "ok"  # a 25% drop to catch: 10% is no change
     run = record(*dropped, conduct=Conduct(tolerance=0.10))
@@ -192,12 +232,24 @@ def test_gate_rounds_merge_into_one_record_in_launch_order(baseline):
     """The gate's rounds (harness/cli/gate_rounds.py): one launch per round, judged as one session's relaunches."""
     from scalegate.cli import gate_rounds
 
-    rounds = [[{"case_id": "ddp-cnn-1x2", "key": KEY, "status": "noisy", "round": i,
-                "record": record(launch(v), conduct=Conduct(max_launches=1, tolerance=0.1)).to_dict()}]
-              for i, v in enumerate((0.66, 0.665))]
+    rounds = [
+        [
+            {
+                "case_id": "ddp-cnn-1x2",
+                "key": KEY,
+                "status": "noisy",
+                "round": i,
+                "record": record(launch(v), conduct=Conduct(max_launches=1, tolerance=0.1)).to_dict(),
+            }
+        ]
+        for i, v in enumerate((0.66, 0.665))
+    ]
     [case] = gate_rounds.merge(rounds, budget=8)
     merged = CaseRecord.from_dict(case["record"])
-    assert [round(launch.local_step_times_s[0] / launch.pair_step_times_s[0], 3) for launch in merged.launches] == [0.66, 0.665]
+    assert [round(launch.local_step_times_s[0] / launch.pair_step_times_s[0], 3) for launch in merged.launches] == [
+        0.66,
+        0.665,
+    ]
     assert merged.conduct.max_launches == 8 and merged.conduct.tolerance == 0.1 and case["rounds"] == 2
     assert case["round"] == 1 and len(merged.reference_step_times_s) == 40  # the last round's file, both references
     assert judge(merged, baseline).status == "regressed"  # the same verdict as two launches of one session
@@ -213,7 +265,11 @@ def test_the_reference_is_not_judged_against_itself(baseline):
     # a machine without a baseline for it: no-baseline, and --scaling-require-baseline fails it (the gate's canary)
     assert judge(itself, None).status == "no-baseline"
     missing = judge(itself, None, Overrides(require_baseline=True))
-    assert missing.status == "failed" and "no baseline for" in missing.message and "--scaling-require-baseline" in missing.message
+    assert (
+        missing.status == "failed"
+        and "no baseline for" in missing.message
+        and "--scaling-require-baseline" in missing.message
+    )
 
 
 def test_the_record_survives_its_result_file(baseline):
@@ -226,17 +282,42 @@ def test_the_record_survives_its_result_file(baseline):
 def test_pytest_and_compare_give_identical_verdicts(tmp_path, suite):
     """The same records through the pytest session and through `python -m scalegate compare`."""
     bases = tmp_path / "baselines"
-    common = ["--scaling-models", "cnn", "--scaling-strategies", "single,ddp,fsdp",  # the default matrix: single on 1x1, the others on 1x2
-              "--scaling-steps", "8", "--scaling-warmup", "2", "--scaling-baseline-dir", str(bases),
-              "--scaling-results-dir", str(tmp_path / "results")]
+    common = [
+        "--scaling-models",
+        "cnn",
+        "--scaling-strategies",
+        "single,ddp,fsdp",  # the default matrix: single on 1x1, the others on 1x2
+        "--scaling-steps",
+        "8",
+        "--scaling-warmup",
+        "2",
+        "--scaling-baseline-dir",
+        str(bases),
+        "--scaling-results-dir",
+        str(tmp_path / "results"),
+    ]
     first = suite(*common, "--scaling-update-baselines", "--scaling-launches", "3")
     assert first.returncode == 0, first.stdout + first.stderr
     for extra in ([], ["--scaling-inject-slowdown", "0.5"]):
         run = suite(*common, *extra)
         run_dir = sorted(p for p in (tmp_path / "results").iterdir() if p.is_dir() and p.name != "latest")[-1]
         from_pytest = {c["case_id"]: (c["status"], c["message"]) for c in load_run(run_dir)}
-        done = subprocess.run([sys.executable, "-m", "harness", "compare", str(run_dir), "--baseline-dir", str(bases),
-                               "--json", str(tmp_path / "compare.json")], cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "scalegate",
+                "compare",
+                str(run_dir),
+                "--baseline-dir",
+                str(bases),
+                "--json",
+                str(tmp_path / "compare.json"),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         rows = json.loads((tmp_path / "compare.json").read_text())["cases"]
         assert {r["case_id"]: r["status"] for r in rows} == {k: v[0] for k, v in from_pytest.items()}, done.stdout
         for row in rows:

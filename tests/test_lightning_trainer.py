@@ -11,14 +11,14 @@ import textwrap
 
 import pytest
 
-from scalegate.checks import agreement, tolerances
-from scalegate.plan import hostinfo
 from scalegate import parity, strategies
+from scalegate.checks import agreement, tolerances
 from scalegate.contract.errors import SpecError
-from scalegate.launch import run_case
-from scalegate.plan.options import Options
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
+from scalegate.launch import run_case
+from scalegate.plan import hostinfo
+from scalegate.plan.options import Options
 
 FP32 = tolerances.for_dtype("fp32")
 
@@ -28,8 +28,10 @@ def reason(name: str, device: str = "cpu") -> str | None:
 
 
 # --- skip reasons: Lightning's own words ------------------------------------------------------------
-LIGHTNING_FSDP = ("The strategy `fsdp` requires a GPU accelerator, but received `accelerator='cpu'`. Please set "
-                  "`accelerator='cuda'`, `accelerator='gpu'`, or pass a `CUDAAccelerator()` instance to use FSDP.")
+LIGHTNING_FSDP = (
+    "The strategy `fsdp` requires a GPU accelerator, but received `accelerator='cpu'`. Please set "
+    "`accelerator='cuda'`, `accelerator='gpu'`, or pass a `CUDAAccelerator()` instance to use FSDP."
+)
 LIGHTNING_DEEPSPEED = "The DeepSpeed strategy is only supported on CUDA GPUs but `CPUAccelerator` is used."
 
 
@@ -42,12 +44,14 @@ def test_trainer_fsdp_and_deepspeed_skip_on_cpu_with_lightnings_reason():
 
 def test_the_quoted_refusals_are_what_the_trainer_really_says():
     # FSDP is refused when the Trainer is built, DeepSpeed when its strategy sets up (the start of fit)
-    probe = ("import lightning.pytorch as pl\n"
-             "for name in ('fsdp', 'deepspeed'):\n"
-             "    try:\n"
-             "        pl.Trainer(accelerator='cpu', devices=1, strategy=name, logger=False).strategy.setup_environment()\n"
-             "    except (ValueError, RuntimeError) as exc:\n"
-             "        print('REFUSED', exc)\n")
+    probe = (
+        "import lightning.pytorch as pl\n"
+        "for name in ('fsdp', 'deepspeed'):\n"
+        "    try:\n"
+        "        pl.Trainer(accelerator='cpu', devices=1, strategy=name, logger=False).strategy.setup_environment()\n"
+        "    except (ValueError, RuntimeError) as exc:\n"
+        "        print('REFUSED', exc)\n"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180)
     refusals = [line.removeprefix("REFUSED ") for line in done.stdout.splitlines() if line.startswith("REFUSED ")]
     assert refusals == [LIGHTNING_FSDP, LIGHTNING_DEEPSPEED], done.stdout + done.stderr[-2000:]
@@ -57,10 +61,25 @@ def test_the_quoted_refusals_are_what_the_trainer_really_says():
 def options(strategies_: tuple[str, ...]) -> Options:
     from pathlib import Path
 
-    return Options(strategies=strategies_, models=("cnn",), topologies=("1x2",), preset="tiny", steps=5, warmup=1,
-                   tolerance=None, default_tolerance=0.1, results_dir=Path("r"), baseline_dir=Path("b"),
-                   update_baselines=False, require_baseline=False, timeout_s=240, cpu_threads=1, seed=1,
-                   dtype="fp32", inject_delay_ms=0.0)
+    return Options(
+        strategies=strategies_,
+        models=("cnn",),
+        topologies=("1x2",),
+        preset="tiny",
+        steps=5,
+        warmup=1,
+        tolerance=None,
+        default_tolerance=0.1,
+        results_dir=Path("r"),
+        baseline_dir=Path("b"),
+        update_baselines=False,
+        require_baseline=False,
+        timeout_s=240,
+        cpu_threads=1,
+        seed=1,
+        dtype="fp32",
+        inject_delay_ms=0.0,
+    )
 
 
 def test_trainer_strategies_run_when_named_and_parity_follows():
@@ -85,14 +104,16 @@ def test_outside_torchrun_the_trainer_strategy_says_how_to_run_it(monkeypatch):
     for var in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(var, raising=False)
     ctx = RankContext(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0, device=torch.device("cpu"))
-    strategy = strategies.get("lightning-ddp")(ctx, CaseSpec(strategy="lightning-ddp", model="cnn", topology="1x1", preset="tiny", micro_batch=8))
+    strategy = strategies.get("lightning-ddp")(
+        ctx, CaseSpec(strategy="lightning-ddp", model="cnn", topology="1x1", preset="tiny", micro_batch=8)
+    )
     with pytest.raises(SpecError) as err:
         strategy.setup(torch.nn.Linear(2, 2), lambda params: torch.optim.AdamW(params))
     assert "lightning-ddp runs inside the ranks torchrun starts" in str(err.value)
     assert "HINT: run it as a scalegate case" in str(err.value)
 
 
-USER_MODULE = '''
+USER_MODULE = """
 import lightning.pytorch as pl
 import torch
 from torch import nn
@@ -139,7 +160,7 @@ class NotAModule(LightningWorkload):
 class BadData(LitWorkload):
     name = "bad_data"
     module = DictBatches
-'''
+"""
 
 
 @pytest.fixture
@@ -179,9 +200,18 @@ def assert_agrees(result, parameters: int) -> None:
 
 def test_a_users_lightning_module_trains_through_the_trainer_and_agrees_with_one_process(user_module):
     _, project = user_module
-    spec = CaseSpec(strategy="lightning-ddp", model="user_lit", workload="user_lit:LitWorkload",
-                    import_paths=(str(project),), preset="tiny", topology="1x2", micro_batch=8, steps=2, warmup=2,
-                    timeout_s=240)
+    spec = CaseSpec(
+        strategy="lightning-ddp",
+        model="user_lit",
+        workload="user_lit:LitWorkload",
+        import_paths=(str(project),),
+        preset="tiny",
+        topology="1x2",
+        micro_batch=8,
+        steps=2,
+        warmup=2,
+        timeout_s=240,
+    )
     assert_agrees(run_case(spec, project / "case"), parameters=2)
 
 
@@ -190,9 +220,23 @@ def test_lightning_ddp_agrees_converges_and_keeps_parity_with_ddp(suite, tmp_pat
     # 10 measured steps + 1 warm-up: enough for the convergence check (checks.MIN_CONVERGENCE_STEPS). Parity's
     # throughput at 25%: the Trainer's loop costs ~1 ms of Python a step, 11-15% of the tiny cnn's step on the
     # 2-core runners (0.886x at the default 10%); the losses must still match ddp's exactly
-    done = suite("-k", "lightning-ddp-cnn-1x2 or parity-lightning", "--scaling-strategies", "lightning-ddp",
-                 "--scaling-models", "cnn", "--scaling-steps", "10", "--scaling-warmup", "1",
-                 "--scaling-local-steps", "5", "--scaling-tolerance", "0.25", timeout=400)
+    done = suite(
+        "-k",
+        "lightning-ddp-cnn-1x2 or parity-lightning",
+        "--scaling-strategies",
+        "lightning-ddp",
+        "--scaling-models",
+        "cnn",
+        "--scaling-steps",
+        "10",
+        "--scaling-warmup",
+        "1",
+        "--scaling-local-steps",
+        "5",
+        "--scaling-tolerance",
+        "0.25",
+        timeout=400,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "2 passed" in done.stdout, done.stdout[-3000:]
     [case] = (tmp_path / "results").glob("2*/lightning-ddp-cnn-1x2.json")
@@ -206,7 +250,11 @@ def test_lightning_ddp_agrees_converges_and_keeps_parity_with_ddp(suite, tmp_pat
     [record] = (tmp_path / "results").glob("2*/parity/parity-lightning-ddp-vs-ddp-cnn-1x2.json")
     parity_data = json.loads(record.read_text())
     assert parity_data["problems"] == [] and parity_data["max_loss_diff"] == 0.0  # the same DDP underneath
-    assert (parity_data["candidate"], parity_data["baseline"], parity_data["interleaved"]) == ("lightning-ddp", "ddp", True)
+    assert (parity_data["candidate"], parity_data["baseline"], parity_data["interleaved"]) == (
+        "lightning-ddp",
+        "ddp",
+        True,
+    )
 
 
 def test_the_example_lightning_module_is_a_workload_with_learnable_data(monkeypatch):

@@ -13,12 +13,12 @@ import types
 
 import pytest
 
-from scalegate.checks import sharding
 from scalegate import strategies
+from scalegate.checks import sharding
 from scalegate.contract.errors import SpecError
+from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.launch import run_case
 from scalegate.measure.memory import MAX_TIMELINE_POINTS, MemorySampler, downsample
-from scalegate.contract.spec import CaseSpec, Faults
 
 
 def fake_pynvml(used_by_us: int | None, device_used: int, pid: int) -> types.ModuleType:
@@ -102,8 +102,16 @@ def test_memory_interval_must_be_positive():
 
 
 def spec(strategy: str) -> CaseSpec:
-    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=3,
-                    warmup=1, memory_interval_ms=20)
+    return CaseSpec(
+        strategy=strategy,
+        model="cnn",
+        preset="tiny",
+        topology="1x2",
+        micro_batch=32,
+        steps=3,
+        warmup=1,
+        memory_interval_ms=20,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -187,13 +195,17 @@ def test_state_bytes_count_every_byte_of_a_storage_once():
 
 
 def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, tmp_path):
-    from scalegate.record import baselines
     from scalegate.figures import resources
+    from scalegate.record import baselines
 
     key, where = "ddp-cnn-1x2:tiny", "ddp-cnn-1x2:tiny on cpu-test"
-    entry = {"peak_memory_bytes": {"value": [r.peak_memory_bytes for r in ddp_result.ranks],
-                                   "tolerance": resources.DEFAULT_MEMORY_TOLERANCE},
-             "memory_source": resources.memory_source(ddp_result)}
+    entry = {
+        "peak_memory_bytes": {
+            "value": [r.peak_memory_bytes for r in ddp_result.ranks],
+            "tolerance": resources.DEFAULT_MEMORY_TOLERANCE,
+        },
+        "memory_source": resources.memory_source(ddp_result),
+    }
     baselines.update(tmp_path / "baselines", "cpu-test", {}, {key: entry})
     base = baselines.load(tmp_path / "baselines", "cpu-test")
     from scalegate.judge import judge
@@ -207,6 +219,8 @@ def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, t
     assert outcome.status == "regressed"
     assert len(problems) == 2, problems
     for rank, line in zip(faulty.ranks, problems):
-        assert line.startswith(f"peak memory of rank {rank.rank} {rank.peak_memory_bytes / 2**20:.1f} MiB is above "
-                               f"baseline {ddp_result.ranks[rank.rank].peak_memory_bytes / 2**20:.1f} MiB")
+        assert line.startswith(
+            f"peak memory of rank {rank.rank} {rank.peak_memory_bytes / 2**20:.1f} MiB is above "
+            f"baseline {ddp_result.ranks[rank.rank].peak_memory_bytes / 2**20:.1f} MiB"
+        )
         assert line.endswith(f"(tolerance 25%, source rss [torchrun launcher]) [{where}]")

@@ -3,12 +3,13 @@
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scalegate.contract import metrics
-from scalegate.record.baselines import Reference
 from scalegate.figures.stats import Estimate, pooled_estimate
 from scalegate.judge.metric import IMPROVED, NO_BASELINE, NOISY, REGRESSED, judge
+from scalegate.record.baselines import Reference
 
 pos = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
 
@@ -56,8 +57,9 @@ def test_inside_tolerance_never_fails_outside_beyond_noise_always_does(base, tol
 def test_regression_message_reads_like_the_style_guide():
     verdict = judge_efficiency(0.71, 0.02, Reference(value=0.80, tolerance=0.05), "fsdp-cnn-1x2:tiny on cpu-2c")
     assert verdict.status == REGRESSED
-    assert verdict.message == ("efficiency 0.710 is below baseline 0.800 (tolerance 5%, noise ±2.0%) "
-                               "[fsdp-cnn-1x2:tiny on cpu-2c]")
+    assert verdict.message == (
+        "efficiency 0.710 is below baseline 0.800 (tolerance 5%, noise ±2.0%) [fsdp-cnn-1x2:tiny on cpu-2c]"
+    )
 
 
 def test_noise_band_protects_a_borderline_drop():

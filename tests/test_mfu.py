@@ -11,25 +11,28 @@ import dataclasses
 import pytest
 import torch
 
-from scalegate.record import baselines
-from scalegate.measure import flops as flopcount
 from scalegate.figures import peaks
-from scalegate.report import table
 from scalegate.judge import judge
+from scalegate.measure import flops as flopcount
+from scalegate.record import baselines
 from scalegate.record.update import entries_from_run
+from scalegate.report import table
 from tests.test_judge import KEY, PROFILE, launch, record
 
 
-@pytest.mark.parametrize("name, dtype, flops", [
-    ("NVIDIA H100 80GB HBM3", "bf16", 989e12),
-    ("NVIDIA H100 PCIe", "bf16", 756e12),
-    ("NVIDIA H100 NVL", "bf16", 835e12),
-    ("NVIDIA H200", "bf16", 989e12),
-    ("NVIDIA A100-SXM4-80GB", "bf16", 312e12),
-    ("NVIDIA A100-SXM4-40GB", "fp32", 19.5e12),
-    ("NVIDIA B200", "bf16", 2.25e15),
-    ("AMD Instinct MI300X", "bf16", 1300e12),
-])
+@pytest.mark.parametrize(
+    "name, dtype, flops",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989e12),
+        ("NVIDIA H100 PCIe", "bf16", 756e12),
+        ("NVIDIA H100 NVL", "bf16", 835e12),
+        ("NVIDIA H200", "bf16", 989e12),
+        ("NVIDIA A100-SXM4-80GB", "bf16", 312e12),
+        ("NVIDIA A100-SXM4-40GB", "fp32", 19.5e12),
+        ("NVIDIA B200", "bf16", 2.25e15),
+        ("AMD Instinct MI300X", "bf16", 1300e12),
+    ],
+)
 def test_a_known_gpu_gets_its_datasheet_peak_with_the_source(name, dtype, flops):
     peak = peaks.gpu_peak(name, dtype)
     assert peak.flops == flops
@@ -137,12 +140,20 @@ def test_mfu_is_not_judged_on_an_oversubscribed_topology(tmp_path):
 
 def test_the_table_shows_mfu_or_n_a_and_baselines_record_it():
     outcome = judge(record(**FLOPS), None)
-    case = {**dataclasses.asdict(outcome), "spec": {"preset": "tiny"},
-            "result": {"throughput": 1600.0, "ranks": [{"peak_memory_bytes": 1}, {"peak_memory_bytes": 1}]}}
+    case = {
+        **dataclasses.asdict(outcome),
+        "spec": {"preset": "tiny"},
+        "result": {"throughput": 1600.0, "ranks": [{"peak_memory_bytes": 1}, {"peak_memory_bytes": 1}]},
+    }
     row = dict(zip(table.HEADER, table.rows([case])[0]))
     assert row["MFU"] == "50.0%" and row["tokens/s"] == "204800"
     assert dict(zip(table.HEADER, table.rows([{**case, "mfu": None}])[0]))["MFU"] == "n/a"
-    entry = {**case, "key": KEY, "status": "ok", "spec": {"steps": 20, "warmup": 5, "faults": {}},
-             "result": {**case["result"], "losses": [1.0], "median_step_s": 0.04}}
+    entry = {
+        **case,
+        "key": KEY,
+        "status": "ok",
+        "spec": {"steps": 20, "warmup": 5, "faults": {}},
+        "result": {**case["result"], "losses": [1.0], "median_step_s": 0.04},
+    }
     written, _ = entries_from_run([entry], tolerance=0.1)
     assert written[KEY]["mfu"] == {"value": pytest.approx(0.5, rel=0.02), "tolerance": 0.1, "peak": "measured: test"}

@@ -9,8 +9,8 @@ import pytest
 
 from scalegate import workloads
 from scalegate.contract.errors import LaunchError, SpecError
-from scalegate.launch import emulated, netns
 from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.launch import emulated, netns
 
 NO_NETNS = netns.available()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -18,8 +18,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def spec_2x1(**changes) -> CaseSpec:
     preset = workloads.preset("cnn", "tiny")
-    base = dict(strategy="ddp", model="cnn", preset="tiny", topology="2x1", micro_batch=preset.micro_batch,
-                steps=3, warmup=1, timeout_s=240.0)
+    base = dict(
+        strategy="ddp",
+        model="cnn",
+        preset="tiny",
+        topology="2x1",
+        micro_batch=preset.micro_batch,
+        steps=3,
+        warmup=1,
+        timeout_s=240.0,
+    )
     return CaseSpec(**{**base, **changes})
 
 
@@ -28,9 +36,11 @@ def mine() -> list[str]:
 
 
 def no_workers_left() -> bool:
-    return not any("scalegate.worker" in " ".join(p.info["cmdline"] or [])
-                   for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and str(os.getpid()) != p.pid
-                   and _descends_from_me(p))
+    return not any(
+        "scalegate.worker" in " ".join(p.info["cmdline"] or [])
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and str(os.getpid()) != p.pid and _descends_from_me(p)
+    )
 
 
 def _descends_from_me(proc: psutil.Process) -> bool:
@@ -69,8 +79,9 @@ def test_a_timed_out_case_kills_every_agent_and_removes_its_namespaces(tmp_path)
 @pytest.mark.skipif(NO_NETNS is not None, reason=f"emulated nodes need network namespaces: {NO_NETNS}")
 def test_a_hung_rank_on_emulated_nodes_is_named_before_everything_is_killed(tmp_path):
     with pytest.raises(LaunchError) as info:  # injected fault: rank 1 (node 1) stops at step 2
-        emulated.run_case(spec_2x1(timeout_s=30.0, faults=Faults(hang_rank=1, hang_step=2)), tmp_path / "case",
-                          link_rate="1gbit")
+        emulated.run_case(
+            spec_2x1(timeout_s=30.0, faults=Faults(hang_rank=1, hang_step=2)), tmp_path / "case", link_rate="1gbit"
+        )
     message = str(info.value)
     assert "timed out after 30s" in message and "rank 1 is stuck" in message, message
     assert mine() == []
@@ -84,8 +95,10 @@ def test_ctrl_c_during_a_case_removes_its_namespaces_and_processes(tmp_path):
     import sys
     import time
 
-    code = ("import sys; from pathlib import Path; from tests.test_multinode import spec_2x1;"
-            "from scalegate.launch import emulated; emulated.run_case(spec_2x1(), Path(sys.argv[1]))")
+    code = (
+        "import sys; from pathlib import Path; from tests.test_multinode import spec_2x1;"
+        "from scalegate.launch import emulated; emulated.run_case(spec_2x1(), Path(sys.argv[1]))"
+    )
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "case")], cwd=ROOT)
     try:
         deadline = time.monotonic() + 60

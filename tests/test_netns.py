@@ -17,8 +17,10 @@ def test_namespace_is_made_counted_and_always_removed():
         with netns.namespace("unit") as name:
             assert name in netns.list_namespaces()
             before = netns.counters(name)
-            code = ("import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);"
-                    "s.sendto(b'x' * 1000, ('127.0.0.1', 9))")
+            code = (
+                "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);"
+                "s.sendto(b'x' * 1000, ('127.0.0.1', 9))"
+            )
             subprocess.run(netns.exec_prefix(name) + [sys.executable, "-c", code], check=True)
             sent = netns.counters(name) - before
             assert sent.tx_bytes >= 1000 and sent.tx_packets >= 1

@@ -12,24 +12,39 @@ from pathlib import Path
 
 import pytest
 
-from scalegate.plan import hostinfo, matrix
 from scalegate import parity
-from scalegate.figures import stats
 from scalegate.contract.errors import SpecError
-from scalegate.judge import sequential
-from scalegate.plan.options import Options
 from scalegate.contract.results import RankResult, aggregate
 from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.figures import stats
+from scalegate.judge import sequential
+from scalegate.plan import hostinfo, matrix
+from scalegate.plan.options import Options
 
 CASE = "parity-fabric-ddp-vs-ddp-cnn-1x2"
 STEPS, WARMUP = 8, 2
 
 
 def options() -> Options:
-    return Options(strategies=("ddp",), models=("cnn",), topologies=("1x2",), preset="tiny", steps=STEPS,
-                   warmup=WARMUP, tolerance=None, default_tolerance=0.1, results_dir=Path("r"),
-                   baseline_dir=Path("b"), update_baselines=False, require_baseline=False, timeout_s=240,
-                   cpu_threads=1, seed=1, dtype="fp32", inject_delay_ms=0.0)
+    return Options(
+        strategies=("ddp",),
+        models=("cnn",),
+        topologies=("1x2",),
+        preset="tiny",
+        steps=STEPS,
+        warmup=WARMUP,
+        tolerance=None,
+        default_tolerance=0.1,
+        results_dir=Path("r"),
+        baseline_dir=Path("b"),
+        update_baselines=False,
+        require_baseline=False,
+        timeout_s=240,
+        cpu_threads=1,
+        seed=1,
+        dtype="fp32",
+        inject_delay_ms=0.0,
+    )
 
 
 def runner(tmp_path: Path, faults: Faults) -> parity.ParityRunner:
@@ -97,8 +112,17 @@ def test_a_noisy_parity_outcome_fails_only_when_strict():
 # --- real launches ------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_clean_parity_case_passes_with_both_front_ends_in_one_launch(suite, tmp_path):
-    done = suite("-k", "parity and cnn", "--scaling-models", "cnn", "--scaling-steps", str(STEPS),
-                 "--scaling-warmup", str(WARMUP), timeout=300)
+    done = suite(
+        "-k",
+        "parity and cnn",
+        "--scaling-models",
+        "cnn",
+        "--scaling-steps",
+        str(STEPS),
+        "--scaling-warmup",
+        str(WARMUP),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [record] = (tmp_path / "results").glob(f"2*/parity/{CASE}.json")  # not via the "latest" link
     data = json.loads(record.read_text())
@@ -126,11 +150,14 @@ def test_a_slowed_candidate_fails_throughput_parity_naming_both_and_the_toleranc
     outcome = slowed.run()
     assert outcome.failed and outcome.max_loss_diff == 0.0, outcome.message
     [problem] = outcome.problems
-    assert re.match(rf"throughput parity failed \[{CASE}\]: fabric-ddp runs at [\d.]+x ddp's throughput over 3 launches "
-                    r"\([\d.]+ \([\d.]+-[\d.]+\), [\d.]+ \([\d.]+-[\d.]+\), [\d.]+ \([\d.]+-[\d.]+\); 95% intervals\): a 10% shortfall explains it "
-                    r"better than an overhead of 5% or less \(sequential test: caught with probability 95%, false alarms 1%; per-launch "
-                    r"spread ±[\d.]+%\); fabric-ddp [\d.]+ vs ddp [\d.]+ samples/s in the last launch, both trained "
-                    r"interleaved step by step in each: fabric-ddp's framework overhead is a regression$", problem), problem
+    assert re.match(
+        rf"throughput parity failed \[{CASE}\]: fabric-ddp runs at [\d.]+x ddp's throughput over 3 launches "
+        r"\([\d.]+ \([\d.]+-[\d.]+\), [\d.]+ \([\d.]+-[\d.]+\), [\d.]+ \([\d.]+-[\d.]+\); 95% intervals\): a 10% shortfall explains it "
+        r"better than an overhead of 5% or less \(sequential test: caught with probability 95%, false alarms 1%; per-launch "
+        r"spread ±[\d.]+%\); fabric-ddp [\d.]+ vs ddp [\d.]+ samples/s in the last launch, both trained "
+        r"interleaved step by step in each: fabric-ddp's framework overhead is a regression$",
+        problem,
+    ), problem
     assert outcome.status == "regressed" and len(outcome.launch_ratios) == 3  # a shortfall is confirmed by two more
     assert outcome.ratio_ci[1] < 0.9
     assert json.loads((tmp_path / "parity" / f"{CASE}.json").read_text())["problems"] == [problem]
@@ -141,6 +168,9 @@ def test_a_wrong_candidate_fails_loss_parity_naming_the_rank_and_step(tmp_path):
     outcome = runner(tmp_path, Faults(grad_scale=2.0)).run()  # rank 0 of the candidate updates with 2x gradients
     assert outcome.failed and outcome.max_loss_diff > parity.LOSS_ATOL
     [problem] = outcome.problems  # no throughput verdict on a run that computes something else
-    assert re.match(rf"loss parity failed \[{CASE}\] rank [01] step \d+: fabric-ddp loss [\d.]+ vs ddp loss [\d.]+, "
-                    r"difference [\d.e-]+ > 1e-06 \(fp32, same seed and data\): fabric-ddp does not compute what ddp "
-                    r"computes$", problem), problem
+    assert re.match(
+        rf"loss parity failed \[{CASE}\] rank [01] step \d+: fabric-ddp loss [\d.]+ vs ddp loss [\d.]+, "
+        r"difference [\d.e-]+ > 1e-06 \(fp32, same seed and data\): fabric-ddp does not compute what ddp "
+        r"computes$",
+        problem,
+    ), problem

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from scalegate.report import tensorboard as tb
 from scalegate.contract.errors import SpecError
+from scalegate.contract.results import RankResult, aggregate
+from scalegate.contract.spec import CaseSpec
 from scalegate.launch import run_case
 from scalegate.measure.profiling import run_window
-from scalegate.contract.results import RankResult, aggregate
+from scalegate.report import tensorboard as tb
 from scalegate.session import Outcome
-from scalegate.contract.spec import CaseSpec
 from scalegate.worker.loop import rank_context, train
 
 pytest_plugins = ["pytester"]
@@ -38,8 +38,16 @@ def trace_names(path: Path) -> Counter:
 
 
 def cnn(topology: str, **changes) -> CaseSpec:
-    return CaseSpec(strategy="ddp" if topology != "1x1" else "single", model="cnn", preset="tiny",
-                    topology=topology, micro_batch=32, steps=3, warmup=1, **changes)
+    return CaseSpec(
+        strategy="ddp" if topology != "1x1" else "single",
+        model="cnn",
+        preset="tiny",
+        topology=topology,
+        micro_batch=32,
+        steps=3,
+        warmup=1,
+        **changes,
+    )
 
 
 def test_a_profiled_ddp_case_writes_one_chrome_trace_per_rank_with_labelled_steps(tmp_path):
@@ -72,12 +80,32 @@ def test_a_window_without_a_directory_is_refused_before_any_step():
 
 def _outcome(case_id: str = "ddp-cnn-1x2") -> Outcome:
     spec = cnn("1x2")
-    ranks = [RankResult(rank=r, world_size=2, node_rank=0, host="h", device="cpu",
-                        step_times_s=[0.05, 0.04 + r / 100, 0.045], losses=[2.0, 1.5, 1.2], warmup_losses=[2.3],
-                        loss_weight=0.5, peak_memory_bytes=(400 + r) << 20) for r in range(2)]
+    ranks = [
+        RankResult(
+            rank=r,
+            world_size=2,
+            node_rank=0,
+            host="h",
+            device="cpu",
+            step_times_s=[0.05, 0.04 + r / 100, 0.045],
+            losses=[2.0, 1.5, 1.2],
+            warmup_losses=[2.3],
+            loss_weight=0.5,
+            peak_memory_bytes=(400 + r) << 20,
+        )
+        for r in range(2)
+    ]
     result = aggregate(spec, ranks)
-    return Outcome(case_id=case_id, key=f"{case_id}@tiny", status="ok", message="", result=result, speedup=1.4,
-                   efficiency=0.7, resources={"wire": {"bytes_per_step": 9_836_716}})
+    return Outcome(
+        case_id=case_id,
+        key=f"{case_id}@tiny",
+        status="ok",
+        message="",
+        result=result,
+        speedup=1.4,
+        efficiency=0.7,
+        resources={"wire": {"bytes_per_step": 9_836_716}},
+    )
 
 
 def test_tensorboard_scalars_read_back_with_their_tags_and_steps(tmp_path):
@@ -89,8 +117,19 @@ def test_tensorboard_scalars_read_back_with_their_tags_and_steps(tmp_path):
     acc = EventAccumulator(str(log_dir))
     acc.Reload()
     read = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-    assert sorted(read) == sorted(["loss", "step_time_s", "throughput_samples_per_s", "step_time_median_s", "speedup",
-                                   "efficiency", "bytes_per_step", "peak_memory_mib/rank0", "peak_memory_mib/rank1"])
+    assert sorted(read) == sorted(
+        [
+            "loss",
+            "step_time_s",
+            "throughput_samples_per_s",
+            "step_time_median_s",
+            "speedup",
+            "efficiency",
+            "bytes_per_step",
+            "peak_memory_mib/rank0",
+            "peak_memory_mib/rank1",
+        ]
+    )
     assert [s for s, _ in read["loss"]] == [0, 1, 2]
     assert [v for _, v in read["loss"]] == pytest.approx(outcome.result.losses)
     assert [v for _, v in read["step_time_s"]] == pytest.approx([0.05, 0.05, 0.045])  # the slowest rank's
@@ -103,8 +142,14 @@ def test_tensorboard_leaves_out_what_was_not_measured_and_writes_nothing_without
     outcome = _outcome()
     bare = Outcome(case_id=outcome.case_id, key=outcome.key, status="failed", message="crashed")
     assert tb.write_case(tmp_path, bare) is None and list(tmp_path.iterdir()) == []
-    unmeasured = Outcome(case_id=outcome.case_id, key=outcome.key, status="failed", message="",
-                         result=outcome.result, resources={"wire": {"bytes_per_step": None}})
+    unmeasured = Outcome(
+        case_id=outcome.case_id,
+        key=outcome.key,
+        status="failed",
+        message="",
+        result=outcome.result,
+        resources={"wire": {"bytes_per_step": None}},
+    )
     tags = tb.scalars(unmeasured)
     assert "efficiency" not in tags and "bytes_per_step" not in tags and "loss" in tags
     assert all(not math.isnan(v) or tag == "loss" for tag, series in tags.items() for _, v in series)
@@ -129,17 +174,39 @@ def test_missing_tensorboard_is_a_readable_error_with_a_hint(no_tensorboard):
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     pytester.makepyfile(test_scaling="def test_scaling(scaling_case, benchmark):\n    scaling_case.check(benchmark)\n")
     pytester.makeini("[pytest]\n")
-    return pytester.runpytest_inprocess("-p", "scalegate.plugin", "-p", "no:cacheprovider", "--co",
-                                        "--scaling-results-dir", str(pytester.path / "results"), *args)
+    return pytester.runpytest_inprocess(
+        "-p",
+        "scalegate.plugin",
+        "-p",
+        "no:cacheprovider",
+        "--co",
+        "--scaling-results-dir",
+        str(pytester.path / "results"),
+        *args,
+    )
 
 
-@pytest.mark.parametrize("args, says, hint", [
-    (["--scaling-tensorboard", "tb"], "--scaling-tensorboard needs the tensorboard package", "pip install -e .[report]"),
-    (["--scaling-profile-steps", "2"], "--scaling-profile-steps 2 does nothing without --scaling-profile",
-     "add --scaling-profile"),
-    (["--scaling-profile", "--scaling-profile-steps", "0"], "--scaling-profile-steps=0 is not in 1..100",
-     "traces grow"),
-], ids=["tensorboard-missing", "steps-without-profile", "zero-steps"])
+@pytest.mark.parametrize(
+    "args, says, hint",
+    [
+        (
+            ["--scaling-tensorboard", "tb"],
+            "--scaling-tensorboard needs the tensorboard package",
+            "pip install -e .[report]",
+        ),
+        (
+            ["--scaling-profile-steps", "2"],
+            "--scaling-profile-steps 2 does nothing without --scaling-profile",
+            "add --scaling-profile",
+        ),
+        (
+            ["--scaling-profile", "--scaling-profile-steps", "0"],
+            "--scaling-profile-steps=0 is not in 1..100",
+            "traces grow",
+        ),
+    ],
+    ids=["tensorboard-missing", "steps-without-profile", "zero-steps"],
+)
 def test_bad_profile_and_tensorboard_options_are_usage_errors(pytester, monkeypatch, no_tensorboard, args, says, hint):
     monkeypatch.delenv("SCALEGATE_RUN_ID", raising=False)
     result = _run(pytester, *args)
@@ -153,9 +220,23 @@ def test_bad_profile_and_tensorboard_options_are_usage_errors(pytester, monkeypa
 def test_the_suite_profiles_every_case_and_writes_tensorboard_scalars(suite, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    done = suite("-k", "not parity", "--scaling-strategies", "ddp,single", "--scaling-models", "cnn",
-                 "--scaling-steps", "4", "--scaling-warmup", "1", "--scaling-profile", "--scaling-profile-steps", "2",
-                 "--scaling-tensorboard", str(tmp_path / "tb"))
+    done = suite(
+        "-k",
+        "not parity",
+        "--scaling-strategies",
+        "ddp,single",
+        "--scaling-models",
+        "cnn",
+        "--scaling-steps",
+        "4",
+        "--scaling-warmup",
+        "1",
+        "--scaling-profile",
+        "--scaling-profile-steps",
+        "2",
+        "--scaling-tensorboard",
+        str(tmp_path / "tb"),
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = next((tmp_path / "results").glob("2*"))
     for case_id, world in (("ddp-cnn-1x2", 2), ("single-cnn-1x1", 1)):

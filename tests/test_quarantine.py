@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from scalegate.record import baselines
 from scalegate.contract.errors import BaselineError
 from scalegate.judge import Overrides, judge
+from scalegate.record import baselines
 from tests.test_cli import PROFILE, cli, make_case, write_run
 from tests.test_judge import KEY, launch, record
 
@@ -45,9 +45,14 @@ def test_a_quarantined_regression_is_reported_and_does_not_fail_until_its_date(b
     assert clean.status == "ok" and clean.quarantined  # listed even when it passes: never silent
 
 
-@pytest.mark.parametrize("bad, said", [({"until": "2026-12-31"}, "needs {'reason'"),
-                                       ({"reason": "flaky", "until": "next week"}, "'next week' is not a date"),
-                                       ("flaky", "needs {'reason'")])
+@pytest.mark.parametrize(
+    "bad, said",
+    [
+        ({"until": "2026-12-31"}, "needs {'reason'"),
+        ({"reason": "flaky", "until": "next week"}, "'next week' is not a date"),
+        ("flaky", "needs {'reason'"),
+    ],
+)
 def test_a_malformed_quarantine_names_the_case_and_the_fix(tmp_path, bad, said):
     path = tmp_path / "cpu-test.json"
     path.write_text(json.dumps({"schema_version": 1, "profile": "cpu-test", "cases": {KEY: {"quarantine": bad}}}))
@@ -70,8 +75,17 @@ def test_a_rerecorded_baseline_keeps_what_the_team_wrote(tmp_path, baseline):
 
 def test_compare_and_the_gate_table_list_a_quarantined_failure_and_pass(tmp_path):
     bases = tmp_path / "baselines"
-    assert cli("update-baselines", write_run(tmp_path / "clean", make_case()), "--baseline-dir", bases,
-               "--tolerance", "0.05").returncode == 0
+    assert (
+        cli(
+            "update-baselines",
+            write_run(tmp_path / "clean", make_case()),
+            "--baseline-dir",
+            bases,
+            "--tolerance",
+            "0.05",
+        ).returncode
+        == 0
+    )
     run = write_run(tmp_path / "run", make_case(step_s=0.045))  # far slower: regressed
     assert cli("compare", run, "--baseline-dir", bases).returncode == 1
     path = bases / f"{PROFILE}.json"
@@ -92,11 +106,39 @@ def test_a_quarantined_case_that_crashes_runs_reports_and_does_not_fail_the_sess
     bases = tmp_path / "baselines"
     bases.mkdir()
     profile = hostinfo.detect().profile
-    (bases / f"{profile}.json").write_text(json.dumps({"schema_version": 1, "profile": profile, "cases": {
-        "ddp-cnn-1x2:tiny": {"quarantine": {"reason": "rank 1 dies on this image, #7", "until": "2999-01-01"}}}}))
-    args = ["-k", "ddp-cnn-1x2 and not parity", "--scaling-models", "cnn", "--scaling-strategies", "ddp", "--scaling-topologies",
-            "1x2", "--scaling-steps", "5", "--scaling-warmup", "1", "--scaling-local-steps", "0",
-            "--scaling-inject-fault", "crash:rank=1,step=1", "--scaling-baseline-dir", str(bases)]
+    (bases / f"{profile}.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "profile": profile,
+                "cases": {
+                    "ddp-cnn-1x2:tiny": {
+                        "quarantine": {"reason": "rank 1 dies on this image, #7", "until": "2999-01-01"}
+                    }
+                },
+            }
+        )
+    )
+    args = [
+        "-k",
+        "ddp-cnn-1x2 and not parity",
+        "--scaling-models",
+        "cnn",
+        "--scaling-strategies",
+        "ddp",
+        "--scaling-topologies",
+        "1x2",
+        "--scaling-steps",
+        "5",
+        "--scaling-warmup",
+        "1",
+        "--scaling-local-steps",
+        "0",
+        "--scaling-inject-fault",
+        "crash:rank=1,step=1",
+        "--scaling-baseline-dir",
+        str(bases),
+    ]
     held = suite(*args)
     assert held.returncode == 0, held.stdout[-3000:]
     assert "1 xfailed" in held.stdout and "quarantined, not failing: rank 1 dies on this image, #7" in held.stdout

@@ -22,14 +22,14 @@ import psutil
 import pytest
 
 from scalegate import workloads
-from scalegate.record import baselines, run_status
 from scalegate.contract import heartbeat
 from scalegate.contract.errors import LaunchError
+from scalegate.contract.spec import CaseSpec, Faults, parse_fault
+from scalegate.contract.topology import Topology
 from scalegate.launch import hang, netns, run_case
 from scalegate.launch.local import first_failure
-from scalegate.contract.spec import CaseSpec, Faults, parse_fault
+from scalegate.record import baselines, run_status
 from scalegate.strategies.base import Strategy
-from scalegate.contract.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 HANG_TIMEOUT_S = 40.0
@@ -37,9 +37,17 @@ TOKEN_ENV = "SCALEGATE_TEST_TOKEN"
 
 
 def _spec(fault: str, timeout_s: float = HANG_TIMEOUT_S) -> CaseSpec:
-    return CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2",
-                    micro_batch=workloads.preset("cnn", "tiny").micro_batch, steps=2, warmup=1,
-                    timeout_s=timeout_s, faults=Faults(**parse_fault(fault)))
+    return CaseSpec(
+        strategy="ddp",
+        model="cnn",
+        preset="tiny",
+        topology="1x2",
+        micro_batch=workloads.preset("cnn", "tiny").micro_batch,
+        steps=2,
+        warmup=1,
+        timeout_s=timeout_s,
+        faults=Faults(**parse_fault(fault)),
+    )
 
 
 def _leftovers(token: str, creator_pid: int, ports: list[int]) -> list[str]:
@@ -86,6 +94,7 @@ def _run_fault(fault: str, tmp_path: Path, token: str) -> tuple[str, float]:
 
 # --- faults, end to end -------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_hang_is_diagnosed_with_heartbeats_and_stacks_then_killed(tmp_path, tagged):
     message, took = _run_fault("hang:rank=1,step=2", tmp_path, tagged)
@@ -107,10 +116,13 @@ def test_crash_reports_first_failing_rank_traceback_and_links_logs(tmp_path, tag
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault, says", [
-    ("no-result:rank=0", "rank0.json was not written"),
-    ("bad-result:rank=1", "rank1.json is malformed"),
-])
+@pytest.mark.parametrize(
+    "fault, says",
+    [
+        ("no-result:rank=0", "rank0.json was not written"),
+        ("bad-result:rank=1", "rank1.json is malformed"),
+    ],
+)
 def test_exit_zero_without_a_usable_result_is_a_clear_failure(tmp_path, tagged, fault, says):
     message, _ = _run_fault(fault, tmp_path, tagged)
     assert "every rank exited 0, but rank result" in message and says in message
@@ -122,10 +134,31 @@ def test_sigterm_cleans_up_and_marks_the_run_partial(tmp_path, tagged):
     """SLURM's time limit: finished cases stay on disk, the hung job is killed, run.json says partial."""
     results = tmp_path / "results"
     env = {k: v for k, v in os.environ.items() if k not in ("SCALEGATE_RUN_ID", "PYTEST_ADDOPTS")}
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "scaling_tests" / "test_scaling.py"), "-p", "no:cacheprovider", "-q",
-           "--scaling-results-dir", str(results), "--scaling-strategies", "ddp", "--scaling-models", "cnn",
-           "--scaling-topologies", "1x1,1x2", "--scaling-steps", "2", "--scaling-warmup", "1",
-           "--scaling-timeout", "300", "--scaling-inject-fault", "hang:rank=1,step=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(ROOT / "scaling_tests" / "test_scaling.py"),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--scaling-results-dir",
+        str(results),
+        "--scaling-strategies",
+        "ddp",
+        "--scaling-models",
+        "cnn",
+        "--scaling-topologies",
+        "1x1,1x2",
+        "--scaling-steps",
+        "2",
+        "--scaling-warmup",
+        "1",
+        "--scaling-timeout",
+        "300",
+        "--scaling-inject-fault",
+        "hang:rank=1,step=1",
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 240
@@ -135,7 +168,9 @@ def test_sigterm_cleans_up_and_marks_the_run_partial(tmp_path, tagged):
         time.sleep(3)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        while time.monotonic() - sent < 60 and [x for x in _leftovers(tagged, proc.pid, []) if not x.startswith(f"process {proc.pid}:")]:
+        while time.monotonic() - sent < 60 and [
+            x for x in _leftovers(tagged, proc.pid, []) if not x.startswith(f"process {proc.pid}:")
+        ]:
             time.sleep(0.2)
         cleaned = time.monotonic() - sent
         # pytest's own KeyboardInterrupt report (it parses source for the traceback) is slow on a loaded box
@@ -145,8 +180,10 @@ def test_sigterm_cleans_up_and_marks_the_run_partial(tmp_path, tagged):
         if proc.poll() is None:
             proc.kill()
     run_dir = next(results.glob("*/run.json")).parent
-    print(f"\nSIGTERM -> job tree gone in {cleaned:.1f}s, pytest exited in {stopped:.1f}s "
-          f"(code {proc.returncode})\n{out[-1500:]}")
+    print(
+        f"\nSIGTERM -> job tree gone in {cleaned:.1f}s, pytest exited in {stopped:.1f}s "
+        f"(code {proc.returncode})\n{out[-1500:]}"
+    )
     assert cleaned < 30  # inside SLURM's default KillWait
     assert run_status.read(run_dir) == "partial"
     assert (run_dir / "ddp-cnn-1x1.json").exists()
@@ -155,6 +192,7 @@ def test_sigterm_cleans_up_and_marks_the_run_partial(tmp_path, tagged):
 
 
 # --- heartbeats and diagnosis, without processes ---------------------------------------------------
+
 
 def test_heartbeat_summary_names_the_rank_that_stopped_first(tmp_path):
     for rank, step in ((0, 5), (1, 3), (2, 5)):
@@ -165,8 +203,10 @@ def test_heartbeat_summary_names_the_rank_that_stopped_first(tmp_path):
 
 
 def test_innermost_frame_of_the_main_thread():
-    dump = ("Process 1: python\nPython v3.11\n\nThread 7 (idle): \"Thread-1\"\n    run (threading.py:1)\n"
-            "Thread 5 (idle): \"MainThread\"\n    _inject_stop_fault (harness/worker/loop.py:94)\n    train (x.py:1)\n")
+    dump = (
+        'Process 1: python\nPython v3.11\n\nThread 7 (idle): "Thread-1"\n    run (threading.py:1)\n'
+        'Thread 5 (idle): "MainThread"\n    _inject_stop_fault (harness/worker/loop.py:94)\n    train (x.py:1)\n'
+    )
     assert hang._innermost(dump) == "_inject_stop_fault (harness/worker/loop.py:94)"
 
 
@@ -174,12 +214,14 @@ def test_first_failure_picks_the_earliest_error_file(tmp_path):
     for rank, stamp in ((0, 20), (1, 10)):
         path = tmp_path / "logs" / "run" / "attempt_0" / str(rank) / "error.json"
         path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"message": {"extraInfo": {"py_callstack": f"trace of {rank}",
-                                                               "timestamp": str(stamp)}}}))
+        path.write_text(
+            json.dumps({"message": {"extraInfo": {"py_callstack": f"trace of {rank}", "timestamp": str(stamp)}}})
+        )
     assert "local 1" in first_failure(tmp_path) and "trace of 1" in first_failure(tmp_path)
 
 
 # --- optional packages skip only their own cases ----------------------------------------------------
+
 
 class _NeedsMissingPackage(Strategy):
     name = "needs_missing"
@@ -192,16 +234,31 @@ def test_missing_optional_package_skips_with_the_reason():
 
 
 def test_only_the_strategy_missing_a_package_skips(monkeypatch):
-    from scalegate.plan import hostinfo, matrix
     from scalegate import strategies
+    from scalegate.plan import hostinfo, matrix
     from scalegate.plan.options import Options
 
     real_get = strategies.get
     monkeypatch.setattr(strategies, "get", lambda n: _NeedsMissingPackage if n == "needs_missing" else real_get(n))
-    opts = Options(strategies=("ddp", "needs_missing"), models=("cnn",), topologies=("1x2",), preset="tiny",
-                   steps=3, warmup=1, tolerance=None, default_tolerance=0.1, results_dir=Path("r"),
-                   baseline_dir=Path("b"), update_baselines=False, require_baseline=False, timeout_s=60,
-                   cpu_threads=1, seed=1, dtype="fp32", inject_delay_ms=0.0)
+    opts = Options(
+        strategies=("ddp", "needs_missing"),
+        models=("cnn",),
+        topologies=("1x2",),
+        preset="tiny",
+        steps=3,
+        warmup=1,
+        tolerance=None,
+        default_tolerance=0.1,
+        results_dir=Path("r"),
+        baseline_dir=Path("b"),
+        update_baselines=False,
+        require_baseline=False,
+        timeout_s=60,
+        cpu_threads=1,
+        seed=1,
+        dtype="fp32",
+        inject_delay_ms=0.0,
+    )
     skips = {c.id: c.skip for c in matrix.build(opts, hostinfo.detect())}
     assert skips["ddp-cnn-1x2"] is None
     assert "optional package 'scalegate_no_such_package_xyz'" in skips["needs_missing-cnn-1x2"]
@@ -209,11 +266,16 @@ def test_only_the_strategy_missing_a_package_skips(monkeypatch):
 
 # --- nothing lost, nothing collides ---------------------------------------------------------------
 
+
 def _update_one(args: tuple[str, int]) -> None:
     directory, i = args
     for j in range(5):
-        baselines.update(Path(directory), "cpu-test", {"cpu": "test"},
-                         {f"ddp-cnn-1x{i}-{j}:tiny": {"efficiency": {"value": 0.5 + i / 100, "tolerance": 0.1}}})
+        baselines.update(
+            Path(directory),
+            "cpu-test",
+            {"cpu": "test"},
+            {f"ddp-cnn-1x{i}-{j}:tiny": {"efficiency": {"value": 0.5 + i / 100, "tolerance": 0.1}}},
+        )
 
 
 def test_concurrent_baseline_writers_never_lose_or_tear_an_update(tmp_path):
@@ -239,10 +301,37 @@ def test_xdist_workers_never_collide(tmp_path, tagged):
     results = tmp_path / "results"
     env = {k: v for k, v in os.environ.items() if k not in ("SCALEGATE_RUN_ID", "PYTEST_ADDOPTS")}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "scaling_tests"), "-p", "no:cacheprovider", "-q", "-n", "2",
-         "--scaling-results-dir", str(results), "--scaling-strategies", "ddp", "--scaling-models", "cnn",
-         "--scaling-topologies", "1x1,1x2", "--scaling-steps", "2", "--scaling-warmup", "1",
-         "--scaling-timeout", "240"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(ROOT / "scaling_tests"),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-n",
+            "2",
+            "--scaling-results-dir",
+            str(results),
+            "--scaling-strategies",
+            "ddp",
+            "--scaling-models",
+            "cnn",
+            "--scaling-topologies",
+            "1x1,1x2",
+            "--scaling-steps",
+            "2",
+            "--scaling-warmup",
+            "1",
+            "--scaling-timeout",
+            "240",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
     print(done.stdout[-2000:])
     run_dirs = [p for p in results.iterdir() if p.is_dir() and not p.is_symlink()]
     assert len(run_dirs) == 1, run_dirs
@@ -260,11 +349,13 @@ def test_xdist_workers_never_collide(tmp_path, tagged):
 
 def test_faulthandler_fallback_when_py_spy_cannot_attach(tmp_path, monkeypatch):
     """Without py-spy (or without ptrace) the rank's own faulthandler, registered on SIGUSR1, gives the stack."""
-    code = ("import faulthandler, signal, sys, time\n"
-            f"faulthandler.register(signal.SIGUSR1, file=open({str(heartbeat.stack_path(tmp_path, 0))!r}, 'w'), "
-            "all_threads=True)\n"
-            "def stuck_here():\n    print('ready', flush=True)\n    time.sleep(120)\n"
-            "stuck_here()\n")
+    code = (
+        "import faulthandler, signal, sys, time\n"
+        f"faulthandler.register(signal.SIGUSR1, file=open({str(heartbeat.stack_path(tmp_path, 0))!r}, 'w'), "
+        "all_threads=True)\n"
+        "def stuck_here():\n    print('ready', flush=True)\n    time.sleep(120)\n"
+        "stuck_here()\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"

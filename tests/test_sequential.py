@@ -7,7 +7,6 @@ what the real launches on this machine give is measured by benchmarks/detection.
 from __future__ import annotations
 
 import dataclasses
-
 import math
 
 import pytest
@@ -24,8 +23,9 @@ def test_a_clear_drop_needs_a_second_launch_to_be_called_regressed():
     first = S.decide([0.66], 0.75, 0.02, 10)
     assert first.status == S.UNDECIDED and first.llr >= first.upper  # evidence enough, but one launch is not a verdict
     second = S.decide([0.66, 0.67], 0.75, 0.02, 10)
-    assert second.status == S.REGRESSED and math.isclose(second.change, math.exp(
-        (math.log(0.66 / 0.75) + math.log(0.67 / 0.75)) / 2) - 1)
+    assert second.status == S.REGRESSED and math.isclose(
+        second.change, math.exp((math.log(0.66 / 0.75) + math.log(0.67 / 0.75)) / 2) - 1
+    )
 
 
 def test_half_the_drop_stays_undecided_for_a_while():

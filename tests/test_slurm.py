@@ -10,23 +10,33 @@ from pathlib import Path
 import pytest
 
 from scalegate.contract.errors import SpecError
-from scalegate.launch import slurm
 from scalegate.contract.topology import Topology
+from scalegate.launch import slurm
 
 ROOT = Path(__file__).resolve().parents[1]
 
-STEP = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]",
-        "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "2", "SLURM_CPUS_ON_NODE": "16",
-        "SLURM_GPUS_ON_NODE": "4"}
+STEP = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_STEP_ID": "0",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_NODELIST": "gpu[07-08]",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_CPUS_ON_NODE": "16",
+    "SLURM_GPUS_ON_NODE": "4",
+}
 
 
-@pytest.mark.parametrize("text, hosts", [
-    ("vm", ["vm"]),
-    ("node[1-3]", ["node1", "node2", "node3"]),
-    ("gpu[007-009,012],login-2", ["gpu007", "gpu008", "gpu009", "gpu012", "login-2"]),
-    ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
-    ("a[9-10]x", ["a9x", "a10x"]),
-])
+@pytest.mark.parametrize(
+    "text, hosts",
+    [
+        ("vm", ["vm"]),
+        ("node[1-3]", ["node1", "node2", "node3"]),
+        ("gpu[007-009,012],login-2", ["gpu007", "gpu008", "gpu009", "gpu012", "login-2"]),
+        ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
+        ("a[9-10]x", ["a9x", "a10x"]),
+    ],
+)
 def test_nodelists_expand_like_scontrol_show_hostnames(text, hosts):
     assert slurm.expand_nodelist(text) == hosts
 
@@ -72,8 +82,13 @@ def test_the_agent_command_is_a_static_rendezvous_on_the_first_host(tmp_path):
     from scalegate import workloads
     from scalegate.contract.spec import CaseSpec
 
-    spec = CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="2x4",
-                    micro_batch=workloads.preset("cnn", "tiny").micro_batch)
+    spec = CaseSpec(
+        strategy="ddp",
+        model="cnn",
+        preset="tiny",
+        topology="2x4",
+        micro_batch=workloads.preset("cnn", "tiny").micro_batch,
+    )
     env = slurm.detect(STEP)
     argv = slurm.command(spec, env, tmp_path / "spec.json", tmp_path / "out", tmp_path / "logs")
     joined = " ".join(argv)
@@ -97,11 +112,29 @@ def test_srun_pytest_runs_a_ddp_case_as_the_node_agent(tmp_path):
     if reason:
         pytest.skip(reason)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
-    cmd = ["srun", "-N1", "--time=10", str(ROOT / ".venv/bin/pytest"), "scaling_tests/test_scaling.py",
-           "-p", "no:cacheprovider",
-           "-k", "ddp and cnn and 1x2", "--scaling-models", "cnn", "--scaling-strategies", "ddp",
-           "--scaling-topologies", "1x2", "--scaling-steps", "3", "--scaling-warmup", "1",
-           "--scaling-results-dir", str(tmp_path / "results")]
+    cmd = [
+        "srun",
+        "-N1",
+        "--time=10",
+        str(ROOT / ".venv/bin/pytest"),
+        "scaling_tests/test_scaling.py",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "ddp and cnn and 1x2",
+        "--scaling-models",
+        "cnn",
+        "--scaling-strategies",
+        "ddp",
+        "--scaling-topologies",
+        "1x2",
+        "--scaling-steps",
+        "3",
+        "--scaling-warmup",
+        "1",
+        "--scaling-results-dir",
+        str(tmp_path / "results"),
+    ]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
@@ -116,13 +149,43 @@ def test_two_agent_nodes_run_a_2x1_case_and_only_node_0_reports(tmp_path):
     """Agent mode end to end without srun: two pytest 'nodes' on this machine with a step's environment."""
     job = str(900000 + os.getpid() % 90000)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
-    base.update(SLURM_JOB_ID=job, SLURM_STEP_ID="0", SLURM_JOB_NODELIST="localhost,localhost",
-                SLURM_STEP_NUM_TASKS="2", SLURM_STEP_NUM_NODES="2", SLURM_CPUS_ON_NODE="1")
-    cmd = [str(ROOT / ".venv/bin/pytest"), "scaling_tests/test_scaling.py", "-p", "no:cacheprovider",
-           "--scaling-models", "cnn", "--scaling-strategies", "ddp", "--scaling-topologies", "1x2,2x1",
-           "--scaling-steps", "3", "--scaling-warmup", "1", "--scaling-results-dir", str(tmp_path / "results")]
-    nodes = [subprocess.Popen(cmd, cwd=ROOT, env={**base, "SLURM_NODEID": str(i)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    base.update(
+        SLURM_JOB_ID=job,
+        SLURM_STEP_ID="0",
+        SLURM_JOB_NODELIST="localhost,localhost",
+        SLURM_STEP_NUM_TASKS="2",
+        SLURM_STEP_NUM_NODES="2",
+        SLURM_CPUS_ON_NODE="1",
+    )
+    cmd = [
+        str(ROOT / ".venv/bin/pytest"),
+        "scaling_tests/test_scaling.py",
+        "-p",
+        "no:cacheprovider",
+        "--scaling-models",
+        "cnn",
+        "--scaling-strategies",
+        "ddp",
+        "--scaling-topologies",
+        "1x2,2x1",
+        "--scaling-steps",
+        "3",
+        "--scaling-warmup",
+        "1",
+        "--scaling-results-dir",
+        str(tmp_path / "results"),
+    ]
+    nodes = [
+        subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**base, "SLURM_NODEID": str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     try:
         outs = [p.communicate(timeout=500)[0] for p in nodes]
     finally:

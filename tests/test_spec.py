@@ -37,15 +37,18 @@ def test_spec_is_frozen_and_round_trips(tmp_path):
     assert CaseSpec.read(original.write(tmp_path / "s.json")) == original
 
 
-@pytest.mark.parametrize("changes, words", [
-    (dict(steps=0), "steps=0"),
-    (dict(warmup=-1), "warmup=-1"),
-    (dict(dtype="fp8"), "dtype='fp8'"),
-    (dict(scaling="strong", global_batch=33), "global batch 33 does not divide by world size 2"),
-    (dict(scaling="strong"), "needs a global batch"),
-    (dict(micro_batch=0), "micro-batch 0"),
-    (dict(companion=None), "companion=None"),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        (dict(steps=0), "steps=0"),
+        (dict(warmup=-1), "warmup=-1"),
+        (dict(dtype="fp8"), "dtype='fp8'"),
+        (dict(scaling="strong", global_batch=33), "global batch 33 does not divide by world size 2"),
+        (dict(scaling="strong"), "needs a global batch"),
+        (dict(micro_batch=0), "micro-batch 0"),
+        (dict(companion=None), "companion=None"),
+    ],
+)
 def test_bad_spec_errors_name_the_input(changes, words):
     with pytest.raises(SpecError) as err:
         spec(**changes)
@@ -65,8 +68,20 @@ def test_strong_scaling_has_ids_and_baselines_of_its_own():
 
 
 def test_both_scalings_run_side_by_side(suite):
-    done = suite("--co", "--scaling-models", "cnn", "--scaling-strategies", "single,ddp", "--scaling-topologies",
-                 "1x1,1x2", "--scaling-scaling", "both", "--scaling-global-batch", "64", "-k",
-                 "single-cnn-1x1 or ddp-cnn-1x2")
+    done = suite(
+        "--co",
+        "--scaling-models",
+        "cnn",
+        "--scaling-strategies",
+        "single,ddp",
+        "--scaling-topologies",
+        "1x1,1x2",
+        "--scaling-scaling",
+        "both",
+        "--scaling-global-batch",
+        "64",
+        "-k",
+        "single-cnn-1x1 or ddp-cnn-1x2",
+    )
     ids = [line.split("[")[1].rstrip("]") for line in done.stdout.splitlines() if "test_scaling[" in line]
     assert ids == ["single-cnn-1x1", "single-cnn-1x1-strong", "ddp-cnn-1x2", "ddp-cnn-1x2-strong"], done.stdout

@@ -7,35 +7,53 @@ from __future__ import annotations
 
 import pytest
 
-from scalegate.figures import stragglers
-from scalegate.measure.clock import ForwardClock
-from scalegate.launch import run_case
 from scalegate.contract.results import RankResult, aggregate
 from scalegate.contract.spec import CaseSpec, Faults, parse_fault
+from scalegate.figures import stragglers
+from scalegate.launch import run_case
+from scalegate.measure.clock import ForwardClock
 
 
 def spec(strategy: str = "ddp", **fields) -> CaseSpec:
-    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=5,
-                    warmup=1, **fields)
+    return CaseSpec(
+        strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=5, warmup=1, **fields
+    )
 
 
 def rank(i: int, forward: list[float], collectives: bool = False) -> RankResult:
-    return RankResult(rank=i, world_size=2, node_rank=0, host="h", device="cpu", step_times_s=[0.05] * 5,
-                      losses=[1.0] * 5, warmup_losses=[1.0], loss_weight=0.5, forward_s=forward,
-                      forward_collectives=collectives)
+    return RankResult(
+        rank=i,
+        world_size=2,
+        node_rank=0,
+        host="h",
+        device="cpu",
+        step_times_s=[0.05] * 5,
+        losses=[1.0] * 5,
+        warmup_losses=[1.0],
+        loss_weight=0.5,
+        forward_s=forward,
+        forward_collectives=collectives,
+    )
 
 
 def test_the_rank_last_in_most_steps_is_named_with_its_excess():
-    found = stragglers.attribute(aggregate(spec(), [rank(0, [0.020] * 5), rank(1, [0.031, 0.030, 0.019, 0.032, 0.030])]))
+    found = stragglers.attribute(
+        aggregate(spec(), [rank(0, [0.020] * 5), rank(1, [0.031, 0.030, 0.019, 0.032, 0.030])])
+    )
     assert found["rank"] == 1 and found["last_share"] == 0.8
-    assert found["message"] == ("straggler: rank 1 reaches its first collective 10.0 ms after the others (median "
-                                "forward 30.0 ms against 20.0 ms; last in 4/5 steps) [ddp-cnn-1x2]")
+    assert found["message"] == (
+        "straggler: rank 1 reaches its first collective 10.0 ms after the others (median "
+        "forward 30.0 ms against 20.0 ms; last in 4/5 steps) [ddp-cnn-1x2]"
+    )
 
 
-@pytest.mark.parametrize("forward", [
-    [0.0205, 0.0203, 0.0204, 0.0206, 0.0205],  # 0.5 ms: within the noise bar
-    [0.031, 0.019, 0.032, 0.019, 0.019],  # slow now and then, not the same rank each step
-])
+@pytest.mark.parametrize(
+    "forward",
+    [
+        [0.0205, 0.0203, 0.0204, 0.0206, 0.0205],  # 0.5 ms: within the noise bar
+        [0.031, 0.019, 0.032, 0.019, 0.019],  # slow now and then, not the same rank each step
+    ],
+)
 def test_balanced_or_inconsistent_ranks_name_no_one(forward):
     found = stragglers.attribute(aggregate(spec(), [rank(0, [0.020] * 5), rank(1, forward)]))
     assert found["rank"] is None and found["message"] == ""
@@ -67,12 +85,27 @@ def test_a_real_rank_sleeping_in_its_forward_is_named(tmp_path):
 def test_the_breakdown_splits_each_ranks_step_into_compute_and_exposed_communication():
     from scalegate.figures import breakdown
 
-    ranks = [RankResult(rank=i, world_size=2, node_rank=0, host="h", device="cpu", step_times_s=[0.05] * 5,
-                        losses=[1.0] * 5, warmup_losses=[1.0], loss_weight=0.5, pair_step_times_s=[0.050] * 4,
-                        local_step_times_s=[local] * 4) for i, local in ((0, 0.030), (1, 0.040))]
+    ranks = [
+        RankResult(
+            rank=i,
+            world_size=2,
+            node_rank=0,
+            host="h",
+            device="cpu",
+            step_times_s=[0.05] * 5,
+            losses=[1.0] * 5,
+            warmup_losses=[1.0],
+            loss_weight=0.5,
+            pair_step_times_s=[0.050] * 4,
+            local_step_times_s=[local] * 4,
+        )
+        for i, local in ((0, 0.030), (1, 0.040))
+    ]
     found = breakdown.summary(aggregate(spec(), ranks))
     assert [(r["rank"], r["compute_s"], round(r["exposed_comm_s"], 6)) for r in found["per_rank"]] == [
-        (0, 0.030, 0.020), (1, 0.040, 0.010)]
+        (0, 0.030, 0.020),
+        (1, 0.040, 0.010),
+    ]
     assert found["exposed_share"] == pytest.approx((0.050 - 0.035) / 0.050)  # slowest step, ranks' mean compute
 
 

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from scalegate.checks import agreement, tolerances
 from scalegate import strategies
-from scalegate.launch import run_case
+from scalegate.checks import agreement, tolerances
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
+from scalegate.launch import run_case
 
 FP32 = tolerances.for_dtype("fp32")
 CNN_PARAMETERS = 8
@@ -25,8 +25,9 @@ def reason(name: str, topology: str = "1x2", device: str = "cpu", devices_per_no
 
 def small_spec(strategy: str, **changes) -> CaseSpec:
     # one checked step + one more untimed step, two measured: correctness, not speed
-    spec = CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=8,
-                    steps=2, warmup=2, timeout_s=240)
+    spec = CaseSpec(
+        strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=8, steps=2, warmup=2, timeout_s=240
+    )
     return spec.replace(**changes)
 
 
@@ -41,8 +42,10 @@ def assert_agrees(result) -> None:
 
 
 # --- skip reasons -----------------------------------------------------------------------------------
-LIGHTNING_FSDP = ("You selected the FSDP strategy but FSDP is only available on GPU. "
-                  "Set `Fabric(accelerator='gpu', ...)` to continue or select a different strategy.")
+LIGHTNING_FSDP = (
+    "You selected the FSDP strategy but FSDP is only available on GPU. "
+    "Set `Fabric(accelerator='gpu', ...)` to continue or select a different strategy."
+)
 LIGHTNING_DEEPSPEED = "The DeepSpeed strategy is only supported on CUDA GPUs but `CPUAccelerator` is used."
 
 
@@ -57,12 +60,14 @@ def test_fabric_fsdp_and_deepspeed_skip_on_cpu_with_lightnings_reason():
 
 def test_the_quoted_refusals_are_what_lightning_really_says():
     # In a child process: Fabric.launch() sets distributed environment variables in its process.
-    probe = ("from lightning.fabric import Fabric\n"
-             "for name in ('fsdp', 'deepspeed'):\n"
-             "    try:\n"
-             "        Fabric(accelerator='cpu', devices=1, strategy=name).launch()\n"
-             "    except (ValueError, RuntimeError) as exc:\n"
-             "        print('REFUSED', exc)\n")
+    probe = (
+        "from lightning.fabric import Fabric\n"
+        "for name in ('fsdp', 'deepspeed'):\n"
+        "    try:\n"
+        "        Fabric(accelerator='cpu', devices=1, strategy=name).launch()\n"
+        "    except (ValueError, RuntimeError) as exc:\n"
+        "        print('REFUSED', exc)\n"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180)
     refusals = [line.removeprefix("REFUSED ") for line in done.stdout.splitlines() if line.startswith("REFUSED ")]
     assert refusals == [LIGHTNING_FSDP, LIGHTNING_DEEPSPEED], done.stdout + done.stderr[-2000:]

@@ -10,16 +10,15 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from scalegate import workloads
-from scalegate.workloads.base import Preset, Workload
+from scalegate import strategies, workloads
 from scalegate.checks import agreement, tolerances
-from scalegate import strategies
 from scalegate.contract.errors import SpecError
-from scalegate.launch import LocalLauncher, run_case
-from scalegate.launch.process import free_port, run
 from scalegate.contract.results import RankResult, aggregate
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
+from scalegate.launch import LocalLauncher, run_case
+from scalegate.launch.process import free_port, run
+from scalegate.workloads.base import Preset, Workload
 
 FP32 = tolerances.for_dtype("fp32")
 
@@ -47,7 +46,10 @@ def test_fsdp1_skip_quotes_what_torch_really_says_on_cpu():
 
 
 def test_dp_needs_two_gpus_in_one_process():
-    assert reason("dp", "1x1") == "dp (nn.DataParallel) needs >= 2 CUDA devices in one process; this node has no CUDA device"
+    assert (
+        reason("dp", "1x1")
+        == "dp (nn.DataParallel) needs >= 2 CUDA devices in one process; this node has no CUDA device"
+    )
     assert "this node has 1 CUDA device" in reason("dp", "1x1", "cuda", 1)
     assert reason("dp", "1x1", "cuda", 2) is None
     assert "runs at most 1 process(es), topology 1x2 has 2" in reason("dp", "1x2", "cuda", 2)
@@ -70,7 +72,8 @@ def test_pipeline_skip_reasons_name_world_size_and_the_workloads_stages():
     cnn = workloads.get("cnn")
     assert gpipe.workload_unavailable(cnn, Topology.parse("1x2")) is None
     assert gpipe.workload_unavailable(cnn, Topology.parse("1x4")) == (
-        "pipeline-1f1b: workload 'cnn' can be cut into at most 2 stages (1 split point(s)), topology 1x4 has 4 ranks")
+        "pipeline-1f1b: workload 'cnn' can be cut into at most 2 stages (1 split point(s)), topology 1x4 has 4 ranks"
+    )
     assert "does not implement pipeline_stages()" in gpipe.workload_unavailable(_NoStages, Topology.parse("1x2"))
 
 
@@ -114,8 +117,16 @@ def test_pipeline_stage_wrapper_sends_contiguous_outputs_and_input_gradients():
 # --- real jobs --------------------------------------------------------------------------------------
 def small_spec(strategy: str, topology: str) -> CaseSpec:
     # micro-batch 8, one checked step + one more untimed step, one measured: correctness, not speed
-    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology=topology, micro_batch=8,
-                    steps=1, warmup=2, timeout_s=120)
+    return CaseSpec(
+        strategy=strategy,
+        model="cnn",
+        preset="tiny",
+        topology=topology,
+        micro_batch=8,
+        steps=1,
+        warmup=2,
+        timeout_s=120,
+    )
 
 
 def assert_agrees(result) -> None:
@@ -144,8 +155,9 @@ def test_hsdp_on_two_nodes_of_one_rank_agrees_with_a_single_process(tmp_path):
 
     def agent(node_rank: int):
         argv = launcher.command(spec, spec_path, out, port, tmp_path / f"logs{node_rank}", node_rank=node_rank)
-        return run(argv, log_path=tmp_path / f"agent{node_rank}.log", timeout_s=spec.timeout_s,
-                   env=launcher.environment(spec))
+        return run(
+            argv, log_path=tmp_path / f"agent{node_rank}.log", timeout_s=spec.timeout_s, env=launcher.environment(spec)
+        )
 
     with ThreadPoolExecutor(2) as pool:  # two torchrun agents on loopback, as two nodes would run
         done = list(pool.map(agent, (0, 1)))

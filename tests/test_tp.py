@@ -13,18 +13,19 @@ import pytest
 
 from scalegate.checks import agreement, sharding
 from scalegate.contract.errors import SpecError
-from scalegate.plan.hostinfo import detect
-from scalegate.launch import emulated, run_case
-from scalegate.plan.matrix import skip_reason
-from scalegate.strategies.parallel_dims import ParallelDims
-from scalegate.figures.resources import wire
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
+from scalegate.figures.resources import wire
+from scalegate.launch import emulated, run_case
+from scalegate.plan.hostinfo import detect
+from scalegate.plan.matrix import skip_reason
+from scalegate.strategies.parallel_dims import ParallelDims
 
 
 def gpt(strategy: str, topology: str = "1x2", **fields) -> CaseSpec:
-    return CaseSpec(strategy=strategy, model="gpt", preset="tiny", topology=topology, micro_batch=8, steps=3,
-                    warmup=2, **fields)
+    return CaseSpec(
+        strategy=strategy, model="gpt", preset="tiny", topology=topology, micro_batch=8, steps=3, warmup=2, **fields
+    )
 
 
 def test_parallel_dims_name_every_factor():
@@ -36,13 +37,18 @@ def test_parallel_dims_name_every_factor():
     assert "ranks per node divide" in err.value.hint
 
 
-@pytest.mark.parametrize("spec, reason", [
-    (gpt("tp", "2x2"), "tp group is one node's ranks; 2x2 has 2 nodes: use fsdp-tp"),
-    (gpt("fsdp-tp", "1x2"), "fsdp-tp needs >= 2 nodes"),
-    (gpt("tp", dims={"heads": 3, "dim": 96}), "tp: model gpt does not split over tp=2: heads 3 % tp 2 = 1"),
-    (CaseSpec(strategy="tp", model="cnn", preset="tiny", topology="1x2", micro_batch=32),
-     "tp: workload 'cnn' has no tensor_parallel_plan()"),
-])
+@pytest.mark.parametrize(
+    "spec, reason",
+    [
+        (gpt("tp", "2x2"), "tp group is one node's ranks; 2x2 has 2 nodes: use fsdp-tp"),
+        (gpt("fsdp-tp", "1x2"), "fsdp-tp needs >= 2 nodes"),
+        (gpt("tp", dims={"heads": 3, "dim": 96}), "tp: model gpt does not split over tp=2: heads 3 % tp 2 = 1"),
+        (
+            CaseSpec(strategy="tp", model="cnn", preset="tiny", topology="1x2", micro_batch=32),
+            "tp: workload 'cnn' has no tensor_parallel_plan()",
+        ),
+    ],
+)
 def test_cases_that_cannot_be_split_skip_with_the_reason(spec, reason):
     assert reason in (skip_reason(spec, detect()) or "")
 
@@ -65,8 +71,9 @@ def test_a_broken_tp_promise_is_named_with_its_bytes(tmp_path):
     first = result.ranks[0]
     found = first.extra["tp"]
     unsharded = {**found, "held": {k: v * 2 for k, v in found["held"].items()}}  # as if the plan split nothing
-    broken = dataclasses.replace(result, ranks=[dataclasses.replace(first, extra={**first.extra, "tp": unsharded}),
-                                                *result.ranks[1:]])
+    broken = dataclasses.replace(
+        result, ranks=[dataclasses.replace(first, extra={**first.extra, "tp": unsharded}), *result.ranks[1:]]
+    )
     problem = sharding.check(broken) or ""
     assert "params of the tensor-parallel weights not sharded [tp tp-gpt-1x2] rank 0" in problem
     assert "expected 1/2" in problem

@@ -21,31 +21,48 @@ from pathlib import Path
 import pytest
 
 from scalegate import workloads
-from scalegate.workloads import loader
 from scalegate.checks import agreement
 from scalegate.contract.errors import SpecError
-from scalegate.launch import run_case
 from scalegate.contract.spec import CaseSpec
+from scalegate.launch import run_case
+from scalegate.workloads import loader
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "your_model"
 
 
 def spec(project: Path | None, **changes) -> CaseSpec:
-    fields = dict(strategy="ddp", model="my_mlp", preset="tiny", topology="1x2", micro_batch=32, steps=2, warmup=1,
-                  workload="my_model:MyMLP", import_paths=(str(project),) if project else ())
+    fields = dict(
+        strategy="ddp",
+        model="my_mlp",
+        preset="tiny",
+        topology="1x2",
+        micro_batch=32,
+        steps=2,
+        warmup=1,
+        workload="my_model:MyMLP",
+        import_paths=(str(project),) if project else (),
+    )
     fields.update(changes)
     return CaseSpec(**fields)
 
 
 def resolve_elsewhere(the_spec: CaseSpec, cwd: Path) -> subprocess.CompletedProcess:
     """``scalegate.workloads.resolve`` in a fresh interpreter, in another directory, with only scalegate on its path."""
-    code = ("import json, sys, fixtures\nfrom scalegate.contract.spec import CaseSpec\nfrom scalegate.contract.errors import SpecError\n"
-            "try:\n    print(scalegate.workloads.resolve(CaseSpec.from_dict(json.loads(sys.argv[1]))).__qualname__)\n"
-            "except SpecError as exc:\n    print(exc)\n")
+    code = (
+        "import json, sys\nfrom scalegate import workloads\nfrom scalegate.contract.spec import CaseSpec\nfrom scalegate.contract.errors import SpecError\n"
+        "try:\n    print(scalegate.workloads.resolve(CaseSpec.from_dict(json.loads(sys.argv[1]))).__qualname__)\n"
+        "except SpecError as exc:\n    print(exc)\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([sys.executable, "-c", code, json.dumps(the_spec.to_dict())], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code, json.dumps(the_spec.to_dict())],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_fresh_process_elsewhere_imports_the_workload_from_the_specs_paths(tmp_path):
@@ -72,10 +89,10 @@ def test_a_renamed_class_is_caught_before_a_rank_trains_the_wrong_model(tmp_path
 
 
 def test_strategies_get_the_workers_own_workload_object(tmp_path):
+    import torch
+
     from scalegate import strategies
     from scalegate.strategies.base import RankContext
-
-    import torch
 
     shutil.copytree(EXAMPLE, tmp_path / "project")
     the_spec = spec(tmp_path / "project", strategy="fsdp", dims={"depth": 2})
@@ -98,8 +115,11 @@ def test_a_cold_torchrun_job_trains_the_users_workload_with_agreeing_gradients(t
 
 def test_hf_references_need_fixtures_hf(monkeypatch):
     real = loader.importlib.util.find_spec
-    monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name, *a: None if name == "scalegate.workloads.hf" else
-                        real(name, *a))
+    monkeypatch.setattr(
+        loader.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "scalegate.workloads.hf" else real(name, *a),
+    )
     with pytest.raises(SpecError, match="'hf:gpt2' needs fixtures/hf.py") as err:
         workloads.load("hf:gpt2", where="--scaling-models hf:gpt2")
     assert err.value.hint
@@ -120,13 +140,16 @@ def test_hf_references_call_hf_workload_lazily_once_per_model_type(monkeypatch):
     stand_in = types.ModuleType("scalegate.workloads.hf")
     stand_in.hf_workload = hf_workload
     monkeypatch.setitem(sys.modules, "scalegate.workloads.hf", stand_in)
-    monkeypatch.setattr(workloads, "hf", stand_in, raising=False)  # `from scalegate.workloads import hf` reads it once imported
+    monkeypatch.setattr(
+        workloads, "hf", stand_in, raising=False
+    )  # `from scalegate.workloads import hf` reads it once imported
     monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name, *a: object())
     loader._hf_class.cache_clear()
     try:
         assert workloads.load("hf:gpt2") is Gpt2 and workloads.load("hf:gpt2") is Gpt2
-        hf_spec = CaseSpec(strategy="ddp", model="hf_gpt2", preset="tiny", topology="1x2", micro_batch=32,
-                           workload="hf:gpt2")
+        hf_spec = CaseSpec(
+            strategy="ddp", model="hf_gpt2", preset="tiny", topology="1x2", micro_batch=32, workload="hf:gpt2"
+        )
         assert workloads.resolve(hf_spec) is Gpt2
         assert calls == ["gpt2"]
     finally:

@@ -81,41 +81,60 @@ def _assert_error(result: pytest.RunResult, *says: str) -> None:
     assert "HINT:" in text
     assert "Traceback" not in text and not re.search(r"\.py:\d+: in ", text), text
     assert result.ret == pytest.ExitCode.USAGE_ERROR or (
-        result.ret == pytest.ExitCode.INTERRUPTED and "1 error" in result.stdout.str()), text
+        result.ret == pytest.ExitCode.INTERRUPTED and "1 error" in result.stdout.str()
+    ), text
 
 
 # --- the three ways in ---------------------------------------------------------------------------
 
+
 def test_an_import_path_in_scaling_models_adds_its_cases_under_the_class_name(pytester):
     pytester.makepyfile(my_workloads=workload_module())
-    result = _run(pytester, "--co", "-q", "--scaling-models", "my_workloads:MyW,cnn", "--scaling-strategies",
-                  "ddp", "--scaling-topologies", "1x2")
+    result = _run(
+        pytester,
+        "--co",
+        "-q",
+        "--scaling-models",
+        "my_workloads:MyW,cnn",
+        "--scaling-strategies",
+        "ddp",
+        "--scaling-topologies",
+        "1x2",
+    )
     assert _ids(result) == ["ddp-my_w-1x2", "ddp-cnn-1x2"], result.stdout.str()
 
 
 def test_the_spec_carries_the_reference_and_the_directory_the_ranks_import_it_from(pytester):
     pytester.mkpydir("mypkg")
     pytester.path.joinpath("mypkg", "models.py").write_text(workload_module())
-    pytester.makeconftest(textwrap.dedent("""\
+    pytester.makeconftest(
+        textwrap.dedent("""\
         import json
         from scalegate.plugin import _cases
 
         def pytest_collection_finish(session):
             specs = [c.spec.to_dict() for c in _cases(session.config)]
             (session.config.rootpath / "specs.json").write_text(json.dumps(specs))
-        """))
+        """)
+    )
     _run(pytester, "--co", "-q", "--scaling-models", "mypkg.models:MyW", "--scaling-strategies", "ddp")
     specs = json.loads((pytester.path / "specs.json").read_text())
     assert [(s["model"], s["workload"], s["import_paths"][0]) for s in specs] == [
-        ("my_w", "mypkg.models:MyW", str(pytester.path))] * 2
+        ("my_w", "mypkg.models:MyW", str(pytester.path))
+    ] * 2
 
 
 def test_a_conftest_hook_registers_classes(pytester):
     pytester.makepyfile(my_workloads=workload_module())
     pytester.makeconftest("from my_workloads import MyW\n\ndef pytest_scaling_workloads():\n    return [MyW]\n")
     result = _run(pytester, "--co", "-q", "--scaling-strategies", "ddp", "--scaling-topologies", "1x2")
-    assert _ids(result) == ["ddp-cnn-1x2", "ddp-rnn_mnist-1x2", "ddp-resnet-1x2", "ddp-bert_qa-1x2",
-                            "ddp-my_w-1x2"]  # "all" now includes it
+    assert _ids(result) == [
+        "ddp-cnn-1x2",
+        "ddp-rnn_mnist-1x2",
+        "ddp-resnet-1x2",
+        "ddp-bert_qa-1x2",
+        "ddp-my_w-1x2",
+    ]  # "all" now includes it
     selected = _run(pytester, "--co", "-q", "--scaling-strategies", "ddp", "--scaling-models", "my_w")
     assert _ids(selected) == ["ddp-my_w-1x1", "ddp-my_w-1x2"]
 
@@ -128,8 +147,17 @@ def test_the_same_class_from_a_hook_and_an_option_is_one_workload(pytester):
 
 
 def test_a_built_in_named_by_its_import_path_is_the_built_in(pytester):
-    result = _run(pytester, "--co", "-q", "--scaling-models", "scalegate.workloads.cnn:CNN", "--scaling-strategies", "ddp",
-                  "--scaling-topologies", "1x2")
+    result = _run(
+        pytester,
+        "--co",
+        "-q",
+        "--scaling-models",
+        "scalegate.workloads.cnn:CNN",
+        "--scaling-strategies",
+        "ddp",
+        "--scaling-topologies",
+        "1x2",
+    )
     assert _ids(result) == ["ddp-cnn-1x2"]
 
 
@@ -166,8 +194,16 @@ def test_scaling_matrix_declares_a_test_files_own_cases(pytester):
 
 def test_command_line_options_and_k_select_from_the_declared_matrix(pytester):
     pytester.makepyfile(my_workloads=workload_module(), test_mine=MARKED)
-    narrowed = _run(pytester, "--co", "-q", "test_mine.py", "--scaling-strategies", "fsdp,deepspeed-zero1",
-                    "--scaling-models", "cnn")
+    narrowed = _run(
+        pytester,
+        "--co",
+        "-q",
+        "test_mine.py",
+        "--scaling-strategies",
+        "fsdp,deepspeed-zero1",
+        "--scaling-models",
+        "cnn",
+    )
     assert _ids(narrowed) == ["fsdp-cnn-1x2"]
     picked = _run(pytester, "--co", "-q", "test_mine.py", "-k", "fsdp and cnn")
     assert _ids(picked) == ["fsdp-cnn-1x2"]
@@ -176,17 +212,29 @@ def test_command_line_options_and_k_select_from_the_declared_matrix(pytester):
 # --- bad registrations: one line naming the input, a HINT, no traceback -------------------------
 
 BAD_MODULES = [
-    ("raises", "raise RuntimeError('boom in the user module')\n", "my_workloads:MyW",
-     ["--scaling-models my_workloads:MyW: importing 'my_workloads' failed: RuntimeError: boom in the user module"]),
+    (
+        "raises",
+        "raise RuntimeError('boom in the user module')\n",
+        "my_workloads:MyW",
+        ["--scaling-models my_workloads:MyW: importing 'my_workloads' failed: RuntimeError: boom in the user module"],
+    ),
     ("no-class", "", "my_workloads:Nope", ["module 'my_workloads' has no 'Nope'", "its Workload classes: MyW"]),
-    ("not-a-workload", "class Plain:\n    name = 'plain'\n", "my_workloads:Plain",
-     ["class my_workloads.Plain is not a Workload subclass", "from scalegate import Workload"]),
+    (
+        "not-a-workload",
+        "class Plain:\n    name = 'plain'\n",
+        "my_workloads:Plain",
+        ["class my_workloads.Plain is not a Workload subclass", "from scalegate import Workload"],
+    ),
     ("no-name", "class NoName(MyW):\n    name = None\n", "my_workloads:NoName", ["workload class NoName has no name"]),
     ("empty-name", "class Empty(MyW):\n    name = ''\n", "my_workloads:Empty", ["has name ''"]),
     ("dash-name", "class Dash(MyW):\n    name = 'my-w'\n", "my_workloads:Dash", ["has name 'my-w'", "letters, digits"]),
     ("no-presets", "class Bare(MyW):\n    presets = {}\n", "my_workloads:Bare", ["('my_w') has no presets"]),
-    ("builtin-name", "class Clash(MyW):\n    name = 'cnn'\n", "my_workloads:Clash",
-     ["workload name 'cnn' is already taken by a built-in workload", "another name"]),
+    (
+        "builtin-name",
+        "class Clash(MyW):\n    name = 'cnn'\n",
+        "my_workloads:Clash",
+        ["workload name 'cnn' is already taken by a built-in workload", "another name"],
+    ),
     ("not-a-reference", "", "my_workloads:My-W", ["'my_workloads:My-W' is not an import reference"]),
 ]
 
@@ -198,24 +246,34 @@ def test_a_bad_workload_module_is_a_usage_error(pytester, body, ref, says):
 
 
 def test_a_module_that_cannot_be_found_says_where_to_run_from(pytester):
-    _assert_error(_run(pytester, "--co", "--scaling-models", "no_such_pkg.models:MyW"),
-                  "--scaling-models no_such_pkg.models:MyW: cannot import module 'no_such_pkg.models'",
-                  "run pytest from the directory that holds no_such_pkg")
+    _assert_error(
+        _run(pytester, "--co", "--scaling-models", "no_such_pkg.models:MyW"),
+        "--scaling-models no_such_pkg.models:MyW: cannot import module 'no_such_pkg.models'",
+        "run pytest from the directory that holds no_such_pkg",
+    )
 
 
 def test_two_registrations_of_one_name_name_both(pytester):
     pytester.makepyfile(my_workloads=workload_module(), other=workload_module(cls="Other"))
     pytester.makeconftest("from my_workloads import MyW\n\ndef pytest_scaling_workloads():\n    return [MyW]\n")
     result = _run(pytester, "--co", "--scaling-models", "other:Other")
-    _assert_error(result, "--scaling-models other:Other: workload name 'my_w' is already taken by the workload "
-                          "registered by pytest_scaling_workloads() in", "conftest.py")
+    _assert_error(
+        result,
+        "--scaling-models other:Other: workload name 'my_w' is already taken by the workload "
+        "registered by pytest_scaling_workloads() in",
+        "conftest.py",
+    )
 
 
-@pytest.mark.parametrize("returned, says", [
-    ("MyW", "returned <class 'my_workloads.MyW'>, not a list of workload classes"),
-    ("['my_workloads:MyW']", "'my_workloads:MyW' (str) is not a Workload subclass"),
-    ("1 / 0", "pytest_scaling_workloads() in"),
-], ids=["a-class-not-a-list", "a-string", "raises"])
+@pytest.mark.parametrize(
+    "returned, says",
+    [
+        ("MyW", "returned <class 'my_workloads.MyW'>, not a list of workload classes"),
+        ("['my_workloads:MyW']", "'my_workloads:MyW' (str) is not a Workload subclass"),
+        ("1 / 0", "pytest_scaling_workloads() in"),
+    ],
+    ids=["a-class-not-a-list", "a-string", "raises"],
+)
 def test_a_bad_hook_names_its_conftest(pytester, returned, says):
     pytester.makepyfile(my_workloads=workload_module())
     pytester.makeconftest(f"from my_workloads import MyW\n\ndef pytest_scaling_workloads():\n    return {returned}\n")
@@ -224,14 +282,16 @@ def test_a_bad_hook_names_its_conftest(pytester, returned, says):
 
 def test_a_class_defined_inside_a_function_is_refused_with_the_fix(pytester):
     pytester.makepyfile(my_workloads=workload_module())
-    pytester.makeconftest(textwrap.dedent("""\
+    pytester.makeconftest(
+        textwrap.dedent("""\
         from my_workloads import MyW
 
         def pytest_scaling_workloads():
             class Local(MyW):
                 name = "local_w"
             return [Local]
-        """))
+        """)
+    )
     _assert_error(_run(pytester, "--co"), "cannot be imported by name in the ranks", "top level of a module")
 
 
@@ -246,14 +306,19 @@ def test_a_missing_preset_names_the_workload_and_the_option(pytester):
     _assert_error(result, "model 'my_w' has no preset 'tiny'", "--scaling-preset", "add 'tiny' to MyW.presets")
 
 
-@pytest.mark.parametrize("marker, says", [
-    ('models=["nope"]', "scaling_matrix(models=...): unknown workload 'nope'"),
-    ('strategies=["ddpp"]', "scaling_matrix(strategies=...): unknown strategy 'ddpp'"),
-    ('topologies=["1y2"]', "scaling_matrix(topologies=...): malformed topology '1y2'"),
-    ('model=["cnn"]', "scaling_matrix has no argument 'model'"),
-    ('strategies=[]', "scaling_matrix(strategies=[]) names none"),
-], ids=["unknown-model", "unknown-strategy", "bad-topology", "misspelt-key", "empty"])
+@pytest.mark.parametrize(
+    "marker, says",
+    [
+        ('models=["nope"]', "scaling_matrix(models=...): unknown workload 'nope'"),
+        ('strategies=["ddpp"]', "scaling_matrix(strategies=...): unknown strategy 'ddpp'"),
+        ('topologies=["1y2"]', "scaling_matrix(topologies=...): malformed topology '1y2'"),
+        ('model=["cnn"]', "scaling_matrix has no argument 'model'"),
+        ("strategies=[]", "scaling_matrix(strategies=[]) names none"),
+    ],
+    ids=["unknown-model", "unknown-strategy", "bad-topology", "misspelt-key", "empty"],
+)
 def test_a_bad_scaling_matrix_marker_names_the_test(pytester, marker, says):
-    pytester.makepyfile(test_mine=f"import pytest\n\n@pytest.mark.scaling_matrix({marker})\n"
-                                  "def test_mine(scaling_case):\n    pass\n")
+    pytester.makepyfile(
+        test_mine=f"import pytest\n\n@pytest.mark.scaling_matrix({marker})\ndef test_mine(scaling_case):\n    pass\n"
+    )
     _assert_error(_run(pytester, "--co", "test_mine.py"), "test_mine.py::test_mine", says)

@@ -24,17 +24,16 @@ from typing import Callable
 import psutil
 import pytest
 
-from scalegate import workloads
+from scalegate import strategies, workloads
 from scalegate.checks import agreement
 from scalegate.contract import heartbeat
-from scalegate.figures import resources
-from scalegate import strategies
 from scalegate.contract.errors import LaunchError
+from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.topology import Topology
+from scalegate.figures import resources
 from scalegate.launch import hang, netns, run_case, warm
 from scalegate.launch.local import LocalLauncher
 from scalegate.launch.wirecount import ENV_DISABLE
-from scalegate.contract.spec import CaseSpec, Faults
-from scalegate.contract.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN_ENV = "SCALEGATE_TEST_WARM_TOKEN"
@@ -46,9 +45,17 @@ pytestmark = pytest.mark.slow
 
 
 def spec(strategy: str = "ddp", timeout_s: float = 240.0, **faults) -> CaseSpec:
-    return CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2",
-                    micro_batch=workloads.preset("cnn", "tiny").micro_batch, steps=5, warmup=1,
-                    timeout_s=timeout_s, faults=Faults(**faults))
+    return CaseSpec(
+        strategy=strategy,
+        model="cnn",
+        preset="tiny",
+        topology="1x2",
+        micro_batch=workloads.preset("cnn", "tiny").micro_batch,
+        steps=5,
+        warmup=1,
+        timeout_s=timeout_s,
+        faults=Faults(**faults),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +108,7 @@ def forkserver_cmdline(pool: warm.AgentPool) -> str:
 
 # --- the same measurements as a cold launch --------------------------------------------------------
 
+
 @needs_netns
 def test_warm_launch_checks_gradients_and_counts_the_bytes_a_cold_launch_counts(pool, tmp_path):
     hot = run_case(spec(), tmp_path / "warm", agents=pool)
@@ -133,6 +141,7 @@ def test_a_server_serves_launches_in_a_row_and_restarts_for_other_modules(pool, 
 
 # --- faults: reported as on the cold path (tests/test_reliability.py) -------------------------------
 
+
 def test_crash_reports_the_first_failing_ranks_traceback_and_the_server_lives_on(pool, tmp_path, token):
     run_case(spec(), tmp_path / "before", agents=pool)
     pid = pool.server.proc.pid
@@ -149,10 +158,13 @@ def test_crash_reports_the_first_failing_ranks_traceback_and_the_server_lives_on
     assert hang.worker_pids(pid) == []
 
 
-@pytest.mark.parametrize("fault, says", [
-    ({"no_result_rank": 0}, "rank0.json was not written"),
-    ({"bad_result_rank": 1}, "rank1.json is malformed"),
-])
+@pytest.mark.parametrize(
+    "fault, says",
+    [
+        ({"no_result_rank": 0}, "rank0.json was not written"),
+        ({"bad_result_rank": 1}, "rank1.json is malformed"),
+    ],
+)
 def test_exit_zero_without_a_usable_result_is_a_clear_failure(pool, tmp_path, fault, says):
     with pytest.raises(LaunchError) as info:
         run_case(spec(**fault), tmp_path / "case", agents=pool)
@@ -210,8 +222,10 @@ def test_a_server_killed_mid_launch_is_reported_and_its_ranks_do_not_survive(poo
     threading.Thread(target=kill_server_when_hung, daemon=True).start()
     with pytest.raises(LaunchError) as info:
         run_case(spec(timeout_s=600, hang_rank=1, hang_step=2), tmp_path / "case", agents=pool)
-    assert info.value.message.startswith("ddp-cnn-1x2: the warm torchrun agent exited during the launch "
-                                         "(killed by signal 9), so every process of the job was killed; its log: ")
+    assert info.value.message.startswith(
+        "ddp-cnn-1x2: the warm torchrun agent exited during the launch "
+        "(killed by signal 9), so every process of the job was killed; its log: "
+    )
     assert "--scaling-launcher torchrun" in info.value.hint
     assert pool.server is None and eventually_none(token) == []
 
@@ -225,7 +239,7 @@ def test_sigkill_of_the_owner_takes_server_forkserver_and_ranks_down(tmp_path, v
     case_dir = tmp_path / "case"
     code = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'tests')!r})
+        sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / "tests")!r})
         from pathlib import Path
         from test_warm import spec
         from scalegate.launch import run_case, warm
@@ -251,6 +265,7 @@ def test_sigkill_of_the_owner_takes_server_forkserver_and_ranks_down(tmp_path, v
 
 # --- the pool's own life ----------------------------------------------------------------------------
 
+
 def test_close_leaves_nothing(tmp_path):
     token = uuid.uuid4().hex
     mine = new_pool(token, tmp_path)
@@ -270,8 +285,10 @@ def test_a_server_that_cannot_start_says_why_and_its_cases_launch_cold(tmp_path,
     with pytest.raises(warm.AgentUnavailable) as info:
         broken.run(spec(), args, log_path=tmp_path / "launcher.log", timeout_s=60, env={})
     why = info.value.message
-    assert why.startswith("the warm torchrun agent did not start: ModuleNotFoundError: "
-                          "No module named 'scalegate_no_such_module' (its log: "), why
+    assert why.startswith(
+        "the warm torchrun agent did not start: ModuleNotFoundError: "
+        "No module named 'scalegate_no_such_module' (its log: "
+    ), why
     assert "Traceback" not in why and "--scaling-launcher torchrun" in info.value.hint
     assert "HINT: " in str(info.value)
     assert broken.server is None and leftovers(token) == []

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from scalegate import workloads
-from scalegate.workloads import data, squad
 from scalegate.contract.errors import SpecError
+from scalegate.workloads import data, squad
 
 NEW = ("rnn_mnist", "resnet", "bert_qa")
 
@@ -134,6 +134,7 @@ def test_synthetic_squad_targets_point_at_the_markers():
 
 # --- readers -----------------------------------------------------------------------------------
 
+
 def _write_idx(path: Path, magic: int, array: torch.Tensor, compress: bool) -> None:
     raw = struct.pack(f">I{array.dim()}I", magic, *array.shape) + bytes(array.to(torch.uint8).flatten().tolist())
     path.write_bytes(gzip.compress(raw) if compress else raw)
@@ -182,8 +183,32 @@ def test_mnist_reader_errors_name_the_file_and_hint(tmp_path):
         data.read_mnist(str(tmp_path))
 
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "where", "did", "the", "cat", "sit", "?", "sat", "on",
-         "mat", ".", "a", "dog", "ran", "what", "color", "is", "sky", "blue", "##s"]
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "where",
+    "did",
+    "the",
+    "cat",
+    "sit",
+    "?",
+    "sat",
+    "on",
+    "mat",
+    ".",
+    "a",
+    "dog",
+    "ran",
+    "what",
+    "color",
+    "is",
+    "sky",
+    "blue",
+    "##s",
+]
 
 
 def _squad_dir(tmp_path: Path, version: str) -> Path:
@@ -191,8 +216,13 @@ def _squad_dir(tmp_path: Path, version: str) -> Path:
     tok.mkdir()
     (tok / "vocab.txt").write_text("\n".join(VOCAB) + "\n")  # a bare WordPiece vocabulary, no config
     context = "The cat sat on the mat. A dog ran."
-    qas = [{"id": "1", "question": "Where did the cat sit?",
-            "answers": [{"text": "on the mat", "answer_start": context.index("on the mat")}]}]
+    qas = [
+        {
+            "id": "1",
+            "question": "Where did the cat sit?",
+            "answers": [{"text": "on the mat", "answer_start": context.index("on the mat")}],
+        }
+    ]
     if version == "2.0":
         qas.append({"id": "2", "question": "What color is the sky?", "answers": [], "is_impossible": True})
     doc = {"version": f"v{version}", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}
@@ -207,7 +237,7 @@ def test_squad_reader_maps_answers_to_token_spans(tmp_path, version):
     ids, targets = squad.read_squad(str(root), tokenizer, seq_len=32, limit=10)
     assert ids.shape == (2 if version == "2.0" else 1, 32)
     start, end = targets[0].tolist()
-    assert tokenizer.decode(ids[0, start:end + 1]) == "on the mat"
+    assert tokenizer.decode(ids[0, start : end + 1]) == "on the mat"
     if version == "2.0":
         assert targets[1].tolist() == [0, 0], "an unanswerable question points at [CLS]"
 
@@ -249,6 +279,7 @@ def test_squad_reader_errors_name_the_file_and_hint(tmp_path):
 
 # --- --scaling-data-dir reaches the workers ------------------------------------------------------
 
+
 def test_data_dir_option_must_be_a_directory(tmp_path):
     from scalegate.plan.options import _data_dir
 
@@ -260,11 +291,19 @@ def test_data_dir_option_must_be_a_directory(tmp_path):
 def test_workers_read_the_data_dir_and_report_a_missing_file(tmp_path):
     """A real one-process launch: the worker looks in the data directory and its SpecError comes back."""
     from scalegate.contract.errors import LaunchError
-    from scalegate.launch import run_case
     from scalegate.contract.spec import CaseSpec
+    from scalegate.launch import run_case
 
-    spec = CaseSpec(strategy="single", model="rnn_mnist", preset="tiny", topology="1x1", micro_batch=4, steps=1,
-                    warmup=0, timeout_s=120)
+    spec = CaseSpec(
+        strategy="single",
+        model="rnn_mnist",
+        preset="tiny",
+        topology="1x1",
+        micro_batch=4,
+        steps=1,
+        warmup=0,
+        timeout_s=120,
+    )
     empty = tmp_path / "data"
     empty.mkdir()
     with pytest.raises(LaunchError, match=r"(?s)train-images-idx3-ubyte not found under .*data.*download the MNIST"):
@@ -277,8 +316,12 @@ def test_bert_qa_freezes_only_parameters_whose_gradient_is_identically_zero():
     """Softmax shift invariance: key biases, the QA bias and the last LayerNorm bias get rounding noise only."""
     workload, model = _model("bert_qa")
     frozen = sorted(n for n, p in model.named_parameters() if not p.requires_grad)
-    assert frozen == ["qa.bert.encoder.layer.0.attention.self.key.bias", "qa.bert.encoder.layer.1.attention.self.key.bias",
-                      "qa.bert.encoder.layer.1.output.LayerNorm.bias", "qa.qa_outputs.bias"]
+    assert frozen == [
+        "qa.bert.encoder.layer.0.attention.self.key.bias",
+        "qa.bert.encoder.layer.1.attention.self.key.bias",
+        "qa.bert.encoder.layer.1.output.LayerNorm.bias",
+        "qa.qa_outputs.bias",
+    ]
     for p in model.parameters():
         p.requires_grad_(True)
     x, y = workload.global_batch(0, 16)
@@ -290,8 +333,8 @@ def test_bert_qa_freezes_only_parameters_whose_gradient_is_identically_zero():
 def test_matrix_skips_bert_qa_with_the_missing_package_named(monkeypatch):
     import importlib.util
 
-    from scalegate.plan import hostinfo, matrix
     from scalegate.contract.spec import CaseSpec
+    from scalegate.plan import hostinfo, matrix
 
     host = hostinfo.detect()
     spec = CaseSpec(strategy="ddp", model="bert_qa", preset="tiny", topology="1x2", micro_batch=4)

@@ -34,7 +34,9 @@ class LitClassifier(pl.LightningModule):
 
 
 class LitWorkload(LightningWorkload):
-    name = "lit_classifier"                   # test ids: lightning-ddp-lit_classifier-1x2
-    module = LitClassifier                    # built as LitClassifier(**dims) on every rank
-    presets = {"tiny": Preset(micro_batch=16, dims={"features": 32, "width": 256, "classes": 4}, dataset_size=512),
-               "small": Preset(micro_batch=64, dims={"features": 64, "width": 256, "classes": 4}, dataset_size=512)}
+    name = "lit_classifier"  # test ids: lightning-ddp-lit_classifier-1x2
+    module = LitClassifier  # built as LitClassifier(**dims) on every rank
+    presets = {
+        "tiny": Preset(micro_batch=16, dims={"features": 32, "width": 256, "classes": 4}, dataset_size=512),
+        "small": Preset(micro_batch=64, dims={"features": 64, "width": 256, "classes": 4}, dataset_size=512),
+    }

@@ -40,10 +40,12 @@ class MyMLP(Workload):
     name = "my_mlp"  # the model part of the test ids: ddp-my_mlp-1x2
     presets = {  # --scaling-preset auto picks "tiny" without a GPU, "small" with one
         "tiny": Preset(micro_batch=32, dims={"features": 64, "width": 128, "depth": 4, "classes": 8}),
-        "small": Preset(micro_batch=64, dims={"features": 256, "width": 512, "depth": 8, "classes": 32},
-                        dataset_size=8192),
-        "full": Preset(micro_batch=128, dims={"features": 1024, "width": 2048, "depth": 16, "classes": 128},
-                       dataset_size=65536),
+        "small": Preset(
+            micro_batch=64, dims={"features": 256, "width": 512, "depth": 8, "classes": 32}, dataset_size=8192
+        ),
+        "full": Preset(
+            micro_batch=128, dims={"features": 1024, "width": 2048, "depth": 16, "classes": 128}, dataset_size=65536
+        ),
     }
     # Pipeline strategies cut only after these modules (in forward order); pipeline_stages() does the cutting.
     split_points = ("blocks.0", "blocks.1", "blocks.2")
@@ -69,8 +71,11 @@ class MyMLP(Workload):
     def pipeline_stages(self, model: nn.Module, stages: int) -> list[nn.Module]:
         # Chain the units in forward order and end a stage after each cut; the stages reuse the model's modules.
         cuts = set(self.pipeline_cuts(stages))  # stages - 1 of split_points, spread evenly
-        units = [("embed", model.embed), *((f"blocks.{i}", b) for i, b in enumerate(model.blocks)),
-                 ("head", model.head)]
+        units = [
+            ("embed", model.embed),
+            *((f"blocks.{i}", b) for i, b in enumerate(model.blocks)),
+            ("head", model.head),
+        ]
         out: list[nn.Module] = []
         group: list[nn.Module] = []
         for name, module in units:

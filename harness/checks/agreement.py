@@ -22,8 +22,10 @@ def agreement(result: CaseResult) -> str | None:
             if report is None:
                 continue
             if report["missing"]:
-                return (f"{kind} agreement failed [{result.spec.case_id}] rank {rank.rank}: the strategy returned "
-                        f"no full tensor for {', '.join(report['missing'][:5])}")
+                return (
+                    f"{kind} agreement failed [{result.spec.case_id}] rank {rank.rank}: the strategy returned "
+                    f"no full tensor for {', '.join(report['missing'][:5])}"
+                )
             if report["worst"] is None:
                 continue
             err = report["errors"][report["worst"]]
@@ -55,15 +57,19 @@ def checkpoint(result: CaseResult) -> str | None:
         loss_err = abs(b - a) / max(abs(a), 1e-12)
         params = found["params"]
         if params["missing"]:
-            return (f"checkpoint round trip failed {where} rank {rank.rank}: after loading, the strategy returned no "
-                    f"full tensor for {', '.join(params['missing'][:5])}")
+            return (
+                f"checkpoint round trip failed {where} rank {rank.rank}: after loading, the strategy returned no "
+                f"full tensor for {', '.join(params['missing'][:5])}"
+            )
         err = params["error"] or {"abs": 0.0, "rel": 0.0}
         if not err["rel"] <= tol.resume_param_rel or not loss_err <= tol.resume_loss_rel:  # "not <=" catches nan
-            return (f"checkpoint round trip failed {where} rank {rank.rank}: the step resumed from the checkpoint "
-                    f"differs from the uninterrupted step: worst parameter {params['worst']!r} max abs error "
-                    f"{err['abs']:.3g}, relative {err['rel']:.3g} (tolerance {tol.resume_param_rel:.1g}); loss "
-                    f"{b:.8g} resumed vs {a:.8g} (relative {loss_err:.3g}, tolerance {tol.resume_loss_rel:.1g}, "
-                    f"{result.spec.dtype}; saved and loaded with {found.get('format', '?')})")
+            return (
+                f"checkpoint round trip failed {where} rank {rank.rank}: the step resumed from the checkpoint "
+                f"differs from the uninterrupted step: worst parameter {params['worst']!r} max abs error "
+                f"{err['abs']:.3g}, relative {err['rel']:.3g} (tolerance {tol.resume_param_rel:.1g}); loss "
+                f"{b:.8g} resumed vs {a:.8g} (relative {loss_err:.3g}, tolerance {tol.resume_loss_rel:.1g}, "
+                f"{result.spec.dtype}; saved and loaded with {found.get('format', '?')})"
+            )
     return None
 
 
@@ -73,8 +79,11 @@ MIN_CONVERGENCE_STEPS = 10
 def convergence(result: CaseResult, fraction: float = tolerances.DEFAULT_CONVERGENCE_FRACTION) -> str | None:
     losses = list(result.losses)
     first_ranks = [r for r in result.ranks if r.loss_weight > 0]
-    start_curve = [sum(r.loss_weight * r.warmup_losses[0] for r in first_ranks)] if all(
-        r.warmup_losses for r in first_ranks) else []
+    start_curve = (
+        [sum(r.loss_weight * r.warmup_losses[0] for r in first_ranks)]
+        if all(r.warmup_losses for r in first_ranks)
+        else []
+    )
     curve = start_curve + losses
     bad = [i for i, v in enumerate(curve) if not math.isfinite(v)]
     if bad:
@@ -83,8 +92,10 @@ def convergence(result: CaseResult, fraction: float = tolerances.DEFAULT_CONVERG
         return None
     start, end = curve[0], min(curve[-3:])
     if end > fraction * start:
-        return (f"loss did not converge [{result.spec.case_id}]: {end:.4g} after {len(curve)} steps is above "
-                f"{fraction:.0%} of its start {start:.4g}")
+        return (
+            f"loss did not converge [{result.spec.case_id}]: {end:.4g} after {len(curve)} steps is above "
+            f"{fraction:.0%} of its start {start:.4g}"
+        )
     return None
 
 
@@ -100,9 +111,11 @@ def loss_curve(result: CaseResult) -> str | None:
         got = sum(r.loss_weight * r.warmup_losses[step] for r in weighted)
         err = abs(got - want) / max(abs(want), 1e-12)
         if not err <= bound:
-            return (f"loss curve diverges from a single process [{result.spec.case_id}] at untimed step {step}: "
-                    f"{got:.6g} vs {want:.6g} (relative {err:.3g} > tolerance {bound:.1g}, {result.spec.dtype}) "
-                    f"on the same global batch")
+            return (
+                f"loss curve diverges from a single process [{result.spec.case_id}] at untimed step {step}: "
+                f"{got:.6g} vs {want:.6g} (relative {err:.3g} > tolerance {bound:.1g}, {result.spec.dtype}) "
+                f"on the same global batch"
+            )
     return None
 
 
@@ -113,5 +126,5 @@ def final_loss(result: CaseResult, baseline_value: float | None, tolerance: floa
     got = result.losses[-1]
     limit = baseline_value * (1 + tolerance)
     if not got <= limit:
-        return (f"final loss {got:.4g} is above baseline {baseline_value:.4g} (tolerance {tolerance:.0%}) [{where}]")
+        return f"final loss {got:.4g} is above baseline {baseline_value:.4g} (tolerance {tolerance:.0%}) [{where}]"
     return None

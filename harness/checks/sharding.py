@@ -45,8 +45,7 @@ def limit(full: dict[str, int], kind: str, group: int, granularity: str) -> floa
     return full[kind] / group * (1 + PAD_REL) + slack
 
 
-def check(result: CaseResult, promised: tuple[str, ...] | None = None,
-          granularity: str | None = None) -> str | None:
+def check(result: CaseResult, promised: tuple[str, ...] | None = None, granularity: str | None = None) -> str | None:
     """None if every promised kind is sharded on every rank; else a message with the byte counts."""
     spec = result.spec
     declared, declared_granularity = promise(result)
@@ -79,14 +78,17 @@ def _check_kind(result: CaseResult, kind: str, granularity: str) -> list[str]:
                 f"{kind} state not sharded {where} rank {r.rank}: holds {_mb(held)}; an unsharded DDP replica "
                 f"holds {_mb(full[kind])}; expected 1/{group} of it = {_mb(full[kind] / group)} "
                 f"(limit {_mb(bound)} with {PAD_REL:.0%} + {PAD_PER_TENSOR} B/tensor padding"
-                f"{', + the largest tensor (whole-tensor partitions)' if granularity == 'tensor' else ''})")
+                f"{', + the largest tensor (whole-tensor partitions)' if granularity == 'tensor' else ''})"
+            )
     total = sum(r.state_bytes[kind] for r in ranks)
     copies = spec.world_size / group
     padding = limit(full, kind, group, "element") - full[kind] / group  # per rank, without granularity
     if not out and total > full[kind] * copies + padding * spec.world_size:
-        out.append(f"{kind} state duplicated {where}: all ranks together hold {_mb(total)}, "
-                   f"{total / full[kind]:.2f} copies of the {_mb(full[kind])} a DDP replica holds; "
-                   f"expected {copies:g} copy(ies) (1/{group} per rank)")
+        out.append(
+            f"{kind} state duplicated {where}: all ranks together hold {_mb(total)}, "
+            f"{total / full[kind]:.2f} copies of the {_mb(full[kind])} a DDP replica holds; "
+            f"expected {copies:g} copy(ies) (1/{group} per rank)"
+        )
     return out
 
 
@@ -105,9 +107,11 @@ def _check_subset(result: CaseResult) -> list[str]:
         for kind in KINDS:
             held, bound = found["held"].get(kind, 0), limit(subset, kind, group, "element")
             if held > bound:
-                out.append(f"{kind} of the tensor-parallel weights not sharded [{result.spec.strategy} "
-                           f"{result.spec.case_id}] rank {r.rank}: holds {_mb(held)} of {_mb(subset[kind])}; expected "
-                           f"1/{group} = {_mb(subset[kind] / group)} (limit {_mb(bound)})")
+                out.append(
+                    f"{kind} of the tensor-parallel weights not sharded [{result.spec.strategy} "
+                    f"{result.spec.case_id}] rank {r.rank}: holds {_mb(held)} of {_mb(subset[kind])}; expected "
+                    f"1/{group} = {_mb(subset[kind] / group)} (limit {_mb(bound)})"
+                )
     return out
 
 

@@ -32,7 +32,9 @@ from scalegate.contract.errors import ScalegateError
 ROOT = Path(__file__).resolve().parents[1]
 GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's meanings
 # The predicate git bisect runs at each commit: this scalegate's own step(), whatever the commit under test holds.
-STEP = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from scalegate import bisect; sys.exit(bisect.step(sys.argv[1:]))"
+STEP = (
+    f"import sys; sys.path.insert(0, {str(ROOT)!r}); from scalegate import bisect; sys.exit(bisect.step(sys.argv[1:]))"
+)
 
 
 def selection(user_args: list[str]) -> list[str]:
@@ -48,7 +50,9 @@ def selection(user_args: list[str]) -> list[str]:
         else:
             out.append(arg)
     if not found:
-        raise ScalegateError("bisect needs the case to bisect: -k EXPR", 'e.g. python -m scalegate bisect GOOD BAD -k "ddp-cnn-1x2"')
+        raise ScalegateError(
+            "bisect needs the case to bisect: -k EXPR", 'e.g. python -m scalegate bisect GOOD BAD -k "ddp-cnn-1x2"'
+        )
     return out
 
 
@@ -96,11 +100,18 @@ def _bisect(good: str, bad: str, user_args: list[str], results_dir: Path) -> int
         git = lambda *a: subprocess.run(["git", *a], cwd=tree.path, capture_output=True, text=True)  # noqa: E731
         try:
             git("bisect", "start", bad_commit, good_commit)
-            print(f"bisect: {good} ({good_commit[:12]}) good, {bad} ({bad_commit[:12]}) bad; each step is the A/B "
-                  f"gate against {good_commit[:12]}", flush=True)
-            done = subprocess.run(["git", "bisect", "run", sys.executable, "-c", STEP, good_commit, str(out),
-                                   *user_args], cwd=tree.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True)
+            print(
+                f"bisect: {good} ({good_commit[:12]}) good, {bad} ({bad_commit[:12]}) bad; each step is the A/B "
+                f"gate against {good_commit[:12]}",
+                flush=True,
+            )
+            done = subprocess.run(
+                ["git", "bisect", "run", sys.executable, "-c", STEP, good_commit, str(out), *user_args],
+                cwd=tree.path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             (out / "bisect.log").write_text(done.stdout)
         finally:
             git("bisect", "reset")
@@ -109,26 +120,38 @@ def _bisect(good: str, bad: str, user_args: list[str], results_dir: Path) -> int
         if line.startswith("bisect: "):
             print(line)
     if not first:
-        maybe = re.findall(r"^([0-9a-f]{40})$", done.stdout.split("could be any of:", 1)[-1], re.MULTILINE) \
-            if "could be any of:" in done.stdout else []
+        maybe = (
+            re.findall(r"^([0-9a-f]{40})$", done.stdout.split("could be any of:", 1)[-1], re.MULTILINE)
+            if "could be any of:" in done.stdout
+            else []
+        )
         for commit in maybe:  # skipped steps left a range: name it rather than guess
             print(f"bisect: could be {_subject(repo, commit)}")
-        print(f"bisect: no single first bad commit found{' (undecided steps were skipped)' if maybe else ''}; "
-              f"log: {out / 'bisect.log'}")
+        print(
+            f"bisect: no single first bad commit found{' (undecided steps were skipped)' if maybe else ''}; "
+            f"log: {out / 'bisect.log'}"
+        )
         return 1
     print(f"bisect: first bad commit: {_subject(repo, first.group(1))}")
     return 0
 
 
 def _subject(repo: Path, commit: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%h %s", commit], capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), "log", "-1", "--format=%h %s", commit], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def add_parser(sub) -> None:
-    b = sub.add_parser("bisect", help="the first commit between GOOD and BAD where the selected case regressed",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    b = sub.add_parser(
+        "bisect",
+        help="the first commit between GOOD and BAD where the selected case regressed",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     b.add_argument("good")
     b.add_argument("bad")
-    b.add_argument("--results-dir", default="results/bisect", help="where the steps' gate runs go (default: %(default)s)")
+    b.add_argument(
+        "--results-dir", default="results/bisect", help="where the steps' gate runs go (default: %(default)s)"
+    )
     b.set_defaults(func=None, bisect=True)

@@ -29,16 +29,23 @@ import sys
 import time
 from pathlib import Path
 
-from scalegate.record import baselines, runfiles
-from scalegate.report import compare
 from scalegate.cli import gate_rounds, worktree
 from scalegate.contract.errors import ScalegateError
+from scalegate.record import baselines, runfiles
+from scalegate.report import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 # The default matrix's topologies: the strategies on 1x2 and single on 1x1 (an explicit "1x1,1x2" would also run
 # ddp-cnn-1x1 and the like, which have no baseline and would fail the required-baseline gate).
-CANARY = ["--scaling-models", "cnn", "--scaling-strategies", "single,ddp,fsdp,deepspeed-zero2", "--scaling-matrix", "default"]
+CANARY = [
+    "--scaling-models",
+    "cnn",
+    "--scaling-strategies",
+    "single,ddp,fsdp,deepspeed-zero2",
+    "--scaling-matrix",
+    "default",
+]
 # A baseline is required; the drop to catch is 10% whatever the baseline file says (the CPU profile records 25%
 # so the 44-case CI matrix does not cry wolf, docs/gate.md); undecided cases launch again, up to 8 launches
 # (docs/detection.md, sixth set: 6 left fsdp-cnn-1x2's 10% drop undecided 6% of the time, 8 left 1%).
@@ -51,11 +58,23 @@ AB_SETTINGS = ["--scaling-tolerance", "0.1", "--scaling-max-launches", "8"]
 MAX_LAUNCHES = int(SETTINGS[SETTINGS.index("--scaling-max-launches") + 1])
 
 
-def pytest_argv(user_args: list[str], results_dir: Path, tests: list[str] = TESTS,
-                settings: list[str] = SETTINGS) -> list[str]:
+def pytest_argv(
+    user_args: list[str], results_dir: Path, tests: list[str] = TESTS, settings: list[str] = SETTINGS
+) -> list[str]:
     """The suite's command: canaries and settings first, the user's arguments last (argparse: the last one wins)."""
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *tests, *CANARY, *settings,
-            "--scaling-results-dir", str(results_dir), *user_args]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        *tests,
+        *CANARY,
+        *settings,
+        "--scaling-results-dir",
+        str(results_dir),
+        *user_args,
+    ]
 
 
 def _parity_rows(run_dir: Path) -> list[dict]:
@@ -102,8 +121,16 @@ def judge_run(run_dir: Path, baseline_dir: Path | None = None, base_dir: Path | 
     text = compare.markdown(rows, title) + _parity_markdown(parity)
     failed = any(r.failed() for r in rows) or any(p.get("problems") for p in parity)
     data = compare.to_json(rows, str(run_dir), baseline)
-    data["parity"] = [{"case_id": p["case_id"], "problems": p.get("problems") or [], "status": p.get("status"),
-                       "ratio": p.get("ratio"), "launches": p.get("launches", 1)} for p in parity]
+    data["parity"] = [
+        {
+            "case_id": p["case_id"],
+            "problems": p.get("problems") or [],
+            "status": p.get("status"),
+            "ratio": p.get("ratio"),
+            "launches": p.get("launches", 1),
+        }
+        for p in parity
+    ]
     if base_dir is not None:
         data["base"] = compare.base_info(base_dir)
     return (EXIT_REGRESSION if failed else EXIT_OK), text, data
@@ -160,8 +187,9 @@ def _parity(user_args: list[str], gate_dir: Path, tree: Path) -> tuple[Path | No
     return gate_rounds.check_run(done.returncode, gate_dir / "parity", "the gate's parity session"), done.returncode
 
 
-def _rounds(sides: list[gate_rounds.Side], user_args: list[str], gate_dir: Path, undecided, parity_run: Path | None,
-            budget: int) -> tuple[dict[str, list[dict]], list[int]]:
+def _rounds(
+    sides: list[gate_rounds.Side], user_args: list[str], gate_dir: Path, undecided, parity_run: Path | None, budget: int
+) -> tuple[dict[str, list[dict]], list[int]]:
     try:
         return gate_rounds.run(sides, user_args, gate_dir, undecided, budget)
     except ScalegateError as exc:
@@ -182,17 +210,20 @@ def _in_rounds(user_args: list[str], results_dir: Path) -> tuple[Path, list[int]
         return [f"[{c['case_id']}]" for c in cases if compare.outcome_of(c, baseline).next_launches]
 
     head = gate_rounds.Side(name="head", tree=ROOT, argv=lambda extra, where: pytest_argv(extra, where, TESTS[:1]))
-    merged, codes = _rounds([head], user_args, gate_dir, undecided, parity_run,
-                            gate_rounds.budget_of([*SETTINGS, *user_args], MAX_LAUNCHES))
+    merged, codes = _rounds(
+        [head], user_args, gate_dir, undecided, parity_run, gate_rounds.budget_of([*SETTINGS, *user_args], MAX_LAUNCHES)
+    )
     return gate_rounds.write_merged(gate_dir, merged["head"], parity_run, results_dir), [*codes, parity_code]
 
 
 def _ab(ref: str, user_args: list[str], results_dir: Path) -> tuple[Path, Path, list[int]]:
     """The working tree against ``ref``, both launched in every round (harness/judge/ab.py)."""
     if gate_rounds.multi_node_slurm():
-        raise ScalegateError("--base runs its rounds on one node; this allocation has several",
-                             "run the A/B gate in a one-node allocation (sbatch -N1), or drop --base on dedicated "
-                             "multi-node hardware, where the stored baselines hold (docs/gate.md)")
+        raise ScalegateError(
+            "--base runs its rounds on one node; this allocation has several",
+            "run the A/B gate in a one-node allocation (sbatch -N1), or drop --base on dedicated "
+            "multi-node hardware, where the stored baselines hold (docs/gate.md)",
+        )
     head_tree = worktree.toplevel(Path.cwd())
     gate_dir = (results_dir / time.strftime("gate-%Y%m%d-%H%M%S")).resolve()
     baseline_dir = _baseline_dir(user_args) or ROOT / "baselines"
@@ -201,32 +232,59 @@ def _ab(ref: str, user_args: list[str], results_dir: Path) -> tuple[Path, Path, 
     empty = gate_dir / "no-baselines"
 
     def argv(extra: list[str], where: Path) -> list[str]:
-        return [*pytest_argv([*AB_SETTINGS, *extra], where, TESTS[:1], settings=[]), "--scaling-baseline-dir", str(empty)]
+        return [
+            *pytest_argv([*AB_SETTINGS, *extra], where, TESTS[:1], settings=[]),
+            "--scaling-baseline-dir",
+            str(empty),
+        ]
 
     def undecided(merged: dict[str, list[dict]]) -> list[str]:
         cases = merged["head"]
         stored = baselines.load(baseline_dir, cases[0].get("profile", "?")) if cases else None
         theirs = compare.base_records(cases, merged["base"])
-        return [f"[{c['case_id']}]" for c in cases if compare.outcome_of(c, stored, base=theirs[c["key"]]).next_launches]
+        return [
+            f"[{c['case_id']}]" for c in cases if compare.outcome_of(c, stored, base=theirs[c["key"]]).next_launches
+        ]
 
     with worktree.checkout(head_tree, ref, gate_dir / "base-tree") as base:
         print(f"gate: A/B, {head_tree} against {ref} ({base.commit[:12]}), both launched in every round", flush=True)
         parity_run, parity_code = _parity(user_args, gate_dir, head_tree)
-        sides = [gate_rounds.Side(name="base", tree=base.path, argv=argv),
-                 gate_rounds.Side(name="head", tree=head_tree, argv=argv)]
-        merged, codes = _rounds(sides, user_args, gate_dir, undecided, parity_run,
-                                gate_rounds.budget_of([*AB_SETTINGS, *user_args], MAX_LAUNCHES))
-    run_dir = gate_rounds.write_merged(gate_dir, merged["head"], parity_run, results_dir, base_cases=merged["base"],
-                                      base={"ref": ref, "commit": base.commit})
+        sides = [
+            gate_rounds.Side(name="base", tree=base.path, argv=argv),
+            gate_rounds.Side(name="head", tree=head_tree, argv=argv),
+        ]
+        merged, codes = _rounds(
+            sides,
+            user_args,
+            gate_dir,
+            undecided,
+            parity_run,
+            gate_rounds.budget_of([*AB_SETTINGS, *user_args], MAX_LAUNCHES),
+        )
+    run_dir = gate_rounds.write_merged(
+        gate_dir,
+        merged["head"],
+        parity_run,
+        results_dir,
+        base_cases=merged["base"],
+        base={"ref": ref, "commit": base.commit},
+    )
     return run_dir, run_dir / "base", [*codes, parity_code]
 
 
 def add_parser(sub) -> None:
-    g = sub.add_parser("gate", help="the PR gate: run the canary cases with the shipped settings, judge, print the table",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    g.add_argument("--base", metavar="REF",
-                   help="A/B: also launch the canaries on this commit (e.g. origin/main) in every round, and judge "
-                        "the working tree against it instead of the stored baselines (docs/gate.md)")
+    g = sub.add_parser(
+        "gate",
+        help="the PR gate: run the canary cases with the shipped settings, judge, print the table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g.add_argument(
+        "--base",
+        metavar="REF",
+        help="A/B: also launch the canaries on this commit (e.g. origin/main) in every round, and judge "
+        "the working tree against it instead of the stored baselines (docs/gate.md)",
+    )
     g.add_argument("--results-dir", default="results/gate", help="where the gate's runs go (default: %(default)s)")
     g.add_argument("--markdown", help="also write the table to this file (a PR comment)")
     g.add_argument("--json", help="also write the verdicts as JSON to this file")

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from scalegate.contract import atomic
-from scalegate.record import runfiles
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import CaseRecord
+from scalegate.record import runfiles
 
 ROUND_GAP_S = 30.0  # at least this long between the starts of two rounds
 PYTEST_BAD_INPUT = (2, 3, 4, 5)  # interrupted, internal error, usage error, nothing collected
@@ -48,17 +48,20 @@ def merge(rounds: list[list[dict[str, Any]]], budget: int) -> list[dict[str, Any
             by_key.setdefault(case["key"], []).append(case)
     merged = []
     for group in by_key.values():
-        records = [CaseRecord.from_dict(c.get("record") or {}, f"result file of {c.get('case_id', '?')}") for c in group]
+        records = [
+            CaseRecord.from_dict(c.get("record") or {}, f"result file of {c.get('case_id', '?')}") for c in group
+        ]
         first = records[0]
         record = dataclasses.replace(
-            first, launches=tuple(launch for r in records for launch in r.launches),
+            first,
+            launches=tuple(launch for r in records for launch in r.launches),
             reference_step_times_s=tuple(t for r in records for t in r.reference_step_times_s),
             reference_launches=sum(r.reference_launches for r in records),
             problems=tuple(dict.fromkeys(p for r in records for p in r.problems)),
             failure=next((r.failure for r in records if r.failure), ""),
-            conduct=dataclasses.replace(first.conduct, max_launches=budget))
-        merged.append({**group[-1], "record": record.to_dict(), "launches": len(record.launches),
-                       "rounds": len(group)})
+            conduct=dataclasses.replace(first.conduct, max_launches=budget),
+        )
+        merged.append({**group[-1], "record": record.to_dict(), "launches": len(record.launches), "rounds": len(group)})
     return merged
 
 
@@ -90,8 +93,13 @@ class Side:
     argv: Callable[[list[str], Path], list[str]]  # (pytest arguments, the round's results dir) -> the command
 
 
-def run(sides: list[Side], user_args: list[str], gate_dir: Path, undecided: Callable[[dict[str, list[dict[str, Any]]]], list[str]],
-        budget: int) -> tuple[dict[str, list[dict[str, Any]]], list[int]]:
+def run(
+    sides: list[Side],
+    user_args: list[str],
+    gate_dir: Path,
+    undecided: Callable[[dict[str, list[dict[str, Any]]]], list[str]],
+    budget: int,
+) -> tuple[dict[str, list[dict[str, Any]]], list[int]]:
     """Rounds until no case is undecided or the budget is spent: (every side's merged cases, the head's pytest
     exit codes). With two sides (A/B) each round launches both, in alternating order, so neither commit always
     runs first after the pause; ``undecided(merged)`` names the case ids that want another round."""
@@ -102,18 +110,24 @@ def run(sides: list[Side], user_args: list[str], gate_dir: Path, undecided: Call
     for n in range(1, budget + 1):
         started = time.monotonic()
         extra = ["-k", " or ".join(selection)] if n > 1 else []  # later rounds: only the undecided cases
-        for side in (sides if n % 2 else sides[::-1]):
+        for side in sides if n % 2 else sides[::-1]:
             where = gate_dir / f"round-{n:02d}" / (side.name if len(sides) > 1 else "")
-            done = subprocess.run(side.argv([*user_args, *extra, "--scaling-max-launches", "1"], where), cwd=side.tree,
-                                  env=dict(os.environ))
+            done = subprocess.run(
+                side.argv([*user_args, *extra, "--scaling-max-launches", "1"], where),
+                cwd=side.tree,
+                env=dict(os.environ),
+            )
             what = f"round {n} of the gate" + (f" ({side.name} commit)" if len(sides) > 1 else "")
             rounds[side.name].append(runfiles.load_run(check_run(done.returncode, where, what)))
             if side.name == sides[-1].name:  # the commit under test; the base's failures show as its missing cases
                 codes.append(done.returncode)
         merged = {name: merge(found, budget) for name, found in rounds.items()}
         selection = undecided(merged)
-        print(f"gate: round {n} done in {time.monotonic() - started:.0f}s; "
-              f"{'undecided: ' + ', '.join(selection) if selection else 'every case decided'}", flush=True)
+        print(
+            f"gate: round {n} done in {time.monotonic() - started:.0f}s; "
+            f"{'undecided: ' + ', '.join(selection) if selection else 'every case decided'}",
+            flush=True,
+        )
         if not selection or n == budget:
             break
         time.sleep(max(0.0, ROUND_GAP_S - (time.monotonic() - started)))
@@ -123,16 +137,24 @@ def run(sides: list[Side], user_args: list[str], gate_dir: Path, undecided: Call
 def check_run(returncode: int, run_dir: Path, what: str) -> Path:
     """The run a pytest session wrote under ``run_dir``; bad input when it could not run or wrote none."""
     if returncode in PYTEST_BAD_INPUT:
-        raise ScalegateError(f"{what}: the scaling suite could not run (pytest exit code {returncode}: see its "
-                             "output above)", "check the arguments after `gate`; `pytest --help` lists the --scaling-* options")
+        raise ScalegateError(
+            f"{what}: the scaling suite could not run (pytest exit code {returncode}: see its output above)",
+            "check the arguments after `gate`; `pytest --help` lists the --scaling-* options",
+        )
     latest = run_dir / "latest"
     if not latest.exists():
         raise ScalegateError(f"{what} wrote no run under {run_dir}", "rerun; read the output above")
     return latest.resolve()
 
 
-def write_merged(gate_dir: Path, cases: list[dict[str, Any]], parity_run: Path | None, results_dir: Path,
-                 base_cases: list[dict[str, Any]] | None = None, base: dict[str, str] | None = None) -> Path:
+def write_merged(
+    gate_dir: Path,
+    cases: list[dict[str, Any]],
+    parity_run: Path | None,
+    results_dir: Path,
+    base_cases: list[dict[str, Any]] | None = None,
+    base: dict[str, str] | None = None,
+) -> Path:
     """The gate's run directory: the merged cases, parity's results, an A/B run's base commit's merged cases in
     ``base/`` (with ``base/commit.json``), and ``results_dir/latest`` pointing at it."""
     merged_dir = gate_dir / "merged"
@@ -146,8 +168,9 @@ def write_merged(gate_dir: Path, cases: list[dict[str, Any]], parity_run: Path |
         (merged_dir / "base" / "commit.json").write_text(json.dumps(base or {}, indent=2) + "\n")
     if parity_run is not None and (parity_run / "parity").is_dir():
         shutil.copytree(parity_run / "parity", merged_dir / "parity", dirs_exist_ok=True)
-    (merged_dir / "rounds.json").write_text(json.dumps(
-        sorted(str(p) for p in gate_dir.glob("round-*/**/latest")), indent=2) + "\n")
+    (merged_dir / "rounds.json").write_text(
+        json.dumps(sorted(str(p) for p in gate_dir.glob("round-*/**/latest")), indent=2) + "\n"
+    )
     latest = results_dir / "latest"
     if latest.is_symlink() or latest.exists():
         latest.unlink()

@@ -20,10 +20,10 @@ import json
 import sys
 from pathlib import Path
 
-from scalegate.record import baselines, runfiles
 from scalegate.cli import bisect, gate, record_baselines
 from scalegate.contract.errors import ScalegateError
 from scalegate.history import cli as history_cli
+from scalegate.record import baselines, runfiles
 
 ROOT = Path(__file__).resolve().parents[1]
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
@@ -32,8 +32,10 @@ EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 def _cases(run: str) -> list[dict]:
     cases = runfiles.load_run(Path(run))
     if not cases:
-        raise ScalegateError(f"{run} holds no case results (*.json with case_id and status)",
-                             "pass a run directory written by `pytest scaling_tests`, e.g. results/latest")
+        raise ScalegateError(
+            f"{run} holds no case results (*.json with case_id and status)",
+            "pass a run directory written by `pytest scaling_tests`, e.g. results/latest",
+        )
     return cases
 
 
@@ -51,10 +53,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     cases = _cases(args.run)
     baseline = _baseline(cases, args.baseline, args.baseline_dir)
     base = runfiles.load_run(Path(args.base_run)) if args.base_run else None
-    rows = compare.compare(cases, baseline, args.tolerance, strict=args.strict, require_baseline=args.require_baseline,
-                           base=base)
-    against = (compare.base_name(Path(args.base_run)) + " (A/B)" if args.base_run else
-               baseline.path if baseline else "no baseline for " + cases[0].get("profile", "?"))
+    rows = compare.compare(
+        cases, baseline, args.tolerance, strict=args.strict, require_baseline=args.require_baseline, base=base
+    )
+    against = (
+        compare.base_name(Path(args.base_run)) + " (A/B)"
+        if args.base_run
+        else baseline.path
+        if baseline
+        else "no baseline for " + cases[0].get("profile", "?")
+    )
     title = f"{Path(args.run).resolve().name} vs {against}"
     text = compare.markdown(rows, title, args.strict)
     print(text, end="")
@@ -71,8 +79,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     cases = _cases(args.run)
     baseline = _baseline(cases, args.baseline, args.baseline_dir)
     link = extrapolate.Link(bandwidth_gbit_s=args.bandwidth_gbit, latency_us=args.latency_us)
-    page = plots.write(cases, Path(args.out) if args.out else Path(args.run) / "report",
-                        Path(args.run).resolve().name, baseline, link)
+    page = plots.write(
+        cases, Path(args.out) if args.out else Path(args.run) / "report", Path(args.run).resolve().name, baseline, link
+    )
     print(f"report: {page}")
     for png in sorted(page.parent.glob("*.png")):
         print(f"plot: {png}")
@@ -107,17 +116,21 @@ def cmd_update(args: argparse.Namespace) -> int:
 
     for name in ("tolerance", "local_tolerance"):
         if not 0 <= getattr(args, name) < 1:
-            raise ScalegateError(f"--{name.replace('_', '-')} {getattr(args, name)} is not a fraction in [0, 1)",
-                                 f"e.g. --{name.replace('_', '-')} 0.1")
-    for line in update.update_from_run(merged_runs(args.run), Path(args.baseline_dir), args.tolerance,
-                                       args.local_tolerance):
+            raise ScalegateError(
+                f"--{name.replace('_', '-')} {getattr(args, name)} is not a fraction in [0, 1)",
+                f"e.g. --{name.replace('_', '-')} 0.1",
+            )
+    for line in update.update_from_run(
+        merged_runs(args.run), Path(args.baseline_dir), args.tolerance, args.local_tolerance
+    ):
         print(line)
     return EXIT_OK
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scalegate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m scalegate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compare", help="judge a run against its baselines: markdown table, JSON, exit code")
     c.add_argument("run")
@@ -127,10 +140,17 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--markdown", help="also write the markdown table to this file (for a PR comment)")
     c.add_argument("--tolerance", type=float, help="override every efficiency tolerance (fraction)")
     c.add_argument("--strict", "--scaling-strict", action="store_true", help="a noisy case fails too")
-    c.add_argument("--require-baseline", "--scaling-require-baseline", action="store_true",
-                   help="a case without a baseline fails too")
-    c.add_argument("--base-run", help="A/B: judge RUN against this run of the base commit (an A/B gate writes it to "
-                                      "RUN/base); the baseline file then lends only its spreads and tolerances")
+    c.add_argument(
+        "--require-baseline",
+        "--scaling-require-baseline",
+        action="store_true",
+        help="a case without a baseline fails too",
+    )
+    c.add_argument(
+        "--base-run",
+        help="A/B: judge RUN against this run of the base commit (an A/B gate writes it to "
+        "RUN/base); the baseline file then lends only its spreads and tolerances",
+    )
     c.set_defaults(func=cmd_compare)
     r = sub.add_parser("report", help="PNG plots and a markdown page for a run")
     r.add_argument("run")
@@ -141,12 +161,20 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--latency-us", type=float, default=5.0, help="projection latency per message (default: 5)")
     r.set_defaults(func=cmd_report)
     u = sub.add_parser("update-baselines", help="write the run's measurements as baselines (atomic, with a diff)")
-    u.add_argument("run", nargs="+", help="one run, or several launches of the same cases: their spread becomes "
-                                         "the baseline's noise (docs/detection.md: use 3 or more on shared machines)")
+    u.add_argument(
+        "run",
+        nargs="+",
+        help="one run, or several launches of the same cases: their spread becomes "
+        "the baseline's noise (docs/detection.md: use 3 or more on shared machines)",
+    )
     u.add_argument("--baseline-dir", default=str(ROOT / "baselines"))
     u.add_argument("--tolerance", type=float, default=0.10, help="efficiency tolerance to record (default: 0.1)")
-    u.add_argument("--local-tolerance", type=float, default=0.10,
-                   help="the drop the sequential gate must catch, recorded with the local efficiency (default: 0.1)")
+    u.add_argument(
+        "--local-tolerance",
+        type=float,
+        default=0.10,
+        help="the drop the sequential gate must catch, recorded with the local efficiency (default: 0.1)",
+    )
     u.set_defaults(func=cmd_update)
     gate.add_parser(sub)
     record_baselines.add_parser(sub, str(ROOT / "baselines"))
@@ -176,4 +204,3 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"error: {exc}\nHINT: check the paths you passed", file=sys.stderr)
         return EXIT_BAD_INPUT
-

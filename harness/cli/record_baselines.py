@@ -39,8 +39,18 @@ PYTEST_BAD_INPUT = (2, 3, 4, 5)  # interrupted, internal error, usage error, not
 def round_argv(user_args: list[str], results_dir: Path) -> list[str]:
     """One round's pytest command: the user's selection (their test paths, else ``scaling_tests``), one launch each."""
     paths = [a for a in user_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *([] if paths else TESTS), *user_args, *ROUND,
-            "--scaling-results-dir", str(results_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        *([] if paths else TESTS),
+        *user_args,
+        *ROUND,
+        "--scaling-results-dir",
+        str(results_dir),
+    ]
 
 
 def run_rounds(rounds: int, user_args: list[str], results_dir: Path) -> list[Path]:
@@ -51,9 +61,11 @@ def run_rounds(rounds: int, user_args: list[str], results_dir: Path) -> list[Pat
         started = time.time()
         done = subprocess.run(round_argv(user_args, round_dir), cwd=ROOT, env=dict(os.environ))
         if done.returncode in PYTEST_BAD_INPUT:
-            raise ScalegateError(f"round {i + 1} of {rounds}: the scaling suite could not run (pytest exit code "
-                                 f"{done.returncode}: see its output above)",
-                                 "check the arguments after `record-baselines`; `pytest --help` lists the --scaling-* options")
+            raise ScalegateError(
+                f"round {i + 1} of {rounds}: the scaling suite could not run (pytest exit code "
+                f"{done.returncode}: see its output above)",
+                "check the arguments after `record-baselines`; `pytest --help` lists the --scaling-* options",
+            )
         latest = round_dir / "latest"
         if not latest.exists():
             raise ScalegateError(f"round {i + 1} of {rounds} wrote no run under {round_dir}", "read the output above")
@@ -63,30 +75,41 @@ def run_rounds(rounds: int, user_args: list[str], results_dir: Path) -> list[Pat
 
 
 def main(args: argparse.Namespace, user_args: list[str]) -> int:
-    from scalegate.record import update
     from scalegate.cli.main import merged_runs
+    from scalegate.record import update
 
     if not 1 <= args.rounds <= 100:
         raise ScalegateError(f"--rounds {args.rounds} is not in 1..100", "10-20 rounds give the gate a steady sigma")
     for name in ("tolerance", "local_tolerance"):
         if not 0 <= getattr(args, name) < 1:
-            raise ScalegateError(f"--{name.replace('_', '-')} {getattr(args, name)} is not a fraction in [0, 1)",
-                                 f"e.g. --{name.replace('_', '-')} 0.1")
+            raise ScalegateError(
+                f"--{name.replace('_', '-')} {getattr(args, name)} is not a fraction in [0, 1)",
+                f"e.g. --{name.replace('_', '-')} 0.1",
+            )
     results_dir = Path(args.results_dir) / time.strftime("record-%Y%m%d-%H%M%S")
     runs = run_rounds(args.rounds, user_args, results_dir)
-    for line in update.update_from_run(merged_runs([str(r) for r in runs]), Path(args.baseline_dir), args.tolerance,
-                                       args.local_tolerance):
+    for line in update.update_from_run(
+        merged_runs([str(r) for r in runs]), Path(args.baseline_dir), args.tolerance, args.local_tolerance
+    ):
         print(line)
     return 0
 
 
 def add_parser(sub, baseline_dir: str) -> None:
-    r = sub.add_parser("record-baselines", help="record baselines from N rounds of the selection, launches spread in time",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r = sub.add_parser(
+        "record-baselines",
+        help="record baselines from N rounds of the selection, launches spread in time",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     r.add_argument("--rounds", type=int, default=10, help="times the whole selection runs (default: %(default)s)")
     r.add_argument("--results-dir", default="results", help="the rounds go under RESULTS_DIR/record-<time>/")
     r.add_argument("--baseline-dir", default=baseline_dir)
     r.add_argument("--tolerance", type=float, default=0.10, help="efficiency tolerance to record (default: 0.1)")
-    r.add_argument("--local-tolerance", type=float, default=0.10,
-                   help="the drop the sequential gate must catch, recorded with the local efficiency (default: 0.1)")
+    r.add_argument(
+        "--local-tolerance",
+        type=float,
+        default=0.10,
+        help="the drop the sequential gate must catch, recorded with the local efficiency (default: 0.1)",
+    )
     r.set_defaults(func=None, rounds_command=True)

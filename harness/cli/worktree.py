@@ -31,24 +31,30 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
-        raise ScalegateError("git is not installed: --base needs it to check out the base commit",
-                             "install git, or run the gate without --base (against the stored baselines)") from None
+        raise ScalegateError(
+            "git is not installed: --base needs it to check out the base commit",
+            "install git, or run the gate without --base (against the stored baselines)",
+        ) from None
 
 
 def toplevel(start: Path) -> Path:
     """The repository that holds ``start``; bad input when there is none."""
     done = _git(start, "rev-parse", "--show-toplevel")
     if done.returncode != 0:
-        raise ScalegateError(f"--base needs a git checkout, and {start} is not inside one",
-                             "run the gate from your repository's checkout, or drop --base")
+        raise ScalegateError(
+            f"--base needs a git checkout, and {start} is not inside one",
+            "run the gate from your repository's checkout, or drop --base",
+        )
     return Path(done.stdout.strip())
 
 
 def resolve(root: Path, ref: str, what: str = "--base") -> str:
     done = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if done.returncode != 0 or not done.stdout.strip():
-        raise ScalegateError(f"{what} {ref!r} is not a commit of {root}",
-                             f"fetch it first (e.g. `git fetch origin main` and --base origin/main), or pass a hash")
+        raise ScalegateError(
+            f"{what} {ref!r} is not a commit of {root}",
+            "fetch it first (e.g. `git fetch origin main` and --base origin/main), or pass a hash",
+        )
     return done.stdout.strip()
 
 
@@ -59,8 +65,10 @@ def checkout(root: Path, ref: str, path: Path) -> Iterator[Tree]:
     path.parent.mkdir(parents=True, exist_ok=True)
     done = _git(root, "worktree", "add", "--detach", "--force", str(path), commit)
     if done.returncode != 0:
-        raise ScalegateError(f"could not check out --base {ref} ({commit[:12]}) at {path}: {done.stderr.strip()}",
-                             "remove the directory, run `git worktree prune`, and rerun")
+        raise ScalegateError(
+            f"could not check out --base {ref} ({commit[:12]}) at {path}: {done.stderr.strip()}",
+            "remove the directory, run `git worktree prune`, and rerun",
+        )
     try:
         yield Tree(path=path, commit=commit, ref=ref)
     finally:

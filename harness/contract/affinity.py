@@ -40,7 +40,7 @@ def plan(cpus: Sequence[int], local_rank: int, local_world: int, threads: int) -
     need = local_world * threads
     if need > len(cpus):
         return None, f"{local_world} rank(s) x {threads} thread(s) need {need} cores, the node has {len(cpus)}"
-    return list(cpus[local_rank * threads:(local_rank + 1) * threads]), ""
+    return list(cpus[local_rank * threads : (local_rank + 1) * threads]), ""
 
 
 def node_slices(cpus: Sequence[int], nodes: int, per_node: int, threads: int) -> list[str]:
@@ -48,7 +48,7 @@ def node_slices(cpus: Sequence[int], nodes: int, per_node: int, threads: int) ->
     width = per_node * threads
     if nodes * width > len(cpus):
         return ["none"] * nodes
-    return [",".join(str(c) for c in cpus[n * width:(n + 1) * width]) for n in range(nodes)]
+    return [",".join(str(c) for c in cpus[n * width : (n + 1) * width]) for n in range(nodes)]
 
 
 def parse(text: str) -> list[int] | None:

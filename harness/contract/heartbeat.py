@@ -39,8 +39,9 @@ class Writer:
         self.pid = os.getpid()
 
     def beat(self, step: int, phase: str) -> None:
-        record = json.dumps({"rank": self.rank, "pid": self.pid, "step": step, "phase": phase[:64],
-                             "time": time.time()})
+        record = json.dumps(
+            {"rank": self.rank, "pid": self.pid, "step": step, "phase": phase[:64], "time": time.time()}
+        )
         try:
             os.pwrite(self.fd, record.ljust(RECORD_BYTES).encode()[:RECORD_BYTES], 0)
         except OSError:
@@ -63,8 +64,13 @@ class Beat:
 def read(out_dir: Path, rank: int) -> Beat | None:
     try:
         data = json.loads(path(out_dir, rank).read_text())
-        return Beat(rank=int(data["rank"]), pid=int(data["pid"]), step=int(data["step"]),
-                    phase=str(data["phase"]), time=float(data["time"]))
+        return Beat(
+            rank=int(data["rank"]),
+            pid=int(data["pid"]),
+            step=int(data["step"]),
+            phase=str(data["phase"]),
+            time=float(data["time"]),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -83,13 +89,18 @@ def summary(beats: dict[int, Beat | None], now: float | None = None) -> str:
         lowest = min(b.step for b in seen)
         behind = sorted(b.rank for b in seen if b.step == lowest)
         if len(behind) < len(seen):
-            lines.append(f"stopped first: rank(s) {', '.join(map(str, behind))} at step {lowest}; "
-                         f"the others went further and wait for them")
+            lines.append(
+                f"stopped first: rank(s) {', '.join(map(str, behind))} at step {lowest}; "
+                f"the others went further and wait for them"
+            )
         else:
-            lines.append(f"every rank stopped at step {lowest}: one of them never joined a collective "
-                         f"(compare the stacks below)")
+            lines.append(
+                f"every rank stopped at step {lowest}: one of them never joined a collective (compare the stacks below)"
+            )
     if missing:
-        lines.append(f"no heartbeat from rank(s) {', '.join(map(str, missing))}: stuck before training "
-                     f"(import, rendezvous or process-group init)")
+        lines.append(
+            f"no heartbeat from rank(s) {', '.join(map(str, missing))}: stuck before training "
+            f"(import, rendezvous or process-group init)"
+        )
     lines += [b.describe(now) for b in sorted(seen, key=lambda b: (b.step, b.rank))]
     return "\n".join(lines)

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalegate.contract import SCHEMA_VERSION
-from scalegate.contract import metrics
+from scalegate.contract import SCHEMA_VERSION, metrics
 from scalegate.contract.errors import LaunchError
 from scalegate.contract.spec import CaseSpec
 
@@ -56,7 +55,9 @@ class RankResult:
     flops_per_step: int | None = None
     flops_by_op: dict[str, int] = field(default_factory=dict)
     flops_unavailable: str = ""
-    forward_s: list[float] = field(default_factory=list)  # measured steps: step start to loss (harness/measure/clock.py)
+    forward_s: list[float] = field(
+        default_factory=list
+    )  # measured steps: step start to loss (harness/measure/clock.py)
     forward_collectives: bool = False  # the strategy communicates inside its forward (Strategy.forward_collectives)
     compile_s: float | None = None  # --scaling-compile: the first (compiling) forward and backward, untimed
     tokens_per_sample: int | None = None  # token workloads: tokens/s = samples/s x this (Workload.tokens_per_sample)
@@ -67,11 +68,15 @@ class RankResult:
             data = json.loads(Path(path).read_text())
             return cls(**data)
         except FileNotFoundError:
-            raise LaunchError(f"rank result {path} was not written",
-                              "the worker exited without writing its result; read its log next to it") from None
+            raise LaunchError(
+                f"rank result {path} was not written",
+                "the worker exited without writing its result; read its log next to it",
+            ) from None
         except (json.JSONDecodeError, TypeError) as exc:
-            raise LaunchError(f"rank result {path} is malformed: {exc}",
-                              "the worker wrote a partial or foreign file; rerun the case and read its log") from None
+            raise LaunchError(
+                f"rank result {path} is malformed: {exc}",
+                "the worker wrote a partial or foreign file; rerun the case and read its log",
+            ) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,14 +116,18 @@ def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.
     """Combine every rank's measurements: a step lasts as long as its slowest rank."""
     ranks = sorted(ranks, key=lambda r: r.rank)
     if [r.rank for r in ranks] != list(range(spec.world_size)):
-        raise LaunchError(f"{spec.case_id}: expected results from ranks 0..{spec.world_size - 1}, "
-                          f"got {[r.rank for r in ranks]}", "read the missing ranks' logs in the case directory")
+        raise LaunchError(
+            f"{spec.case_id}: expected results from ranks 0..{spec.world_size - 1}, got {[r.rank for r in ranks]}",
+            "read the missing ranks' logs in the case directory",
+        )
     companion_steps = spec.steps if spec.companion else 0
     for series, expected in (("step_times_s", spec.steps), ("companion_step_times_s", companion_steps)):
         lengths = {len(getattr(r, series)) for r in ranks}
         if lengths != {expected}:
-            raise LaunchError(f"{spec.case_id}: ranks measured {sorted(lengths)} steps ({series}), expected {expected}",
-                              "a rank stopped early; read its log")
+            raise LaunchError(
+                f"{spec.case_id}: ranks measured {sorted(lengths)} steps ({series}), expected {expected}",
+                "a rank stopped early; read its log",
+            )
     step_times = [max(r.step_times_s[i] for r in ranks) for i in range(spec.steps)]
     losses = [_weighted_loss(ranks, i) for i in range(spec.steps)]
     median = metrics.median(step_times)
@@ -127,11 +136,12 @@ def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.
     # the distributed step lasts as long as its slowest rank; the local step is the ranks' mean: measured
     # (docs/detection.md, fifth set), the slowest rank's local step let one slowed core of the host inflate
     # the estimate (DDP's communication work moves to the other core, the local step cannot)
-    slowest = {"pair_step_times_s": [max(r.pair_step_times_s[i] for r in ranks) for i in range(n_pairs)],
-               "local_step_times_s": [sum(r.local_step_times_s[i] for r in ranks) / len(ranks) for i in range(n_pairs)],
-               # a distributed step, like the strategy's own: it lasts as long as its slowest rank
-               "companion_step_times_s": [max(r.companion_step_times_s[i] for r in ranks)
-                                          for i in range(companion_steps)]}
+    slowest = {
+        "pair_step_times_s": [max(r.pair_step_times_s[i] for r in ranks) for i in range(n_pairs)],
+        "local_step_times_s": [sum(r.local_step_times_s[i] for r in ranks) / len(ranks) for i in range(n_pairs)],
+        # a distributed step, like the strategy's own: it lasts as long as its slowest rank
+        "companion_step_times_s": [max(r.companion_step_times_s[i] for r in ranks) for i in range(companion_steps)],
+    }
     return CaseResult(
         spec=spec,
         ranks=ranks,

@@ -50,23 +50,37 @@ class Faults:
         if self.delay_ms < 0:
             raise SpecError(f"injected delay {self.delay_ms} ms is negative", "use a delay >= 0")
         if not 0 <= self.slowdown <= 10:
-            raise SpecError(f"injected slowdown {self.slowdown} is not a fraction in [0, 10]",
-                            "e.g. 0.1 for a 10% slower step")
+            raise SpecError(
+                f"injected slowdown {self.slowdown} is not a fraction in [0, 10]", "e.g. 0.1 for a 10% slower step"
+            )
 
     @property
     def any(self) -> bool:
-        return (self.delay_ms > 0 or self.grad_scale != 1.0 or self.skip_step >= 0 or self.slowdown > 0
-                or max(self.hang_rank, self.crash_rank, self.no_result_rank, self.bad_result_rank) >= 0
-                or self.extra_allreduce > 0 or self.hold_memory_mb > 0 or (self.straggler_rank >= 0 and self.straggler_ms > 0)
-                or self.checkpoint_skip_optimizer)
+        return (
+            self.delay_ms > 0
+            or self.grad_scale != 1.0
+            or self.skip_step >= 0
+            or self.slowdown > 0
+            or max(self.hang_rank, self.crash_rank, self.no_result_rank, self.bad_result_rank) >= 0
+            or self.extra_allreduce > 0
+            or self.hold_memory_mb > 0
+            or (self.straggler_rank >= 0 and self.straggler_ms > 0)
+            or self.checkpoint_skip_optimizer
+        )
 
 
-FAULT_SYNTAX = ("hang:rank=R,step=K | crash:rank=R[,step=K] | no-result:rank=R | bad-result:rank=R | "
-                "straggler:rank=R,ms=M | checkpoint-skip-optimizer (with --scaling-checkpoint)")
-_FAULT_KEYS = {"hang": ("hang", ("rank", "step")), "crash": ("crash", ("rank", "step")),
-               "no-result": ("no_result", ("rank",)), "bad-result": ("bad_result", ("rank",)),
-               "straggler": ("straggler", ("rank", "ms")),
-               "checkpoint-skip-optimizer": ("checkpoint_skip_optimizer", ())}  # a switch: no arguments
+FAULT_SYNTAX = (
+    "hang:rank=R,step=K | crash:rank=R[,step=K] | no-result:rank=R | bad-result:rank=R | "
+    "straggler:rank=R,ms=M | checkpoint-skip-optimizer (with --scaling-checkpoint)"
+)
+_FAULT_KEYS = {
+    "hang": ("hang", ("rank", "step")),
+    "crash": ("crash", ("rank", "step")),
+    "no-result": ("no_result", ("rank",)),
+    "bad-result": ("bad_result", ("rank",)),
+    "straggler": ("straggler", ("rank", "ms")),
+    "checkpoint-skip-optimizer": ("checkpoint_skip_optimizer", ()),
+}  # a switch: no arguments
 _FAULT_REQUIRED = {"hang": ("rank", "step"), "straggler": ("rank", "ms")}  # the others need only a rank
 
 
@@ -84,8 +98,10 @@ def parse_fault(text: str) -> dict[str, int]:
         if not allowed:
             raise SpecError(f"--scaling-inject-fault {text!r}: {kind} takes no arguments, got {item!r}", hint)
         if not eq or key not in allowed or key in values:
-            raise SpecError(f"--scaling-inject-fault {text!r}: {item!r} is not one of {', '.join(allowed)}=N "
-                            "(each at most once)", hint)
+            raise SpecError(
+                f"--scaling-inject-fault {text!r}: {item!r} is not one of {', '.join(allowed)}=N (each at most once)",
+                hint,
+            )
         value = value.strip()
         if not (value.isascii() and value.isdigit()) or len(value) > 6:
             raise SpecError(f"--scaling-inject-fault {text!r}: {key}={value!r} is not a whole number >= 0", hint)
@@ -152,55 +168,75 @@ class CaseSpec:
         topo = Topology.parse(self.topology)  # raises with a HINT on a malformed string
         object.__setattr__(self, "topology", str(topo))
         if self.steps < 1:
-            raise SpecError(f"steps={self.steps} for {self.case_id}: at least one measured step is needed",
-                            "pass --scaling-steps 1 or more")
+            raise SpecError(
+                f"steps={self.steps} for {self.case_id}: at least one measured step is needed",
+                "pass --scaling-steps 1 or more",
+            )
         if self.warmup < 0:
             raise SpecError(f"warmup={self.warmup} for {self.case_id} is negative", "pass --scaling-warmup 0 or more")
         if self.micro_batch < 1:
-            raise SpecError(f"micro-batch {self.micro_batch} for {self.case_id} must be >= 1",
-                            "fix the model preset's micro_batch")
+            raise SpecError(
+                f"micro-batch {self.micro_batch} for {self.case_id} must be >= 1", "fix the model preset's micro_batch"
+            )
         _one_of("dtype", self.dtype, DTYPES, self.case_id)
         _one_of("scaling", self.scaling, SCALINGS, self.case_id)
         _one_of("device", self.device, DEVICES, self.case_id)
         if self.cpu_threads < 1:
             raise SpecError(f"cpu_threads={self.cpu_threads} must be >= 1", "pass --scaling-cpu-threads 1 or more")
         if not self.memory_interval_ms > 0:
-            raise SpecError(f"memory_interval_ms={self.memory_interval_ms} must be positive",
-                            "pass --scaling-memory-interval-ms 50 (or any period > 0)")
+            raise SpecError(
+                f"memory_interval_ms={self.memory_interval_ms} must be positive",
+                "pass --scaling-memory-interval-ms 50 (or any period > 0)",
+            )
         if self.timeout_s <= 0:
             raise SpecError(f"timeout {self.timeout_s}s must be positive", "pass --scaling-timeout 60 or more")
         if self.local_steps < 0:
-            raise SpecError(f"local_steps={self.local_steps} for {self.case_id} is negative",
-                            "pass --scaling-local-steps 0 (off) or more")
+            raise SpecError(
+                f"local_steps={self.local_steps} for {self.case_id} is negative",
+                "pass --scaling-local-steps 0 (off) or more",
+            )
         if not isinstance(self.companion, str):
-            raise SpecError(f"companion={self.companion!r} for {self.case_id} is not a strategy name",
-                            'name a strategy, e.g. companion="ddp", or leave it "" (none)')
+            raise SpecError(
+                f"companion={self.companion!r} for {self.case_id} is not a strategy name",
+                'name a strategy, e.g. companion="ddp", or leave it "" (none)',
+            )
         self._check_workload()
         if self.microbatches < 0:
-            raise SpecError(f"microbatches={self.microbatches} for {self.case_id} is negative",
-                            "use 0 (one micro-batch per pipeline stage) or a positive count")
+            raise SpecError(
+                f"microbatches={self.microbatches} for {self.case_id} is negative",
+                "use 0 (one micro-batch per pipeline stage) or a positive count",
+            )
         self._check_batch()
 
     def _check_workload(self) -> None:
         if not isinstance(self.workload, str):
-            raise SpecError(f"workload={self.workload!r} for {self.case_id} is not an import reference",
-                            'write "package.module:Class", or leave it "" for the built-in workload named by model')
+            raise SpecError(
+                f"workload={self.workload!r} for {self.case_id} is not an import reference",
+                'write "package.module:Class", or leave it "" for the built-in workload named by model',
+            )
         paths = self.import_paths
         if isinstance(paths, str) or not all(isinstance(p, str) for p in paths):
-            raise SpecError(f"import_paths={paths!r} for {self.case_id} is not a list of directories",
-                            'pass a tuple of absolute directories, e.g. ("/home/me/repo",)')
+            raise SpecError(
+                f"import_paths={paths!r} for {self.case_id} is not a list of directories",
+                'pass a tuple of absolute directories, e.g. ("/home/me/repo",)',
+            )
         object.__setattr__(self, "import_paths", tuple(paths))  # a JSON round trip reads a list
         relative = [p for p in paths if not Path(p).is_absolute()]
         if relative:
-            raise SpecError(f"import_paths for {self.case_id}: {relative[0]!r} is relative; ranks run in other "
-                            "directories (torchrun, srun, other nodes)", "pass absolute directories")
+            raise SpecError(
+                f"import_paths for {self.case_id}: {relative[0]!r} is relative; ranks run in other "
+                "directories (torchrun, srun, other nodes)",
+                "pass absolute directories",
+            )
 
     def _check_batch(self) -> None:
         if self.scaling == "weak":
             return
         if self.global_batch is None or self.global_batch < 1:
-            raise SpecError(f"strong scaling for {self.case_id} needs a global batch >= 1, got {self.global_batch}",
-                            "pass --scaling-global-batch N")
+            raise SpecError(
+                f"strong scaling for {self.case_id} needs a global batch >= 1, got {self.global_batch}",
+                "pass --scaling-global-batch N",
+            )
         if self.global_batch % self.world_size:
             raise SpecError(
                 f"global batch {self.global_batch} does not divide by world size {self.world_size} "
@@ -256,5 +292,6 @@ class CaseSpec:
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...], case_id: str) -> None:
     if value not in allowed:
-        raise SpecError(f"{name}={value!r} for {case_id} is not one of {', '.join(allowed)}",
-                        f"pick one of: {', '.join(allowed)}")
+        raise SpecError(
+            f"{name}={value!r} for {case_id} is not one of {', '.join(allowed)}", f"pick one of: {', '.join(allowed)}"
+        )

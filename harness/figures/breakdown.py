@@ -28,8 +28,15 @@ def per_rank(result: CaseResult) -> list[dict[str, float]]:
         step = metrics.median([d for d, _ in pairs])
         compute = metrics.median([loc for _, loc in pairs])
         exposed = metrics.median([max(0.0, d - loc) for d, loc in pairs])
-        out.append({"rank": r.rank, "step_s": step, "compute_s": compute, "exposed_comm_s": exposed,
-                    "exposed_share": exposed / step if step > 0 else 0.0})
+        out.append(
+            {
+                "rank": r.rank,
+                "step_s": step,
+                "compute_s": compute,
+                "exposed_comm_s": exposed,
+                "exposed_share": exposed / step if step > 0 else 0.0,
+            }
+        )
     return out
 
 
@@ -39,5 +46,9 @@ def summary(result: CaseResult) -> dict[str, Any]:
     if not pairs:
         return {}
     shares = [max(0.0, d - loc) / d for d, loc in pairs if d > 0]
-    return {"exposed_share": metrics.median(shares), "exposed_share_mad": metrics.mad(shares),
-            "per_rank": per_rank(result), "pairs": len(pairs)}
+    return {
+        "exposed_share": metrics.median(shares),
+        "exposed_share_mad": metrics.mad(shares),
+        "per_rank": per_rank(result),
+        "pairs": len(pairs),
+    }

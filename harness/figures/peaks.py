@@ -52,10 +52,16 @@ def gpu_peak(device_name: str, dtype: str) -> Peak:
         if key in name:
             if dtype in figures:
                 return Peak(flops=figures[dtype], source=f"{source}: {figures[dtype] / 1e12:g} TFLOP/s {dtype}")
-            return Peak(flops=None, source=f"n/a: the peak table has no {dtype} figure for {device_name} "
-                                           f"(harness/figures/peaks.py GPU_PEAKS)")
-    return Peak(flops=None, source=f"n/a: {device_name!r} is not in the peak table (harness/figures/peaks.py GPU_PEAKS); "
-                                   "add its dense datasheet figure there")
+            return Peak(
+                flops=None,
+                source=f"n/a: the peak table has no {dtype} figure for {device_name} "
+                f"(harness/figures/peaks.py GPU_PEAKS)",
+            )
+    return Peak(
+        flops=None,
+        source=f"n/a: {device_name!r} is not in the peak table (harness/figures/peaks.py GPU_PEAKS); "
+        "add its dense datasheet figure there",
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,11 +87,13 @@ def cpu_peak(threads: int, dtype: str, size: int = 512, repeats: int = 5, second
                 elapsed = time.perf_counter() - start
                 if elapsed >= seconds:
                     break
-            best = max(best, 2 * size ** 3 * count / elapsed)
+            best = max(best, 2 * size**3 * count / elapsed)
     finally:
         torch.set_num_threads(before)
-    return Peak(flops=best, source=f"measured: best {size}x{size} {dtype} matmul on {threads} thread(s), "
-                                   f"{best / 1e9:.1f} GFLOP/s")
+    return Peak(
+        flops=best,
+        source=f"measured: best {size}x{size} {dtype} matmul on {threads} thread(s), {best / 1e9:.1f} GFLOP/s",
+    )
 
 
 def peak_for(device: str, device_name: str, dtype: str, threads: int) -> Peak:
@@ -95,8 +103,9 @@ def peak_for(device: str, device_name: str, dtype: str, threads: int) -> Peak:
     return cpu_peak(max(1, threads), dtype)
 
 
-def mfu(flops_per_step: float | None, samples_per_s: float, global_batch: int, world_size: int,
-        peak: float | None) -> tuple[float | None, float | None]:
+def mfu(
+    flops_per_step: float | None, samples_per_s: float, global_batch: int, world_size: int, peak: float | None
+) -> tuple[float | None, float | None]:
     """(achieved FLOP/s per device, MFU): the counted step's FLOPs at the measured throughput, shared by W devices."""
     if not flops_per_step or global_batch <= 0 or world_size <= 0:
         return None, None

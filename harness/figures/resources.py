@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scalegate.figures import breakdown
 from scalegate.contract.results import CaseResult
+from scalegate.figures import breakdown
 
 DEFAULT_MEMORY_TOLERANCE = 0.25  # RSS moves with the allocator and the Python heap
 DEFAULT_BYTES_TOLERANCE = 0.05  # byte counts repeat to ~0.1% on a private loopback
@@ -44,20 +44,26 @@ def wire(result: CaseResult) -> dict[str, Any]:
         # every rank of a node reads the same counter; take the smallest (its barrier came last)
         per_node[r.node_rank] = min(per_node.get(r.node_rank, w["bytes_per_step"]), w["bytes_per_step"])
     analytic = analytic_bytes_per_rank(result)
-    out: dict[str, Any] = {"analytic_bytes_per_rank": None if analytic is None else int(analytic),
-                           "analytic_bytes_per_step": None if analytic is None else int(
-                               analytic * result.spec.world_size)}
+    out: dict[str, Any] = {
+        "analytic_bytes_per_rank": None if analytic is None else int(analytic),
+        "analytic_bytes_per_step": None if analytic is None else int(analytic * result.spec.world_size),
+    }
     if reasons or not per_node:
         out.update(source="unavailable", unavailable=reasons[0] if reasons else "no counter", bytes_per_step=None)
         return out
     total = sum(per_node.values())
-    out.update(source=result.ranks[0].wire.get("source", "?"), bytes_per_step=total,
-               bytes_per_node=[per_node[n] for n in sorted(per_node)],
-               bytes_per_rank=total / result.spec.world_size,
-               measured_over_analytic=round(total / (analytic * result.spec.world_size), 4) if analytic else None)
+    out.update(
+        source=result.ranks[0].wire.get("source", "?"),
+        bytes_per_step=total,
+        bytes_per_node=[per_node[n] for n in sorted(per_node)],
+        bytes_per_rank=total / result.spec.world_size,
+        measured_over_analytic=round(total / (analytic * result.spec.world_size), 4) if analytic else None,
+    )
     if result.spec.topo.nodes > 1:  # a node's link counter sees only inter-node bytes, not its loopback
-        out.update(measured_over_analytic=None,
-                   note="per-node link counters: inter-node bytes only; the analytic volume counts every byte")
+        out.update(
+            measured_over_analytic=None,
+            note="per-node link counters: inter-node bytes only; the analytic volume counts every byte",
+        )
     return out
 
 
@@ -83,11 +89,16 @@ def checkpoint(result: CaseResult) -> dict[str, Any] | None:
     save_s, load_s = max(f["save_s"] for f in found), max(f["load_s"] for f in found)
     per_rank = [f["bytes"] for f in found]
     total = sum(per_rank)
-    return {"format": found[0].get("format", "?"), "save_s": round(save_s, 4), "load_s": round(load_s, 4),
-            "bytes_per_rank": per_rank, "bytes": total,
-            "save_s_per_gb": round(save_s / (total / 1e9), 4) if total else None,
-            "load_s_per_gb": round(load_s / (total / 1e9), 4) if total else None,
-            "s_per_gb": round((save_s + load_s) / (total / 1e9), 4) if total else None}
+    return {
+        "format": found[0].get("format", "?"),
+        "save_s": round(save_s, 4),
+        "load_s": round(load_s, 4),
+        "bytes_per_rank": per_rank,
+        "bytes": total,
+        "save_s_per_gb": round(save_s / (total / 1e9), 4) if total else None,
+        "load_s_per_gb": round(load_s / (total / 1e9), 4) if total else None,
+        "s_per_gb": round((save_s + load_s) / (total / 1e9), 4) if total else None,
+    }
 
 
 def summary(result: CaseResult) -> dict[str, Any]:
@@ -98,11 +109,15 @@ def summary(result: CaseResult) -> dict[str, Any]:
         "cuda_memory": [r.cuda_memory for r in result.ranks],
         "state_bytes": [r.state_bytes for r in result.ranks],
         "ddp_state_bytes": {k: result.ranks[0].full_state_bytes.get(k, 0) for k in ("params", "grads", "optimizer")},
-        "cpu_s": [{"user": round(r.cpu_user_s, 3), "system": round(r.cpu_system_s, 3), "wall": round(r.wall_s, 3)}
-                  for r in result.ranks],
+        "cpu_s": [
+            {"user": round(r.cpu_user_s, 3), "system": round(r.cpu_system_s, 3), "wall": round(r.wall_s, 3)}
+            for r in result.ranks
+        ],
         "wire": wire(result),
         # --scaling-compile: the slowest rank's first, compiling forward and backward (not in any step time)
         "compile_s": max((r.compile_s for r in result.ranks if r.compile_s is not None), default=None),
-        "breakdown": breakdown.summary(result),  # compute and exposed communication per rank (harness/figures/breakdown.py)
+        "breakdown": breakdown.summary(
+            result
+        ),  # compute and exposed communication per rank (harness/figures/breakdown.py)
         "checkpoint": checkpoint(result),
     }

@@ -49,8 +49,9 @@ def _interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def median_ci(values: Sequence[float], *, resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
-              seed: int = 0) -> Estimate:
+def median_ci(
+    values: Sequence[float], *, resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0
+) -> Estimate:
     """Bootstrap percentile interval of the median of ``values``."""
     center = median(values)
     if len(values) < MIN_VALUES:
@@ -59,23 +60,35 @@ def median_ci(values: Sequence[float], *, resamples: int = RESAMPLES, confidence
     return Estimate(value=center, low=min(low, center), high=max(high, center))
 
 
-def throughput_estimate(step_times_s: Sequence[float], global_batch: int, *, resamples: int = RESAMPLES,
-                        seed: int = 0) -> Estimate:
+def throughput_estimate(
+    step_times_s: Sequence[float], global_batch: int, *, resamples: int = RESAMPLES, seed: int = 0
+) -> Estimate:
     """Samples/s = global batch / median step time, with the interval of that ratio."""
     steps = median_ci(step_times_s, resamples=resamples, seed=seed)
-    return Estimate(value=global_batch / steps.value,
-                    low=global_batch / steps.high if steps.high > 0 else 0.0,
-                    high=global_batch / steps.low if steps.low > 0 else math.inf)
+    return Estimate(
+        value=global_batch / steps.value,
+        low=global_batch / steps.high if steps.high > 0 else 0.0,
+        high=global_batch / steps.low if steps.low > 0 else math.inf,
+    )
 
 
-def _efficiency(case_steps_s: Sequence[float], case_batch: int, ref_steps_s: Sequence[float], ref_batch: int,
-                world_size: int) -> float:
+def _efficiency(
+    case_steps_s: Sequence[float], case_batch: int, ref_steps_s: Sequence[float], ref_batch: int, world_size: int
+) -> float:
     """DESIGN.md's efficiency (harness/contract/metrics.py) from the two median step times."""
     return efficiency(speedup(case_batch / median(case_steps_s), ref_batch / median(ref_steps_s)), world_size)
 
 
-def efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, ref_steps_s: Sequence[float],
-                        ref_batch: int, world_size: int, *, resamples: int = RESAMPLES, seed: int = 0) -> Estimate:
+def efficiency_estimate(
+    case_steps_s: Sequence[float],
+    case_batch: int,
+    ref_steps_s: Sequence[float],
+    ref_batch: int,
+    world_size: int,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Estimate:
     """Efficiency = (case throughput / reference throughput) / W; both step series are resampled."""
     value = _efficiency(case_steps_s, case_batch, ref_steps_s, ref_batch, world_size)
     if len(case_steps_s) < MIN_VALUES or len(ref_steps_s) < MIN_VALUES:
@@ -87,9 +100,16 @@ def efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, ref_step
     return Estimate(value=value, low=min(low, value), high=max(high, value))
 
 
-def paired_efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, ref_steps_s: Sequence[float],
-                               ref_batch: int, world_size: int, *, resamples: int = RESAMPLES,
-                               seed: int = 0) -> Estimate:
+def paired_efficiency_estimate(
+    case_steps_s: Sequence[float],
+    case_batch: int,
+    ref_steps_s: Sequence[float],
+    ref_batch: int,
+    world_size: int,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Estimate:
     """Efficiency from paired steps: reference step i ran right after case step i, in the same launch
     (the ``--scaling-paired`` experiment, commit 27da3b0, reverted; benchmarks/detection.py replays its data).
 
@@ -112,8 +132,15 @@ def paired_efficiency_estimate(case_steps_s: Sequence[float], case_batch: int, r
 TRIM = 0.2  # the paired ratio's trimmed mean drops this share of log ratios at each end
 
 
-def paired_ratio_estimate(numerators: Sequence[float], denominators: Sequence[float], *, trim: float = TRIM,
-                          resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0) -> Estimate:
+def paired_ratio_estimate(
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    *,
+    trim: float = TRIM,
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> Estimate:
     """The typical ratio ``numerators[i] / denominators[i]`` of paired measurements: exp of the trimmed mean
     of the log ratios, with a bootstrap interval that resamples pairs (seeded: the same pairs, the same verdict).
 
@@ -134,7 +161,7 @@ def paired_ratio_estimate(numerators: Sequence[float], denominators: Sequence[fl
 
     def trimmed(rows: np.ndarray) -> np.ndarray:
         ordered = np.sort(rows, axis=-1)
-        return ordered[..., cut:ordered.shape[-1] - cut].mean(axis=-1)
+        return ordered[..., cut : ordered.shape[-1] - cut].mean(axis=-1)
 
     value = float(np.exp(trimmed(logs)))
     if len(logs) < MIN_VALUES:
@@ -161,7 +188,7 @@ def pooled_estimate(launches: Sequence[Estimate]) -> Estimate:
     sigma = MAD_TO_SIGMA * mad(values) if n >= 4 else float(np.std(values, ddof=1))
     between = Z95 * MEDIAN_SE * sigma / math.sqrt(n) / center if center > 0 else math.inf
     within = median([e.half_width_rel for e in launches]) / math.sqrt(n)
-    half = math.sqrt(between ** 2 + within ** 2)
+    half = math.sqrt(between**2 + within**2)
     return Estimate(value=center, low=center * (1 - half), high=center * (1 + half))
 
 

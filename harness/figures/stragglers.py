@@ -27,16 +27,32 @@ def attribute(result: CaseResult) -> dict[str, Any] | None:
     if spec.world_size < 2 or len(ranks) < 2:
         return None
     if any(r.forward_collectives for r in result.ranks):
-        return {"rank": None, "message": "", "why": f"{spec.strategy} communicates inside its forward: forward times "
-                                                    "do not show which rank arrives last"}
+        return {
+            "rank": None,
+            "message": "",
+            "why": f"{spec.strategy} communicates inside its forward: forward times "
+            "do not show which rank arrives last",
+        }
     medians = {r.rank: metrics.median(r.forward_s) for r in ranks}
     last = [max(ranks, key=lambda r: r.forward_s[i]).rank for i in range(spec.steps)]
     slowest = max(medians, key=medians.get)
     others = metrics.median([v for k, v in medians.items() if k != slowest])
     excess, share = medians[slowest] - others, last.count(slowest) / spec.steps
     named = excess > max(MIN_EXCESS_S, MIN_EXCESS_REL * others) and share >= CONSISTENT
-    message = (f"straggler: rank {slowest} reaches its first collective {excess * 1e3:.1f} ms after the others "
-               f"(median forward {medians[slowest] * 1e3:.1f} ms against {others * 1e3:.1f} ms; last in "
-               f"{last.count(slowest)}/{spec.steps} steps) [{spec.case_id}]") if named else ""
-    return {"rank": slowest if named else None, "excess_s": excess, "last_share": share, "message": message,
-            "forward_median_s": {str(k): v for k, v in sorted(medians.items())}, "last_per_step": last}
+    message = (
+        (
+            f"straggler: rank {slowest} reaches its first collective {excess * 1e3:.1f} ms after the others "
+            f"(median forward {medians[slowest] * 1e3:.1f} ms against {others * 1e3:.1f} ms; last in "
+            f"{last.count(slowest)}/{spec.steps} steps) [{spec.case_id}]"
+        )
+        if named
+        else ""
+    )
+    return {
+        "rank": slowest if named else None,
+        "excess_s": excess,
+        "last_share": share,
+        "message": message,
+        "forward_median_s": {str(k): v for k, v in sorted(medians.items())},
+        "last_per_step": last,
+    }

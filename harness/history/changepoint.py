@@ -76,8 +76,14 @@ def seed_for(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-def e_divisive(values, *, pvalue: float = DEFAULT_PVALUE, permutations: int = DEFAULT_PERMUTATIONS,
-               min_size: int = DEFAULT_MIN_SIZE, seed: int = 0) -> list[ChangePoint]:
+def e_divisive(
+    values,
+    *,
+    pvalue: float = DEFAULT_PVALUE,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    min_size: int = DEFAULT_MIN_SIZE,
+    seed: int = 0,
+) -> list[ChangePoint]:
     """Significant change points of ``values``, sorted by index (each index starts a new regime)."""
     z = np.asarray(values, dtype=float)
     if z.ndim != 1 or not np.all(np.isfinite(z)):

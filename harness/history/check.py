@@ -25,10 +25,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scalegate.record import baselines
 from scalegate.history import changepoint, store
 from scalegate.history.store import Point
-from scalegate.record import quarantine
+from scalegate.record import baselines, quarantine
 
 HIGHER_IS_BETTER = ("efficiency", "local_efficiency", "throughput", "mfu")
 LOWER_IS_BETTER = ("peak_memory_bytes", "bytes_per_step", "checkpoint_s_per_gb")
@@ -64,9 +63,11 @@ class Change:
 
     def describe(self, metric: str) -> str:
         age = "NEW" if self.new else "old"
-        return (f"{self.kind} {self.effect:+.1%} ({fmt(metric, self.before)} -> {fmt(metric, self.after)}) "
-                f"from run {self.first_bad.run_id}, commits {self.last_good.commit}..{self.first_bad.commit} "
-                f"(p={self.pvalue:.3f}, {age})")
+        return (
+            f"{self.kind} {self.effect:+.1%} ({fmt(metric, self.before)} -> {fmt(metric, self.after)}) "
+            f"from run {self.first_bad.run_id}, commits {self.last_good.commit}..{self.first_bad.commit} "
+            f"(p={self.pvalue:.3f}, {age})"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,22 +116,38 @@ def _relative(before: float, after: float) -> float:
     return after / before - 1
 
 
-def judge_series(points: list[Point], metric: str, *, min_effect: float, settings: Settings, name: str) -> \
-        tuple[tuple[Change, ...], str]:
+def judge_series(
+    points: list[Point], metric: str, *, min_effect: float, settings: Settings, name: str
+) -> tuple[tuple[Change, ...], str]:
     if len(points) < 2 * settings.min_size:
         return (), INSUFFICIENT
     values = [p.value for p in points]
-    found = changepoint.e_divisive(values, pvalue=settings.pvalue, permutations=settings.permutations,
-                                   min_size=settings.min_size, seed=changepoint.seed_for(name))
+    found = changepoint.e_divisive(
+        values,
+        pvalue=settings.pvalue,
+        permutations=settings.permutations,
+        min_size=settings.min_size,
+        seed=changepoint.seed_for(name),
+    )
     edges = [0] + [c.index for c in found] + [len(values)]
     changes = []
     for k, cp in enumerate(found):
-        before = statistics.median(values[edges[k]:cp.index])
-        after = statistics.median(values[cp.index:edges[k + 2]])
+        before = statistics.median(values[edges[k] : cp.index])
+        after = statistics.median(values[cp.index : edges[k + 2]])
         effect = _relative(before, after)
-        changes.append(Change(index=cp.index, kind=classify(metric, effect, min_effect), effect=effect, before=before,
-                              after=after, last_good=points[cp.index - 1], first_bad=points[cp.index],
-                              pvalue=cp.pvalue, new=cp.index >= len(points) - settings.recent))
+        changes.append(
+            Change(
+                index=cp.index,
+                kind=classify(metric, effect, min_effect),
+                effect=effect,
+                before=before,
+                after=after,
+                last_good=points[cp.index - 1],
+                first_bad=points[cp.index],
+                pvalue=cp.pvalue,
+                new=cp.index >= len(points) - settings.recent,
+            )
+        )
     return tuple(changes), (changes[-1].kind if changes else NO_CHANGE)
 
 
@@ -167,13 +184,24 @@ def check(conn, *, baseline_dir: Path, settings: Settings, cases: list[str] | No
         baseline = loaded[profile]
         points = store.series(conn, profile, key, metric)
         effect = min_effect_for(baseline, key, metric, settings)
-        changes, status = judge_series(points, metric, min_effect=effect, settings=settings,
-                                       name=f"{profile}/{key}/{metric}")
+        changes, status = judge_series(
+            points, metric, min_effect=effect, settings=settings, name=f"{profile}/{key}/{metric}"
+        )
         if points and points[-1].run_id not in latest.get(profile, ()):  # no longer run: nothing of it is new
             changes = tuple(dataclasses.replace(c, new=False) for c in changes)
-        out.append(SeriesVerdict(profile=profile, case_key=key, case_id=case_id, metric=metric, points=tuple(points),
-                                 changes=changes, status=status, min_effect=effect,
-                                 quarantined=quarantined(baseline, key, settings.today)))
+        out.append(
+            SeriesVerdict(
+                profile=profile,
+                case_key=key,
+                case_id=case_id,
+                metric=metric,
+                points=tuple(points),
+                changes=changes,
+                status=status,
+                min_effect=effect,
+                quarantined=quarantined(baseline, key, settings.today),
+            )
+        )
     return out
 
 
@@ -189,28 +217,55 @@ def text(verdicts: list[SeriesVerdict], settings: Settings) -> str:
             lines.append(f"{head}: {c.describe(v.metric)}; min effect {v.min_effect:.0%}{held}")
     failing = [v for v in verdicts if v.failed]
     quiet = sum(1 for v in verdicts if v.status == NO_CHANGE)
-    lines.append(f"history check: {len(verdicts)} series, {sum(len(v.changes) for v in verdicts)} change points, "
-                 f"{quiet} without change; new regressions (first bad run among the last {settings.recent}): "
-                 f"{len(failing)}" + (f" in {', '.join(sorted({f'{v.case_key} {v.metric}' for v in failing}))}"
-                                      if failing else ""))
+    lines.append(
+        f"history check: {len(verdicts)} series, {sum(len(v.changes) for v in verdicts)} change points, "
+        f"{quiet} without change; new regressions (first bad run among the last {settings.recent}): "
+        f"{len(failing)}"
+        + (f" in {', '.join(sorted({f'{v.case_key} {v.metric}' for v in failing}))}" if failing else "")
+    )
     steps: dict[tuple[str, str, str], list[str]] = {}  # the next step: the first bad commit inside each range
     for v in failing:
         for c in v.new_regressions:
             good, bad = (x.removesuffix("-dirty") for x in (c.last_good.commit, c.first_bad.commit))
             steps.setdefault((good, bad, v.case_id), []).append(v.metric)
-    lines += [f"  next: python -m scalegate bisect {good} {bad} -k {case}   # {', '.join(metrics)}"
-              for (good, bad, case), metrics in steps.items()]
+    lines += [
+        f"  next: python -m scalegate bisect {good} {bad} -k {case}   # {', '.join(metrics)}"
+        for (good, bad, case), metrics in steps.items()
+    ]
     return "\n".join(lines) + "\n"
 
 
 def to_json(verdicts: list[SeriesVerdict], settings: Settings) -> dict:
     """The verdicts as data, for a dashboard or a bot: every series with its status and change points."""
-    def change(c: Change) -> dict:
-        return {"index": c.index, "kind": c.kind, "effect": c.effect, "before": c.before, "after": c.after,
-                "pvalue": c.pvalue, "new": c.new, "last_good": {"run": c.last_good.run_id, "commit": c.last_good.commit},
-                "first_bad": {"run": c.first_bad.run_id, "commit": c.first_bad.commit}}
 
-    return {"settings": dataclasses.asdict(settings), "failed": any(v.failed for v in verdicts),
-            "series": [{"profile": v.profile, "case": v.case_key, "metric": v.metric, "runs": len(v.points),
-                        "status": v.status, "min_effect": v.min_effect, "quarantined": v.quarantined,
-                        "failed": v.failed, "changes": [change(c) for c in v.changes]} for v in verdicts]}
+    def change(c: Change) -> dict:
+        return {
+            "index": c.index,
+            "kind": c.kind,
+            "effect": c.effect,
+            "before": c.before,
+            "after": c.after,
+            "pvalue": c.pvalue,
+            "new": c.new,
+            "last_good": {"run": c.last_good.run_id, "commit": c.last_good.commit},
+            "first_bad": {"run": c.first_bad.run_id, "commit": c.first_bad.commit},
+        }
+
+    return {
+        "settings": dataclasses.asdict(settings),
+        "failed": any(v.failed for v in verdicts),
+        "series": [
+            {
+                "profile": v.profile,
+                "case": v.case_key,
+                "metric": v.metric,
+                "runs": len(v.points),
+                "status": v.status,
+                "min_effect": v.min_effect,
+                "quarantined": v.quarantined,
+                "failed": v.failed,
+                "changes": [change(c) for c in v.changes],
+            }
+            for v in verdicts
+        ],
+    }

@@ -30,15 +30,20 @@ def db_path(args: argparse.Namespace) -> Path:
 
 def cmd_add(args: argparse.Namespace) -> int:
     if (args.commit or args.date) and len(args.run) > 1:
-        raise ScalegateError("--commit/--date name one run's commit and date, but several runs were given",
-                             "add such runs one at a time")
-    loaded = [ingest.from_directory(Path(r), commit=args.commit, date=args.date, note=args.note, partial=args.partial)
-              for r in args.run]
+        raise ScalegateError(
+            "--commit/--date name one run's commit and date, but several runs were given", "add such runs one at a time"
+        )
+    loaded = [
+        ingest.from_directory(Path(r), commit=args.commit, date=args.date, note=args.note, partial=args.partial)
+        for r in args.run
+    ]
     with store.connect(db_path(args), create=True) as conn:
         for run, cases in loaded:
             added = store.add(conn, run, cases)
-            print(f"history: {'added' if added else 'already there, unchanged:'} {run.run_id} (commit {run.commit}, "
-                  f"{run.date}, {run.profile}, {len(cases)} cases) to {db_path(args)}")
+            print(
+                f"history: {'added' if added else 'already there, unchanged:'} {run.run_id} (commit {run.commit}, "
+                f"{run.date}, {run.profile}, {len(cases)} cases) to {db_path(args)}"
+            )
     return EXIT_OK
 
 
@@ -47,8 +52,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows = store.runs(conn)
     print(f"{'run':32} {'commit':16} {'date':25} {'cases':>5}  profile")
     for run, n in rows:
-        print(f"{run.run_id:32} {run.commit:20} {run.date:25} {n:5}  {run.profile}"
-              + (f"  ({run.note})" if run.note else ""))
+        print(
+            f"{run.run_id:32} {run.commit:20} {run.date:25} {n:5}  {run.profile}"
+            + (f"  ({run.note})" if run.note else "")
+        )
     print(f"{len(rows)} runs in {db_path(args)}")
     return EXIT_OK
 
@@ -58,8 +65,10 @@ def _unknown(conn, names: list[str]) -> None:
     ids = {k.split(":")[0] for k in known}
     missing = [n for n in names if n not in known and n not in ids]
     if missing:
-        raise ScalegateError(f"case {', '.join(missing)} is not in the history",
-                             f"known cases: {', '.join(known) or 'none (add a run first)'}")
+        raise ScalegateError(
+            f"case {', '.join(missing)} is not in the history",
+            f"known cases: {', '.join(known) or 'none (add a run first)'}",
+        )
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -78,14 +87,22 @@ def _settings(args: argparse.Namespace) -> check.Settings:
     for name, low, high in (("pvalue", 0, 1), ("min_effect", 0, 10)):
         value = getattr(args, name)
         if value is not None and not low < value < high:
-            raise ScalegateError(f"--{name.replace('_', '-')} {value} is not in ({low}, {high})",
-                                 "e.g. --pvalue 0.01 --min-effect 0.05")
+            raise ScalegateError(
+                f"--{name.replace('_', '-')} {value} is not in ({low}, {high})", "e.g. --pvalue 0.01 --min-effect 0.05"
+            )
     if args.recent < 1 or args.min_size < 2 or args.permutations < 19:
-        raise ScalegateError(f"--recent {args.recent}, --min-size {args.min_size}, --permutations {args.permutations}: "
-                             "need --recent >= 1, --min-size >= 2, --permutations >= 19",
-                             "the defaults are --recent 5 --min-size 3 --permutations 199")
-    return check.Settings(pvalue=args.pvalue, permutations=args.permutations, min_size=args.min_size,
-                          recent=args.recent, min_effect=args.min_effect)
+        raise ScalegateError(
+            f"--recent {args.recent}, --min-size {args.min_size}, --permutations {args.permutations}: "
+            "need --recent >= 1, --min-size >= 2, --permutations >= 19",
+            "the defaults are --recent 5 --min-size 3 --permutations 199",
+        )
+    return check.Settings(
+        pvalue=args.pvalue,
+        permutations=args.permutations,
+        min_size=args.min_size,
+        recent=args.recent,
+        min_effect=args.min_effect,
+    )
 
 
 def _verdicts(args: argparse.Namespace) -> tuple[list[check.SeriesVerdict], check.Settings]:
@@ -115,24 +132,48 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _judging(p: argparse.ArgumentParser, baseline_dir: str) -> None:
     p.add_argument("--case", action="append", help="only this case (id or id:preset); repeat for more")
-    p.add_argument("--baseline-dir", default=baseline_dir,
-                   help="baselines lend each case's tolerance (the minimum effect) and quarantine (default: %(default)s)")
-    p.add_argument("--recent", type=int, default=check.DEFAULT_RECENT,
-                   help="a change point is new when its first bad run is among the last N runs (default: %(default)s)")
-    p.add_argument("--min-effect", type=float, default=None,
-                   help=f"smallest relative change that counts, for every case (default: the baseline's tolerance, "
-                        f"else {check.DEFAULT_MIN_EFFECT})")
-    p.add_argument("--pvalue", type=float, default=changepoint.DEFAULT_PVALUE, help="permutation test level "
-                                                                                    "(default: %(default)s)")
-    p.add_argument("--permutations", type=int, default=changepoint.DEFAULT_PERMUTATIONS,
-                   help="shuffles in the permutation test (default: %(default)s)")
-    p.add_argument("--min-size", type=int, default=changepoint.DEFAULT_MIN_SIZE,
-                   help="fewest runs on each side of a change point (default: %(default)s)")
+    p.add_argument(
+        "--baseline-dir",
+        default=baseline_dir,
+        help="baselines lend each case's tolerance (the minimum effect) and quarantine (default: %(default)s)",
+    )
+    p.add_argument(
+        "--recent",
+        type=int,
+        default=check.DEFAULT_RECENT,
+        help="a change point is new when its first bad run is among the last N runs (default: %(default)s)",
+    )
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=None,
+        help=f"smallest relative change that counts, for every case (default: the baseline's tolerance, "
+        f"else {check.DEFAULT_MIN_EFFECT})",
+    )
+    p.add_argument(
+        "--pvalue", type=float, default=changepoint.DEFAULT_PVALUE, help="permutation test level (default: %(default)s)"
+    )
+    p.add_argument(
+        "--permutations",
+        type=int,
+        default=changepoint.DEFAULT_PERMUTATIONS,
+        help="shuffles in the permutation test (default: %(default)s)",
+    )
+    p.add_argument(
+        "--min-size",
+        type=int,
+        default=changepoint.DEFAULT_MIN_SIZE,
+        help="fewest runs on each side of a change point (default: %(default)s)",
+    )
 
 
 def add_parser(sub, baseline_dir: str) -> None:
-    h = sub.add_parser("history", help="results history: add runs, list, show, change-point check, HTML report",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    h = sub.add_parser(
+        "history",
+        help="results history: add runs, list, show, change-point check, HTML report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     hs = h.add_subparsers(dest="history_command", required=True)
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument("--db", help="history database (default: $SCALEGATE_HISTORY_DB, else results/history.sqlite)")

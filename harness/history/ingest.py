@@ -13,9 +13,9 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from scalegate.record import runfiles, run_status
 from scalegate.contract.errors import ScalegateError
 from scalegate.history.store import CaseRow, Run
+from scalegate.record import run_status, runfiles
 
 TIMING = ("efficiency", "local_efficiency", "throughput", "mfu")
 NO_METRICS = ("failed", "error")
@@ -48,28 +48,44 @@ def _most_common(values: list[str], default: str) -> str:
     return collections.Counter(values).most_common(1)[0][0] if values else default
 
 
-def from_directory(run_dir: Path, *, commit: str | None = None, date: str | None = None, note: str = "",
-                   partial: bool = False) -> tuple[Run, list[CaseRow]]:
+def from_directory(
+    run_dir: Path, *, commit: str | None = None, date: str | None = None, note: str = "", partial: bool = False
+) -> tuple[Run, list[CaseRow]]:
     """``commit``/``date`` override what the run recorded (a backfill, or a synthetic series: say so in ``note``)."""
     state = run_status.read(Path(run_dir))
     if state in ("running", "partial") and not partial:
-        raise ScalegateError(f"{run_dir} is a {state} run (its run.json): the history takes finished runs",
-                             "wait for it to finish, or pass --partial to add the cases it did finish")
+        raise ScalegateError(
+            f"{run_dir} is a {state} run (its run.json): the history takes finished runs",
+            "wait for it to finish, or pass --partial to add the cases it did finish",
+        )
     cases = runfiles.load_run(run_dir)
     if not cases:
-        raise ScalegateError(f"{run_dir} holds no case results (*.json with case_id and status)",
-                             "pass a finished run directory, e.g. results/nightly-123")
+        raise ScalegateError(
+            f"{run_dir} holds no case results (*.json with case_id and status)",
+            "pass a finished run directory, e.g. results/nightly-123",
+        )
     written = max(float(c.get("written") or 0) for c in cases)
     recorded = _dt.datetime.fromtimestamp(written, _dt.timezone.utc).isoformat(timespec="seconds")
     if date is not None:
         try:
             parsed = _dt.datetime.fromisoformat(date)
         except ValueError:
-            raise ScalegateError(f"--date {date!r} is not an ISO date", "e.g. --date 2026-11-24T02:17:00+00:00") from None
+            raise ScalegateError(
+                f"--date {date!r} is not an ISO date", "e.g. --date 2026-11-24T02:17:00+00:00"
+            ) from None
         recorded = (parsed if parsed.tzinfo else parsed.replace(tzinfo=_dt.timezone.utc)).isoformat(timespec="seconds")
-    run = Run(run_id=Path(run_dir).resolve().name, commit=commit or _most_common([c.get("commit") for c in cases], "unknown"),
-              date=recorded, profile=_most_common([c.get("profile") for c in cases], "unknown"),
-              source=str(Path(run_dir).resolve()), note=note)
-    rows = [CaseRow(case_key=c.get("key") or c["case_id"], case_id=c["case_id"], status=str(c["status"]),
-                    metrics=metrics_of(c)) for c in cases]
+    run = Run(
+        run_id=Path(run_dir).resolve().name,
+        commit=commit or _most_common([c.get("commit") for c in cases], "unknown"),
+        date=recorded,
+        profile=_most_common([c.get("profile") for c in cases], "unknown"),
+        source=str(Path(run_dir).resolve()),
+        note=note,
+    )
+    rows = [
+        CaseRow(
+            case_key=c.get("key") or c["case_id"], case_id=c["case_id"], status=str(c["status"]), metrics=metrics_of(c)
+        )
+        for c in cases
+    ]
     return run, rows

@@ -22,8 +22,12 @@ from scalegate.contract import atomic  # noqa: E402
 from scalegate.history import check as C  # noqa: E402
 
 COLORS = {C.REGRESSION: "#d62728", C.IMPROVEMENT: "#2ca02c", C.SUSPICIOUS: "#ff7f0e"}
-UNITS = {"peak_memory_bytes": ("peak memory (MiB)", 2**20), "bytes_per_step": ("MB on the wire per step", 1e6),
-         "throughput": ("throughput (samples/s)", 1.0), "checkpoint_s_per_gb": ("checkpoint save + load (s/GB)", 1.0)}
+UNITS = {
+    "peak_memory_bytes": ("peak memory (MiB)", 2**20),
+    "bytes_per_step": ("MB on the wire per step", 1e6),
+    "throughput": ("throughput (samples/s)", 1.0),
+    "checkpoint_s_per_gb": ("checkpoint save + load (s/GB)", 1.0),
+}
 
 
 def plot_name(v: C.SeriesVerdict) -> str:
@@ -41,8 +45,17 @@ def plot(v: C.SeriesVerdict, path: Path) -> Path:
         ax.hlines(statistics.median(ys[a:b]), a - 0.3, b - 0.7, color="k", lw=1.5, alpha=0.7)
     for c in v.changes:
         ax.axvline(c.index - 0.5, color=COLORS[c.kind], ls="--" if not c.new else "-", lw=2)
-        ax.annotate(f"{c.kind} {c.effect:+.1%}", (c.index - 0.5, 1.0), xycoords=("data", "axes fraction"),
-                    color=COLORS[c.kind], fontsize=8, ha="left", va="top", xytext=(3, -2), textcoords="offset points")
+        ax.annotate(
+            f"{c.kind} {c.effect:+.1%}",
+            (c.index - 0.5, 1.0),
+            xycoords=("data", "axes fraction"),
+            color=COLORS[c.kind],
+            fontsize=8,
+            ha="left",
+            va="top",
+            xytext=(3, -2),
+            textcoords="offset points",
+        )
     if ys and statistics.median(ys) != 0:  # at least +-min effect around the median: noise must not look like a cliff
         mid, low, high = statistics.median(ys), min(ys), max(ys)
         pad = abs(mid) * v.min_effect
@@ -64,17 +77,23 @@ def _row(v: C.SeriesVerdict) -> str:
     latest = v.changes[-1] if v.changes else None
     color = COLORS.get(v.status, "#555")
     if latest is not None:
-        what = (f"{latest.effect:+.1%} ({C.fmt(v.metric, latest.before)} &rarr; {C.fmt(v.metric, latest.after)})"
-                f", p={latest.pvalue:.3f}")
-        where = (f"<code>{html.escape(latest.last_good.commit)}</code>..<code>{html.escape(latest.first_bad.commit)}"
-                 f"</code> ({'new' if latest.new else 'old'})")
+        what = (
+            f"{latest.effect:+.1%} ({C.fmt(v.metric, latest.before)} &rarr; {C.fmt(v.metric, latest.after)})"
+            f", p={latest.pvalue:.3f}"
+        )
+        where = (
+            f"<code>{html.escape(latest.last_good.commit)}</code>..<code>{html.escape(latest.first_bad.commit)}"
+            f"</code> ({'new' if latest.new else 'old'})"
+        )
     else:
         what, where = f"{len(v.points)} runs", ""
     held = f"<br><small>quarantined: {html.escape(v.quarantined)}</small>" if v.quarantined else ""
-    return (f"<tr><td><a href='#{html.escape(v.case_key)}'>{html.escape(v.case_key)}</a>{held}</td>"
-            f"<td>{html.escape(v.metric)}</td><td style='color:{color};font-weight:bold'>{html.escape(v.status)}"
-            f"{' (NEW)' if v.failed else ''}</td><td>{what}</td><td>{where}</td>"
-            f"<td>{v.min_effect:.0%}</td><td>{html.escape(v.profile)}</td></tr>")
+    return (
+        f"<tr><td><a href='#{html.escape(v.case_key)}'>{html.escape(v.case_key)}</a>{held}</td>"
+        f"<td>{html.escape(v.metric)}</td><td style='color:{color};font-weight:bold'>{html.escape(v.status)}"
+        f"{' (NEW)' if v.failed else ''}</td><td>{what}</td><td>{where}</td>"
+        f"<td>{v.min_effect:.0%}</td><td>{html.escape(v.profile)}</td></tr>"
+    )
 
 
 STYLE = """body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1250px}
@@ -89,17 +108,27 @@ def write(verdicts: list[C.SeriesVerdict], out: Path, db: Path, settings: C.Sett
     out.mkdir(parents=True, exist_ok=True)
     order = sorted(verdicts, key=lambda v: (not v.failed, v.status not in (C.REGRESSION,), v.case_key, v.metric))
     failing = [v for v in verdicts if v.failed]
-    banner = (f"<p class='bad'><b>{len(failing)} new regression(s)</b>: "
-              + ", ".join(html.escape(f"{v.case_key} {v.metric}") for v in failing) + "</p>") if failing else \
-        "<p class='good'>No new regression.</p>"
+    banner = (
+        (
+            f"<p class='bad'><b>{len(failing)} new regression(s)</b>: "
+            + ", ".join(html.escape(f"{v.case_key} {v.metric}") for v in failing)
+            + "</p>"
+        )
+        if failing
+        else "<p class='good'>No new regression.</p>"
+    )
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    body = [f"<h1>scalegate history</h1><p>{html.escape(str(db))}, {now}. E-divisive means, p &le; {settings.pvalue}, "
-            f"{settings.permutations} permutations, segments of at least {settings.min_size} runs; <i>new</i> = first "
-            f"bad run among the last {settings.recent}. Lines: red regression, green improvement, orange suspicious "
-            f"(smaller than the minimum effect); solid = new, dashed = old; black: each segment's median.</p>", banner,
-            "<h2>Latest verdicts</h2><table><tr><th>case</th><th>metric</th><th>verdict</th><th>latest change</th>"
-            "<th>last good..first bad</th><th>min effect</th><th>profile</th></tr>",
-            *(_row(v) for v in order), "</table>"]
+    body = [
+        f"<h1>scalegate history</h1><p>{html.escape(str(db))}, {now}. E-divisive means, p &le; {settings.pvalue}, "
+        f"{settings.permutations} permutations, segments of at least {settings.min_size} runs; <i>new</i> = first "
+        f"bad run among the last {settings.recent}. Lines: red regression, green improvement, orange suspicious "
+        f"(smaller than the minimum effect); solid = new, dashed = old; black: each segment's median.</p>",
+        banner,
+        "<h2>Latest verdicts</h2><table><tr><th>case</th><th>metric</th><th>verdict</th><th>latest change</th>"
+        "<th>last good..first bad</th><th>min effect</th><th>profile</th></tr>",
+        *(_row(v) for v in order),
+        "</table>",
+    ]
     by_case: dict[str, list[C.SeriesVerdict]] = {}
     for v in verdicts:
         by_case.setdefault(v.case_key, []).append(v)
@@ -109,6 +138,8 @@ def write(verdicts: list[C.SeriesVerdict], out: Path, db: Path, settings: C.Sett
             name = plot(v, out / plot_name(v)).name
             body.append(f"<img src='{name}' alt='{html.escape(v.case_key)} {html.escape(v.metric)}'>")
         body.append("</div>")
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>scalegate history</title><style>{STYLE}</style>"
-            "</head><body>" + "\n".join(body) + "</body></html>\n")
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>scalegate history</title><style>{STYLE}</style>"
+        "</head><body>" + "\n".join(body) + "</body></html>\n"
+    )
     return atomic.write_text(out / "index.html", page)

@@ -71,9 +71,11 @@ def default_path(root: Path) -> Path:
 
 
 def _bad(path: Path, why: str) -> ScalegateError:
-    return ScalegateError(f"history database {path} {why}",
-                          "pass the right file with --db (or SCALEGATE_HISTORY_DB), or move the broken file away "
-                          "and add the runs again with `python -m scalegate history add results/<run>`")
+    return ScalegateError(
+        f"history database {path} {why}",
+        "pass the right file with --db (or SCALEGATE_HISTORY_DB), or move the broken file away "
+        "and add the runs again with `python -m scalegate history add results/<run>`",
+    )
 
 
 @contextlib.contextmanager
@@ -82,8 +84,10 @@ def connect(path: Path, *, create: bool = False) -> Iterator[sqlite3.Connection]
     path = Path(path)
     if not path.exists():
         if not create:
-            raise ScalegateError(f"history database {path} does not exist",
-                                 "add a run first: python -m scalegate history add results/<run> [--db FILE]")
+            raise ScalegateError(
+                f"history database {path} does not exist",
+                "add a run first: python -m scalegate history add results/<run> [--db FILE]",
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -109,8 +113,10 @@ def connect(path: Path, *, create: bool = False) -> Iterator[sqlite3.Connection]
 
 def _unusable(path: Path, exc: Exception) -> ScalegateError:
     """Locked past the busy timeout, read-only, unreachable, disk full: the file may be fine, its place is not."""
-    return ScalegateError(f"history database {path} cannot be used: {exc}",
-                          "check that its directory is writable from this job and that no job holds it locked for minutes")
+    return ScalegateError(
+        f"history database {path} cannot be used: {exc}",
+        "check that its directory is writable from this job and that no job holds it locked for minutes",
+    )
 
 
 def _check_schema(conn: sqlite3.Connection, path: Path, create: bool) -> None:
@@ -146,12 +152,18 @@ def add(conn: sqlite3.Connection, run: Run, cases: list[CaseRow]) -> bool:
         if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
             return False
         added = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        conn.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                     (run.run_id, run.commit, run.date, run.profile, run.source, run.note, added))
+        conn.execute(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run.run_id, run.commit, run.date, run.profile, run.source, run.note, added),
+        )
         for case in cases:
-            conn.execute("INSERT INTO cases VALUES (?, ?, ?, ?)", (run.run_id, case.case_key, case.case_id, case.status))
-            conn.executemany("INSERT INTO measurements VALUES (?, ?, ?, ?)",
-                             [(run.run_id, case.case_key, m, float(v)) for m, v in case.metrics.items()])
+            conn.execute(
+                "INSERT INTO cases VALUES (?, ?, ?, ?)", (run.run_id, case.case_key, case.case_id, case.status)
+            )
+            conn.executemany(
+                "INSERT INTO measurements VALUES (?, ?, ?, ?)",
+                [(run.run_id, case.case_key, m, float(v)) for m, v in case.metrics.items()],
+            )
     return True
 
 
@@ -160,37 +172,53 @@ _ORDER = "ORDER BY r.date, r.added, r.run_id"
 
 def runs(conn: sqlite3.Connection) -> list[tuple[Run, int]]:
     """Every run, oldest first, with its number of cases."""
-    rows = conn.execute("SELECT r.run_id, r.commit_id, r.date, r.profile, r.source, r.note, "
-                        f"(SELECT count(*) FROM cases c WHERE c.run_id = r.run_id) FROM runs r {_ORDER}").fetchall()
+    rows = conn.execute(
+        "SELECT r.run_id, r.commit_id, r.date, r.profile, r.source, r.note, "
+        f"(SELECT count(*) FROM cases c WHERE c.run_id = r.run_id) FROM runs r {_ORDER}"
+    ).fetchall()
     return [(Run(run_id=a, commit=b, date=c, profile=d, source=e, note=f), n) for a, b, c, d, e, f, n in rows]
 
 
 def series_keys(conn: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
     """(profile, case_key, case_id, metric) of every series the history holds."""
-    return conn.execute("SELECT DISTINCT r.profile, m.case_key, c.case_id, m.metric FROM measurements m "
-                        "JOIN runs r ON r.run_id = m.run_id JOIN cases c ON c.run_id = m.run_id "
-                        "AND c.case_key = m.case_key ORDER BY r.profile, m.case_key, m.metric").fetchall()
+    return conn.execute(
+        "SELECT DISTINCT r.profile, m.case_key, c.case_id, m.metric FROM measurements m "
+        "JOIN runs r ON r.run_id = m.run_id JOIN cases c ON c.run_id = m.run_id "
+        "AND c.case_key = m.case_key ORDER BY r.profile, m.case_key, m.metric"
+    ).fetchall()
 
 
 def series(conn: sqlite3.Connection, profile: str, case_key: str, metric: str) -> list[Point]:
     """One case's metric over the profile's runs, oldest first."""
-    rows = conn.execute("SELECT r.run_id, r.commit_id, r.date, m.value FROM measurements m JOIN runs r "
-                        "ON r.run_id = m.run_id WHERE r.profile = ? AND m.case_key = ? AND m.metric = ? "
-                        f"{_ORDER}", (profile, case_key, metric)).fetchall()
+    rows = conn.execute(
+        "SELECT r.run_id, r.commit_id, r.date, m.value FROM measurements m JOIN runs r "
+        "ON r.run_id = m.run_id WHERE r.profile = ? AND m.case_key = ? AND m.metric = ? "
+        f"{_ORDER}",
+        (profile, case_key, metric),
+    ).fetchall()
     return [Point(run_id=a, commit=b, date=c, value=v) for a, b, c, v in rows]
 
 
 def case_runs(conn: sqlite3.Connection, case: str) -> list[tuple[Run, CaseRow]]:
     """Every run of a case (by id ``ddp-cnn-1x2`` or key ``ddp-cnn-1x2:tiny``), oldest first."""
-    rows = conn.execute("SELECT r.run_id, r.commit_id, r.date, r.profile, c.case_key, c.case_id, c.status FROM cases c "
-                        f"JOIN runs r ON r.run_id = c.run_id WHERE c.case_id = ? OR c.case_key = ? {_ORDER}",
-                        (case, case)).fetchall()
+    rows = conn.execute(
+        "SELECT r.run_id, r.commit_id, r.date, r.profile, c.case_key, c.case_id, c.status FROM cases c "
+        f"JOIN runs r ON r.run_id = c.run_id WHERE c.case_id = ? OR c.case_key = ? {_ORDER}",
+        (case, case),
+    ).fetchall()
     out = []
     for run_id, commit, date, profile, key, case_id, status in rows:
-        metrics = dict(conn.execute("SELECT metric, value FROM measurements WHERE run_id = ? AND case_key = ?",
-                                    (run_id, key)).fetchall())
-        out.append((Run(run_id=run_id, commit=commit, date=date, profile=profile),
-                    CaseRow(case_key=key, case_id=case_id, status=status, metrics=metrics)))
+        metrics = dict(
+            conn.execute(
+                "SELECT metric, value FROM measurements WHERE run_id = ? AND case_key = ?", (run_id, key)
+            ).fetchall()
+        )
+        out.append(
+            (
+                Run(run_id=run_id, commit=commit, date=date, profile=profile),
+                CaseRow(case_key=key, case_id=case_id, status=status, metrics=metrics),
+            )
+        )
     return out
 
 

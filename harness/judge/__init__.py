@@ -6,9 +6,43 @@ efficiencies and of the sequential test: docs/gate.md.
 """
 
 from scalegate.judge.core import judge
-from scalegate.judge.outcome import AB, CLASSIC, FAILED, IMPROVED, LOCAL, NO_BASELINE, NOISY, NOT_MEANINGFUL, OK, REGRESSED, SEVERITY, MetricVerdict, Outcome, Overrides
 from scalegate.judge.evidence import CaseRecord, Conduct, LaunchRecord, launch_record, pooled_steps
+from scalegate.judge.outcome import (
+    AB,
+    CLASSIC,
+    FAILED,
+    IMPROVED,
+    LOCAL,
+    NO_BASELINE,
+    NOISY,
+    NOT_MEANINGFUL,
+    OK,
+    REGRESSED,
+    SEVERITY,
+    MetricVerdict,
+    Outcome,
+    Overrides,
+)
 
-__all__ = ["AB", "CLASSIC", "FAILED", "IMPROVED", "LOCAL", "NO_BASELINE", "NOISY", "NOT_MEANINGFUL", "OK", "REGRESSED",
-           "SEVERITY", "CaseRecord", "Conduct", "LaunchRecord", "MetricVerdict", "Outcome", "Overrides", "judge",
-           "launch_record", "pooled_steps"]
+__all__ = [
+    "AB",
+    "CLASSIC",
+    "FAILED",
+    "IMPROVED",
+    "LOCAL",
+    "NO_BASELINE",
+    "NOISY",
+    "NOT_MEANINGFUL",
+    "OK",
+    "REGRESSED",
+    "SEVERITY",
+    "CaseRecord",
+    "Conduct",
+    "LaunchRecord",
+    "MetricVerdict",
+    "Outcome",
+    "Overrides",
+    "judge",
+    "launch_record",
+    "pooled_steps",
+]

@@ -25,12 +25,12 @@ import math
 import statistics
 from pathlib import Path
 
-from scalegate.judge import metric as V
-from scalegate.record.baselines import BaselineFile
 from scalegate.judge import estimates, sequential
-from scalegate.judge.outcome import AB, Overrides
+from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord
+from scalegate.judge.outcome import AB, Overrides
 from scalegate.judge.timing import MIN_SIGMA_LAUNCHES, Timing
+from scalegate.record.baselines import BaselineFile
 
 DEFAULT_SIGMA = 0.05  # one launch's spread of ln(local efficiency) where nothing was recorded
 OWN_SPREAD_ROUNDS = 2  # the rounds own spread only ever widens sigma, so it may start at two
@@ -40,15 +40,23 @@ OWN_SPREAD_ROUNDS = 2  # the rounds own spread only ever widens sigma, so it may
 # sixth set).
 SIGMA_FLOOR = 0.05
 MIN_ROUNDS = 2  # for either decision: one round that reads no change is confirmed as one that reads a drop is
-DEFAULT_TOLERANCES = {"peak_memory_bytes": 0.25, "bytes_per_step": 0.05, "final_loss": 0.25,
-                      "checkpoint_s_per_gb": 1.0}  # harness/record/update.py CHECKPOINT_TOLERANCE
+DEFAULT_TOLERANCES = {
+    "peak_memory_bytes": 0.25,
+    "bytes_per_step": 0.05,
+    "final_loss": 0.25,
+    "checkpoint_s_per_gb": 1.0,
+}  # harness/record/update.py CHECKPOINT_TOLERANCE
 
 
 def sigma_prior(baseline: BaselineFile | None, key: str) -> tuple[float, str]:
     """One launch's spread of ln(local efficiency), and where it comes from."""
-    recorded = {k: float(e["local_efficiency"]["sigma"]) for k, e in (baseline.cases if baseline else {}).items()
-                if isinstance(e.get("local_efficiency"), dict) and e["local_efficiency"].get("sigma")
-                and int(e["local_efficiency"].get("launches") or 0) >= MIN_SIGMA_LAUNCHES}
+    recorded = {
+        k: float(e["local_efficiency"]["sigma"])
+        for k, e in (baseline.cases if baseline else {}).items()
+        if isinstance(e.get("local_efficiency"), dict)
+        and e["local_efficiency"].get("sigma")
+        and int(e["local_efficiency"].get("launches") or 0) >= MIN_SIGMA_LAUNCHES
+    }
     if key in recorded:
         return recorded[key], f"recorded for {key}"
     if recorded:
@@ -76,9 +84,12 @@ def detect_of(record: CaseRecord, overrides: Overrides) -> float:
 def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, overrides: Overrides) -> Timing:
     found_pairs = pairs(record, base)
     if not found_pairs:
-        return Timing(gate=AB, status=V.NOT_MEANINGFUL,
-                      message=f"A/B compares the local efficiency: no round measured same-launch pairs on both "
-                              f"commits (--scaling-local-steps 0, or a replica that does not fit) [{record.where}]")
+        return Timing(
+            gate=AB,
+            status=V.NOT_MEANINGFUL,
+            message=f"A/B compares the local efficiency: no round measured same-launch pairs on both "
+            f"commits (--scaling-local-steps 0, or a replica that does not fit) [{record.where}]",
+        )
     ratios = [h / b for h, b in found_pairs]
     one, source = sigma_prior(baseline, record.key)
     sigma = math.sqrt(2) * one
@@ -88,35 +99,71 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     if len(logs) >= OWN_SPREAD_ROUNDS and statistics.stdev(logs) > sigma:
         sigma, source = statistics.stdev(logs), f"the {len(logs)} rounds' own spread, above {source}"
     detect, conduct = detect_of(record, overrides), record.conduct
-    design = sequential.Design(detect=detect, alpha=conduct.alpha, beta=conduct.beta, max_launches=conduct.max_launches,
-                               min_launches_regressed=MIN_ROUNDS, min_launches_ok=MIN_ROUNDS, sigma_floor=SIGMA_FLOOR)
+    design = sequential.Design(
+        detect=detect,
+        alpha=conduct.alpha,
+        beta=conduct.beta,
+        max_launches=conduct.max_launches,
+        min_launches_regressed=MIN_ROUNDS,
+        min_launches_ok=MIN_ROUNDS,
+        sigma_floor=SIGMA_FLOOR,
+    )
     found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
-    state = {"llr": round(found.llr, 3), "upper": round(found.upper, 3), "lower": round(found.lower, 3),
-             "change": round(found.change, 4), "sigma": round(found.sigma, 4), "sigma_source": source,
-             "detect": detect, "alpha": design.alpha, "beta": design.beta, "max_launches": design.max_launches,
-             "rounds": len(ratios)}
+    state = {
+        "llr": round(found.llr, 3),
+        "upper": round(found.upper, 3),
+        "lower": round(found.lower, 3),
+        "change": round(found.change, 4),
+        "sigma": round(found.sigma, 4),
+        "sigma_source": source,
+        "detect": detect,
+        "alpha": design.alpha,
+        "beta": design.beta,
+        "max_launches": design.max_launches,
+        "rounds": len(ratios),
+    }
     head = math.exp(statistics.mean(math.log(h) for h, _ in found_pairs))
     other = math.exp(statistics.mean(math.log(b) for _, b in found_pairs))
-    over = (f"{len(ratios)} round{'s' if len(ratios) > 1 else ''} (head/base "
-            f"{', '.join(f'{h:.3f}/{b:.3f}' for h, b in found_pairs)})")
-    test = (f"A/B sequential test: a {detect:.0%} drop caught with probability {1 - design.beta:.0%}, false alarms "
-            f"{design.alpha:.0%}; paired spread ±{found.sigma:.1%}, {source}")
+    over = (
+        f"{len(ratios)} round{'s' if len(ratios) > 1 else ''} (head/base "
+        f"{', '.join(f'{h:.3f}/{b:.3f}' for h, b in found_pairs)})"
+    )
+    test = (
+        f"A/B sequential test: a {detect:.0%} drop caught with probability {1 - design.beta:.0%}, false alarms "
+        f"{design.alpha:.0%}; paired spread ±{found.sigma:.1%}, {source}"
+    )
     where = f"[{record.where}, A/B against the base commit]"
     if found.status == sequential.REGRESSED:
-        return Timing(gate=AB, status=V.REGRESSED, sequential=state,
-                      message=f"local efficiency {head:.3f} is {-found.change:.1%} below the base commit's {other:.3f} "
-                              f"over {over}: a {detect:.0%} drop explains it better than no change ({test}) {where}")
+        return Timing(
+            gate=AB,
+            status=V.REGRESSED,
+            sequential=state,
+            message=f"local efficiency {head:.3f} is {-found.change:.1%} below the base commit's {other:.3f} "
+            f"over {over}: a {detect:.0%} drop explains it better than no change ({test}) {where}",
+        )
     if found.status == sequential.OK:
-        return Timing(gate=AB, status=V.OK, sequential=state,
-                      message=f"local efficiency {head:.3f} within the base commit's {other:.3f} ({found.change:+.1%} "
-                              f"over {over}; {test}) {where}")
+        return Timing(
+            gate=AB,
+            status=V.OK,
+            sequential=state,
+            message=f"local efficiency {head:.3f} within the base commit's {other:.3f} ({found.change:+.1%} "
+            f"over {over}; {test}) {where}",
+        )
     more = len(ratios) < design.max_launches
-    tail = ("undecided, launching both again" if more else
-            f"still undecided between no change and a {detect:.0%} drop after the budget of {design.max_launches} "
-            f"rounds; raise --scaling-max-launches or rerun")
-    return Timing(gate=AB, status=V.NOISY, next_launches=1 if more else 0, sequential=state,
-                  message=f"local efficiency {head:.3f} vs the base commit's {other:.3f} ({found.change:+.1%} over "
-                          f"{over}): {tail} ({test}) {where}")
+    tail = (
+        "undecided, launching both again"
+        if more
+        else f"still undecided between no change and a {detect:.0%} drop after the budget of {design.max_launches} "
+        f"rounds; raise --scaling-max-launches or rerun"
+    )
+    return Timing(
+        gate=AB,
+        status=V.NOISY,
+        next_launches=1 if more else 0,
+        sequential=state,
+        message=f"local efficiency {head:.3f} vs the base commit's {other:.3f} ({found.change:+.1%} over "
+        f"{over}): {tail} ({test}) {where}",
+    )
 
 
 def as_baseline(base: CaseRecord, stored: BaselineFile | None) -> BaselineFile:
@@ -127,16 +174,25 @@ def as_baseline(base: CaseRecord, stored: BaselineFile | None) -> BaselineFile:
 
     def tolerance(metric: str) -> float:
         entry = kept.get(metric)
-        return float(entry["tolerance"]) if isinstance(entry, dict) and "tolerance" in entry else DEFAULT_TOLERANCES[metric]
+        return (
+            float(entry["tolerance"])
+            if isinstance(entry, dict) and "tolerance" in entry
+            else DEFAULT_TOLERANCES[metric]
+        )
 
     entry: dict = {"steps": base.steps, "warmup": base.warmup}
     if first.peak_memory_bytes:
-        entry.update(peak_memory_bytes={"value": list(first.peak_memory_bytes), "tolerance": tolerance("peak_memory_bytes")},
-                     memory_source=first.memory_source)
+        entry.update(
+            peak_memory_bytes={"value": list(first.peak_memory_bytes), "tolerance": tolerance("peak_memory_bytes")},
+            memory_source=first.memory_source,
+        )
     if first.bytes_per_step is not None:
         entry["bytes_per_step"] = {"value": first.bytes_per_step, "tolerance": tolerance("bytes_per_step")}
     if first.checkpoint_s_per_gb is not None:
-        entry["checkpoint_s_per_gb"] = {"value": first.checkpoint_s_per_gb, "tolerance": tolerance("checkpoint_s_per_gb")}
+        entry["checkpoint_s_per_gb"] = {
+            "value": first.checkpoint_s_per_gb,
+            "tolerance": tolerance("checkpoint_s_per_gb"),
+        }
     if first.final_loss is not None and math.isfinite(first.final_loss):
         entry["final_loss"] = {"value": first.final_loss, "tolerance": tolerance("final_loss")}
     return BaselineFile(path=Path("<the base commit>"), profile=base.profile, fingerprint={}, cases={base.key: entry})

@@ -6,23 +6,27 @@ from __future__ import annotations
 
 import math
 
-from scalegate.judge import metric as V
-from scalegate.record.baselines import BaselineFile, Reference
-from scalegate.judge.outcome import MetricVerdict, Overrides
-from scalegate.judge.evidence import CaseRecord, LaunchRecord
 from scalegate.figures.stats import Estimate
+from scalegate.judge import metric as V
+from scalegate.judge.evidence import CaseRecord, LaunchRecord
+from scalegate.judge.outcome import MetricVerdict, Overrides
+from scalegate.record.baselines import BaselineFile, Reference
 
 
-def reference(baseline: BaselineFile | None, record: CaseRecord, metric: str,
-              overrides: Overrides | None = None) -> Reference | None:
+def reference(
+    baseline: BaselineFile | None, record: CaseRecord, metric: str, overrides: Overrides | None = None
+) -> Reference | None:
     """The baseline's value, its tolerance replaced by the command line (efficiency only: the caller's, else the
     one the run was made with), else the test's marker."""
     ref = baseline.reference(record.key, metric) if baseline else None
     if ref is None:
         return None
     command_line = overrides.tolerance if overrides and overrides.tolerance is not None else record.conduct.tolerance
-    tolerance = command_line if command_line is not None and metric in (
-        "efficiency", "local_efficiency") else record.tolerances.get("efficiency" if metric == "local_efficiency" else metric)
+    tolerance = (
+        command_line
+        if command_line is not None and metric in ("efficiency", "local_efficiency")
+        else record.tolerances.get("efficiency" if metric == "local_efficiency" else metric)
+    )
     return ref if tolerance is None else Reference(value=ref.value, tolerance=tolerance)
 
 
@@ -32,19 +36,29 @@ def memory(record: CaseRecord, launch: LaunchRecord, baseline: BaselineFile | No
         return []
     source = baseline.cases.get(record.key, {}).get("memory_source") if baseline else None
     if source is not None and source != launch.memory_source:  # RSS against NVML says nothing
-        return [MetricVerdict(metric="peak_memory_bytes", status=V.OK,
-                              message=f"peak memory not compared: measured by {launch.memory_source}, the baseline by "
-                                      f"{source} [{record.where}]")]
+        return [
+            MetricVerdict(
+                metric="peak_memory_bytes",
+                status=V.OK,
+                message=f"peak memory not compared: measured by {launch.memory_source}, the baseline by "
+                f"{source} [{record.where}]",
+            )
+        ]
     values = ref.value if isinstance(ref.value, list) else [ref.value] * len(launch.peak_memory_bytes)
     out = []
     for rank, (got, base) in enumerate(zip(launch.peak_memory_bytes, values)):
         limit = base * (1 + ref.tolerance)
         status = V.REGRESSED if got > limit else V.OK
         verb = "is above" if status == V.REGRESSED else "within"
-        out.append(MetricVerdict(metric="peak_memory_bytes", status=status,
-                                 message=f"peak memory of rank {rank} {got / 2**20:.1f} MiB {verb} baseline "
-                                         f"{base / 2**20:.1f} MiB (tolerance {ref.tolerance:.0%}, source "
-                                         f"{launch.memory_source}) [{record.where}]"))
+        out.append(
+            MetricVerdict(
+                metric="peak_memory_bytes",
+                status=status,
+                message=f"peak memory of rank {rank} {got / 2**20:.1f} MiB {verb} baseline "
+                f"{base / 2**20:.1f} MiB (tolerance {ref.tolerance:.0%}, source "
+                f"{launch.memory_source}) [{record.where}]",
+            )
+        )
     return out
 
 
@@ -56,10 +70,15 @@ def wire(record: CaseRecord, launch: LaunchRecord, baseline: BaselineFile | None
     analytic = "-" if launch.analytic_bytes_per_step is None else f"{launch.analytic_bytes_per_step / 1e6:.3f}"
     status = V.REGRESSED if got > ref.value * (1 + ref.tolerance) else V.OK
     verb = "are above" if status == V.REGRESSED else "within"
-    return [MetricVerdict(metric="bytes_per_step", status=status,
-                          message=f"bytes on the wire {got / 1e6:.3f} MB/step {verb} baseline {ref.value / 1e6:.3f} "
-                                  f"MB/step (tolerance {ref.tolerance:.0%}; analytic {analytic} MB/step, "
-                                  f"{launch.wire_source}) [{record.where}]")]
+    return [
+        MetricVerdict(
+            metric="bytes_per_step",
+            status=status,
+            message=f"bytes on the wire {got / 1e6:.3f} MB/step {verb} baseline {ref.value / 1e6:.3f} "
+            f"MB/step (tolerance {ref.tolerance:.0%}; analytic {analytic} MB/step, "
+            f"{launch.wire_source}) [{record.where}]",
+        )
+    ]
 
 
 def checkpoint(record: CaseRecord, launch: LaunchRecord, baseline: BaselineFile | None) -> list[MetricVerdict]:
@@ -70,9 +89,14 @@ def checkpoint(record: CaseRecord, launch: LaunchRecord, baseline: BaselineFile 
     got, limit = launch.checkpoint_s_per_gb, ref.value * (1 + ref.tolerance)
     status = V.REGRESSED if got > limit else V.OK
     verb = "is above" if status == V.REGRESSED else "within"
-    return [MetricVerdict(metric="checkpoint_s_per_gb", status=status,
-                          message=f"checkpoint save + load {got:.3g} s/GB {verb} baseline {ref.value:.3g} s/GB "
-                                  f"(tolerance {ref.tolerance:.0%}) [{record.where}]")]
+    return [
+        MetricVerdict(
+            metric="checkpoint_s_per_gb",
+            status=status,
+            message=f"checkpoint save + load {got:.3g} s/GB {verb} baseline {ref.value:.3g} s/GB "
+            f"(tolerance {ref.tolerance:.0%}) [{record.where}]",
+        )
+    ]
 
 
 def final_loss(record: CaseRecord, baseline: BaselineFile | None) -> list[str]:
@@ -86,13 +110,16 @@ def final_loss(record: CaseRecord, baseline: BaselineFile | None) -> list[str]:
     for launch in record.launches:
         got = launch.final_loss
         if got is not None and not got <= ref.value * (1 + ref.tolerance):
-            out.append(f"final loss {got:.4g} is above baseline {ref.value:.4g} (tolerance {ref.tolerance:.0%}) "
-                       f"[{record.where}]")
+            out.append(
+                f"final loss {got:.4g} is above baseline {ref.value:.4g} (tolerance {ref.tolerance:.0%}) "
+                f"[{record.where}]"
+            )
     return list(dict.fromkeys(out))
 
 
-def throughput(record: CaseRecord, estimate: Estimate | None, baseline: BaselineFile | None,
-               overrides: Overrides) -> list[MetricVerdict]:
+def throughput(
+    record: CaseRecord, estimate: Estimate | None, baseline: BaselineFile | None, overrides: Overrides
+) -> list[MetricVerdict]:
     """Opt-in (``@pytest.mark.scaling_tolerance(throughput=0.2)``): samples/s against the baseline's, noise-aware.
     Off by default: the host's own speed moves raw throughput between sessions, efficiency cancels it."""
     if "throughput" not in record.tolerances or estimate is None:
@@ -102,8 +129,9 @@ def throughput(record: CaseRecord, estimate: Estimate | None, baseline: Baseline
     return [MetricVerdict(metric="throughput", status=found.status, message=found.message)]
 
 
-def mfu(record: CaseRecord, estimate: Estimate | None, baseline: BaselineFile | None,
-        overrides: Overrides) -> list[MetricVerdict]:
+def mfu(
+    record: CaseRecord, estimate: Estimate | None, baseline: BaselineFile | None, overrides: Overrides
+) -> list[MetricVerdict]:
     """MFU against the baseline's, where it has one: noise-aware like the classic efficiency (the baseline's own
     noise, and the spread between hosts when it was recorded on another). MFU is throughput over a fixed count
     and the device's peak. Judged by default where the peak is a datasheet figure (a GPU: harness/figures/peaks.py);
@@ -119,8 +147,14 @@ def mfu(record: CaseRecord, estimate: Estimate | None, baseline: BaselineFile | 
 
     noise = float(baseline.cases.get(record.key, {}).get("noise_rel", 0.0) or 0.0)
     spread, recorded = host_spread(baseline, record)
-    found = V.judge(estimate, ref, record.where, baseline_noise=math.hypot(noise, spread),
-                    noisy_limit=max(overrides.noisy_limit, math.hypot(overrides.noisy_limit, spread)), metric="MFU")
+    found = V.judge(
+        estimate,
+        ref,
+        record.where,
+        baseline_noise=math.hypot(noise, spread),
+        noisy_limit=max(overrides.noisy_limit, math.hypot(overrides.noisy_limit, spread)),
+        metric="MFU",
+    )
     peak = f" (peak: {record.peak_source})" if found.status in (V.REGRESSED, V.IMPROVED) else ""
     other = f" (baseline recorded on another host, {recorded}: hosts' levels spread ±{spread:.1%})" if spread else ""
     return [MetricVerdict(metric="mfu", status=found.status, message=found.message + peak + other)]

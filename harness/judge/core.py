@@ -25,34 +25,48 @@ import statistics
 
 from scalegate.contract import metrics
 from scalegate.figures import peaks, stats
-from scalegate.judge import metric as V
-from scalegate.record.baselines import BaselineFile
-from scalegate.judge import ab, budgets, estimates, timing
-from scalegate.record import quarantine
-from scalegate.judge.outcome import AB, LOCAL, SEVERITY, MetricVerdict, Outcome, Overrides
-from scalegate.judge.evidence import CaseRecord
 from scalegate.figures.stats import Estimate
+from scalegate.judge import ab, budgets, estimates, timing
+from scalegate.judge import metric as V
+from scalegate.judge.evidence import CaseRecord
+from scalegate.judge.outcome import AB, LOCAL, SEVERITY, MetricVerdict, Outcome, Overrides
+from scalegate.record import quarantine
+from scalegate.record.baselines import BaselineFile
 
 
-def judge(record: CaseRecord, baseline: BaselineFile | None, overrides: Overrides = Overrides(),
-          base: CaseRecord | None = None) -> Outcome:
+def judge(
+    record: CaseRecord,
+    baseline: BaselineFile | None,
+    overrides: Overrides = Overrides(),
+    base: CaseRecord | None = None,
+) -> Outcome:
     """``base``: the same case's launches on the PR's base commit, measured in the same gate run (``ab.py``):
     timing, memory, bytes and final loss are then judged against them; ``baseline`` only lends its spreads and
     tolerances (and its quarantines: ``quarantine.py``)."""
     return _quarantine(_verdict(record, baseline, overrides, base), baseline, overrides)
 
 
-def _verdict(record: CaseRecord, baseline: BaselineFile | None, overrides: Overrides,
-             base: CaseRecord | None) -> Outcome:
-    outcome = Outcome(case_id=record.case_id, key=record.key, status=V.FAILED, message="",
-                      launches=len(record.launches), oversubscribed=record.oversubscribed,
-                      tolerances=dict(record.tolerances))
+def _verdict(
+    record: CaseRecord, baseline: BaselineFile | None, overrides: Overrides, base: CaseRecord | None
+) -> Outcome:
+    outcome = Outcome(
+        case_id=record.case_id,
+        key=record.key,
+        status=V.FAILED,
+        message="",
+        launches=len(record.launches),
+        oversubscribed=record.oversubscribed,
+        tolerances=dict(record.tolerances),
+    )
     if record.failure or not record.launches:
         return dataclasses.replace(outcome, message=record.failure or f"{record.case_id}: no launch produced a result")
     if base is not None and (base.failure or not base.launches):
-        return dataclasses.replace(_estimates(record, outcome, baseline), status=V.NO_BASELINE,
-                                   message=f"the base commit has no result for {record.case_id}, nothing to compare "
-                                           f"with: {base.failure or 'no launch'} [{record.where}]")
+        return dataclasses.replace(
+            _estimates(record, outcome, baseline),
+            status=V.NO_BASELINE,
+            message=f"the base commit has no result for {record.case_id}, nothing to compare "
+            f"with: {base.failure or 'no launch'} [{record.where}]",
+        )
     outcome = _estimates(record, outcome, baseline, base)
     budget = baseline if base is None else ab.as_baseline(base, baseline)  # memory, bytes, final loss
     problems = tuple(dict.fromkeys([*record.problems, *budgets.final_loss(record, budget)]))
@@ -67,16 +81,32 @@ def _verdict(record: CaseRecord, baseline: BaselineFile | None, overrides: Overr
     if record.oversubscribed:
         found.append(MetricVerdict(metric="efficiency", status=V.NOT_MEANINGFUL, message=record.oversubscribed_why))
     elif record.reference_itself:  # measured against its own launches: nothing to judge but memory and bytes
-        known = base is not None or (baseline is not None and record.key in baseline.cases)  # else require-baseline fails
-        found.append(MetricVerdict(metric="efficiency", status=V.NOT_MEANINGFUL if known else V.NO_BASELINE,
-                                   message=f"the single-process reference: its efficiency is 1 by definition "
-                                           f"[{record.where}]" if known else f"no baseline for {record.where}"))
+        known = base is not None or (
+            baseline is not None and record.key in baseline.cases
+        )  # else require-baseline fails
+        found.append(
+            MetricVerdict(
+                metric="efficiency",
+                status=V.NOT_MEANINGFUL if known else V.NO_BASELINE,
+                message=f"the single-process reference: its efficiency is 1 by definition [{record.where}]"
+                if known
+                else f"no baseline for {record.where}",
+            )
+        )
     else:
-        decided = (ab.timing(record, base, baseline, overrides) if base is not None
-                   else _timing(record, outcome, baseline, overrides))
+        decided = (
+            ab.timing(record, base, baseline, overrides)
+            if base is not None
+            else _timing(record, outcome, baseline, overrides)
+        )
         gate, state = decided.gate, decided.sequential
-        found.append(MetricVerdict(metric="local_efficiency" if gate in (LOCAL, AB) else "efficiency",
-                                   status=decided.status, message=decided.message))
+        found.append(
+            MetricVerdict(
+                metric="local_efficiency" if gate in (LOCAL, AB) else "efficiency",
+                status=decided.status,
+                message=decided.message,
+            )
+        )
         if not resources_regressed:  # memory and bytes need no confirmation: decided already
             more, needs_reference = decided.next_launches, decided.needs_reference
         found += budgets.throughput(record, _throughput(record), baseline, overrides)
@@ -85,8 +115,16 @@ def _verdict(record: CaseRecord, baseline: BaselineFile | None, overrides: Overr
     status, message = _combine(found, overrides)
     if record.note:
         message = f"{message} [{record.note}]"
-    return dataclasses.replace(outcome, status=status, message=message, metrics=tuple(found), gate=gate,
-                               sequential=state, next_launches=more, needs_reference=needs_reference)
+    return dataclasses.replace(
+        outcome,
+        status=status,
+        message=message,
+        metrics=tuple(found),
+        gate=gate,
+        sequential=state,
+        next_launches=more,
+        needs_reference=needs_reference,
+    )
 
 
 def _quarantine(outcome: Outcome, baseline: BaselineFile | None, overrides: Overrides) -> Outcome:
@@ -95,13 +133,17 @@ def _quarantine(outcome: Outcome, baseline: BaselineFile | None, overrides: Over
     if found is None:
         return outcome
     if not found.active(overrides.today):
-        return dataclasses.replace(outcome, message=f"{outcome.message}\n(its quarantine ran out on {found.until}: "
-                                                    f"{found.reason}; it gates again)")
+        return dataclasses.replace(
+            outcome,
+            message=f"{outcome.message}\n(its quarantine ran out on {found.until}: {found.reason}; it gates again)",
+        )
     if outcome.status not in (V.REGRESSED, V.FAILED):
         return dataclasses.replace(outcome, quarantined=found.describe())
-    return dataclasses.replace(outcome, quarantined=found.describe(),
-                               message=f"quarantined, not failing: {found.describe()}; the verdict was: "
-                                       f"{outcome.message}")
+    return dataclasses.replace(
+        outcome,
+        quarantined=found.describe(),
+        message=f"quarantined, not failing: {found.describe()}; the verdict was: {outcome.message}",
+    )
 
 
 def _timing(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None, overrides: Overrides) -> timing.Timing:
@@ -110,13 +152,17 @@ def _timing(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None,
         return timing.local(record, values, baseline, overrides)
     classic = [e for e in (estimates.classic(record, launch) for launch in record.launches) if e is not None]
     if not classic:
-        return timing.Timing(gate="", status=V.NO_BASELINE if baseline is None else V.NOT_MEANINGFUL,
-                             message=f"no efficiency: neither a reference launch nor same-launch pairs [{record.where}]")
+        return timing.Timing(
+            gate="",
+            status=V.NO_BASELINE if baseline is None else V.NOT_MEANINGFUL,
+            message=f"no efficiency: neither a reference launch nor same-launch pairs [{record.where}]",
+        )
     return timing.classic(record, stats.pooled_estimate(classic), classic, baseline, overrides)
 
 
-def _estimates(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None,
-               base: CaseRecord | None = None) -> Outcome:
+def _estimates(
+    record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None, base: CaseRecord | None = None
+) -> Outcome:
     """Both efficiencies of every launch, and the pooled figures the table and the records show (against the
     base commit's pooled local efficiency in an A/B run)."""
     classic = [estimates.classic(record, launch) for launch in record.launches]
@@ -125,15 +171,21 @@ def _estimates(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | No
     if all(e is not None for e in classic):
         pooled = stats.pooled_estimate(classic)  # type: ignore[arg-type]
         ref_median = metrics.median(record.reference_step_times_s)
-        values.update(efficiency=pooled.value, speedup=pooled.value * record.world_size,
-                      efficiency_ci=(pooled.low, pooled.high) if math.isfinite(pooled.high) else None,
-                      noise_rel=pooled.half_width_rel if math.isfinite(pooled.half_width_rel) else None,
-                      reference_throughput=metrics.throughput(record.reference_global_batch, ref_median),
-                      launch_efficiencies=tuple(e.value for e in classic) if len(classic) > 1 else ())  # type: ignore[union-attr]
+        values.update(
+            efficiency=pooled.value,
+            speedup=pooled.value * record.world_size,
+            efficiency_ci=(pooled.low, pooled.high) if math.isfinite(pooled.high) else None,
+            noise_rel=pooled.half_width_rel if math.isfinite(pooled.half_width_rel) else None,
+            reference_throughput=metrics.throughput(record.reference_global_batch, ref_median),
+            launch_efficiencies=tuple(e.value for e in classic) if len(classic) > 1 else (),
+        )  # type: ignore[union-attr]
     if local and all(e is not None for e in local):
         pooled_local = stats.pooled_estimate(local)  # type: ignore[arg-type]
-        values.update(local_efficiency=pooled_local.value, launch_local_efficiencies=tuple(e.value for e in local),  # type: ignore[union-attr]
-                      local_ci=(pooled_local.low, pooled_local.high) if math.isfinite(pooled_local.high) else None)
+        values.update(
+            local_efficiency=pooled_local.value,
+            launch_local_efficiencies=tuple(e.value for e in local),  # type: ignore[union-attr]
+            local_ci=(pooled_local.low, pooled_local.high) if math.isfinite(pooled_local.high) else None,
+        )
     values.update(_flops(record))
     ref = budgets.reference(baseline, record, "efficiency")
     entry = timing.local_baseline(baseline, record)
@@ -143,13 +195,17 @@ def _estimates(record: CaseRecord, outcome: Outcome, baseline: BaselineFile | No
         base_local = math.exp(statistics.mean(math.log(b) for _, b in paired)) if paired else None
         if paired:
             values["local_efficiency"] = math.exp(statistics.mean(math.log(h) for h, _ in paired))
-    return dataclasses.replace(outcome, baseline_efficiency=ref.value if ref else None,
-                               baseline_local_efficiency=base_local, **values)
+    return dataclasses.replace(
+        outcome, baseline_efficiency=ref.value if ref else None, baseline_local_efficiency=base_local, **values
+    )
 
 
 def _throughput(record: CaseRecord) -> Estimate | None:
-    per_launch = [stats.throughput_estimate(launch.step_times_s, record.global_batch) for launch in record.launches
-                  if len(launch.step_times_s) >= stats.MIN_VALUES]
+    per_launch = [
+        stats.throughput_estimate(launch.step_times_s, record.global_batch)
+        for launch in record.launches
+        if len(launch.step_times_s) >= stats.MIN_VALUES
+    ]
     return stats.pooled_estimate(per_launch) if per_launch else None
 
 
@@ -167,15 +223,29 @@ def _flops(record: CaseRecord) -> dict:
     samples = _throughput(record)
     if samples is None:
         return {"mfu_unavailable": "n/a: too few measured steps"}
-    achieved, value = peaks.mfu(record.flops_per_step, samples.value, record.global_batch, record.world_size,
-                                record.peak_flops)
+    achieved, value = peaks.mfu(
+        record.flops_per_step, samples.value, record.global_batch, record.world_size, record.peak_flops
+    )
     estimate = _mfu(record)
-    why = "" if value is not None else (f"n/a: FLOPs {record.flops_unavailable}" if not record.flops_per_step
-                                        else record.peak_source or "n/a: no peak for this device")
-    return {"tokens_per_s": samples.value * record.tokens_per_sample if record.tokens_per_sample else None,
-            "flops_per_step": record.flops_per_step, "achieved_flops": achieved, "mfu": value,
-            "mfu_ci": (estimate.low, estimate.high) if estimate and math.isfinite(estimate.high) else None,
-            "peak_flops": record.peak_flops, "peak_source": record.peak_source, "mfu_unavailable": why}
+    why = (
+        ""
+        if value is not None
+        else (
+            f"n/a: FLOPs {record.flops_unavailable}"
+            if not record.flops_per_step
+            else record.peak_source or "n/a: no peak for this device"
+        )
+    )
+    return {
+        "tokens_per_s": samples.value * record.tokens_per_sample if record.tokens_per_sample else None,
+        "flops_per_step": record.flops_per_step,
+        "achieved_flops": achieved,
+        "mfu": value,
+        "mfu_ci": (estimate.low, estimate.high) if estimate and math.isfinite(estimate.high) else None,
+        "peak_flops": record.peak_flops,
+        "peak_source": record.peak_source,
+        "mfu_unavailable": why,
+    }
 
 
 def _combine(found: list[MetricVerdict], overrides: Overrides) -> tuple[str, str]:
@@ -185,8 +255,10 @@ def _combine(found: list[MetricVerdict], overrides: Overrides) -> tuple[str, str
     ranked = sorted(found, key=lambda v: SEVERITY.index(v.status))
     status = ranked[0].status
     shown = [v.message for v in ranked if v.status not in (V.OK,) and v.message] or [
-        next(v.message for v in found if v.metric in ("efficiency", "local_efficiency")) if any(
-            v.metric in ("efficiency", "local_efficiency") for v in found) else ranked[0].message]
+        next(v.message for v in found if v.metric in ("efficiency", "local_efficiency"))
+        if any(v.metric in ("efficiency", "local_efficiency") for v in found)
+        else ranked[0].message
+    ]
     message = "\n".join(shown)
     if status == V.NOISY and overrides.strict:
         return V.FAILED, message + " (--scaling-strict)"

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from scalegate.figures import stats
-from scalegate.judge.evidence import CaseRecord, LaunchRecord
 from scalegate.figures.stats import Estimate
+from scalegate.judge.evidence import CaseRecord, LaunchRecord
 
 MIN_PAIRS = 5
 
@@ -33,8 +33,13 @@ def classic(record: CaseRecord, launch: LaunchRecord) -> Estimate | None:
     """DESIGN.md's efficiency of one launch against the session's pooled 1x1 reference steps."""
     if not record.reference_step_times_s or not launch.step_times_s:
         return None
-    return stats.efficiency_estimate(launch.step_times_s, record.global_batch, record.reference_step_times_s,
-                                     record.reference_global_batch, record.world_size)
+    return stats.efficiency_estimate(
+        launch.step_times_s,
+        record.global_batch,
+        record.reference_step_times_s,
+        record.reference_global_batch,
+        record.world_size,
+    )
 
 
 def local(launch: LaunchRecord) -> Estimate | None:

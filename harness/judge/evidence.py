@@ -97,8 +97,10 @@ class CaseRecord:
                 values[name] = tuple(values.get(name, ()))
             return cls(**values)
         except (TypeError, ValueError, AttributeError) as exc:
-            raise ScalegateError(f"{source} holds no usable judge record ({exc})",
-                                 "it was written by another scalegate version: rerun the case with this one") from None
+            raise ScalegateError(
+                f"{source} holds no usable judge record ({exc})",
+                "it was written by another scalegate version: rerun the case with this one",
+            ) from None
 
 
 def _tuples(launch: dict[str, Any]) -> dict[str, Any]:
@@ -109,15 +111,21 @@ def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
     """One launch's numbers; ``wire`` is ``scalegate.figures.resources.wire(result)``."""
     from scalegate.figures import resources  # launch side
     from scalegate.figures.resources import memory_source
+
     unavailable = next((r.extra.get("local_unavailable") for r in result.ranks if r.extra.get("local_unavailable")), "")
     return LaunchRecord(
-        step_times_s=tuple(result.step_times_s), pair_step_times_s=tuple(result.pair_step_times_s),
-        local_step_times_s=tuple(result.local_step_times_s), local_unavailable=unavailable or "",
+        step_times_s=tuple(result.step_times_s),
+        pair_step_times_s=tuple(result.pair_step_times_s),
+        local_step_times_s=tuple(result.local_step_times_s),
+        local_unavailable=unavailable or "",
         final_loss=result.losses[-1] if result.losses else None,
-        peak_memory_bytes=tuple(r.peak_memory_bytes for r in result.ranks), memory_source=memory_source(result),
-        bytes_per_step=wire.get("bytes_per_step"), analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
+        peak_memory_bytes=tuple(r.peak_memory_bytes for r in result.ranks),
+        memory_source=memory_source(result),
+        bytes_per_step=wire.get("bytes_per_step"),
+        analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
         wire_source=wire.get("source") or "",
-        checkpoint_s_per_gb=(resources.checkpoint(result) or {}).get("s_per_gb"))
+        checkpoint_s_per_gb=(resources.checkpoint(result) or {}).get("s_per_gb"),
+    )
 
 
 def pooled_steps(results: Sequence[CaseResult]) -> tuple[float, ...]:
@@ -125,8 +133,9 @@ def pooled_steps(results: Sequence[CaseResult]) -> tuple[float, ...]:
     return tuple(t for r in results for t in r.step_times_s)
 
 
-def from_results(results: Sequence[CaseResult], references: Sequence[CaseResult], *, key: str, profile: str,
-                 **fields: Any) -> CaseRecord:
+def from_results(
+    results: Sequence[CaseResult], references: Sequence[CaseResult], *, key: str, profile: str, **fields: Any
+) -> CaseRecord:
     """The record of a case's launches against the session's reference launches; ``fields`` are the rest
     (problems, oversubscribed, tolerances, conduct, note, failure)."""
     from scalegate.figures import resources  # launch side: bytes on the wire per launch
@@ -135,12 +144,20 @@ def from_results(results: Sequence[CaseResult], references: Sequence[CaseResult]
     if spec is None:
         raise ValueError("from_results needs at least one launch; a case with none is CaseRecord(failure=...)")
     return CaseRecord(
-        case_id=spec.case_id, key=key, profile=profile, world_size=spec.world_size,
-        global_batch=spec.global_batch_size, steps=spec.steps, warmup=spec.warmup,
+        case_id=spec.case_id,
+        key=key,
+        profile=profile,
+        world_size=spec.world_size,
+        global_batch=spec.global_batch_size,
+        steps=spec.steps,
+        warmup=spec.warmup,
         launches=tuple(launch_record(r, resources.wire(r)) for r in results),
         reference_step_times_s=pooled_steps(references),
         reference_global_batch=references[0].spec.global_batch_size if references else 0,
-        reference_launches=len(references), **_flops(results), **fields)
+        reference_launches=len(references),
+        **_flops(results),
+        **fields,
+    )
 
 
 def _flops(results: Sequence[CaseResult]) -> dict[str, Any]:
@@ -148,6 +165,8 @@ def _flops(results: Sequence[CaseResult]) -> dict[str, Any]:
     ranks = [r for result in results for r in result.ranks]
     counted = next((r for r in ranks if r.flops_per_step), None)
     why = next((r.flops_unavailable for r in ranks if r.flops_unavailable and r.rank == 0), "not counted")
-    return {"flops_per_step": counted.flops_per_step if counted else None,
-            "flops_unavailable": "" if counted else why,
-            "tokens_per_sample": next((r.tokens_per_sample for r in ranks if r.tokens_per_sample), None)}
+    return {
+        "flops_per_step": counted.flops_per_step if counted else None,
+        "flops_unavailable": "" if counted else why,
+        "tokens_per_sample": next((r.tokens_per_sample for r in ranks if r.tokens_per_sample), None),
+    }

@@ -19,12 +19,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scalegate.record.baselines import Reference
 from scalegate.contract.errors import ScalegateError
 from scalegate.figures.stats import Estimate
+from scalegate.record.baselines import Reference
 
 OK, REGRESSED, IMPROVED, NOISY, NO_BASELINE, NOT_MEANINGFUL, FAILED = (
-    "ok", "regressed", "improved", "noisy", "no-baseline", "not-meaningful", "failed")
+    "ok",
+    "regressed",
+    "improved",
+    "noisy",
+    "no-baseline",
+    "not-meaningful",
+    "failed",
+)
 
 # A combined relative half-width above this cannot resolve a regression of the default tolerance.
 # Chosen from docs/detection.md.
@@ -46,11 +53,18 @@ class Verdict:
 
 
 def band_rel(estimate: Estimate, baseline_noise: float = 0.0) -> float:
-    return math.sqrt(estimate.half_width_rel ** 2 + baseline_noise ** 2)
+    return math.sqrt(estimate.half_width_rel**2 + baseline_noise**2)
 
 
-def judge(estimate: Estimate, reference: Reference | None, where: str, *, baseline_noise: float = 0.0,
-          noisy_limit: float = DEFAULT_NOISY_LIMIT, metric: str = "efficiency") -> Verdict:
+def judge(
+    estimate: Estimate,
+    reference: Reference | None,
+    where: str,
+    *,
+    baseline_noise: float = 0.0,
+    noisy_limit: float = DEFAULT_NOISY_LIMIT,
+    metric: str = "efficiency",
+) -> Verdict:
     """A timing metric (higher is better) with its bootstrap interval against its baseline."""
     if reference is None:
         return Verdict(status=NO_BASELINE, message=f"no baseline for {where}")
@@ -61,14 +75,20 @@ def judge(estimate: Estimate, reference: Reference | None, where: str, *, baseli
     if value * (1 + noise) < low:
         return Verdict(status=REGRESSED, message=f"{metric} {value:.3f} is below {base} {band}")
     if value * (1 - noise) > high:
-        return Verdict(status=IMPROVED, message=f"{metric} {value:.3f} is above {base} {band}: "
-                                                f"consider `python -m scalegate update-baselines`")
+        return Verdict(
+            status=IMPROVED,
+            message=f"{metric} {value:.3f} is above {base} {band}: consider `python -m scalegate update-baselines`",
+        )
     if noise > noisy_limit:
-        return Verdict(status=NOISY, message=f"{metric} {value:.3f} vs {base}: noise ±{noise:.1%} is above the "
-                                             f"±{noisy_limit:.0%} a verdict needs {band}; run more steps")
+        return Verdict(
+            status=NOISY,
+            message=f"{metric} {value:.3f} vs {base}: noise ±{noise:.1%} is above the "
+            f"±{noisy_limit:.0%} a verdict needs {band}; run more steps",
+        )
     if value < low:
-        return Verdict(status=NOISY, message=f"{metric} {value:.3f} is below {base} but within its noise {band}; "
-                                             f"rerun to confirm")
+        return Verdict(
+            status=NOISY, message=f"{metric} {value:.3f} is below {base} but within its noise {band}; rerun to confirm"
+        )
     return Verdict(status=OK, message=f"{metric} {value:.3f} within {base} {band}")
 
 
@@ -77,12 +97,17 @@ def judge_upper(value: float, reference: Reference | None, metric: str, where: s
     if reference is None:
         return Verdict(status=NO_BASELINE, message=f"no {metric} baseline for {where}")
     limit = reference.value * (1 + reference.tolerance)
-    text = f"{metric} {value:.4g}{unit} vs baseline {reference.value:.4g}{unit} (tolerance {reference.tolerance:.0%}) " \
-           f"[{where}]"
+    text = (
+        f"{metric} {value:.4g}{unit} vs baseline {reference.value:.4g}{unit} (tolerance {reference.tolerance:.0%}) "
+        f"[{where}]"
+    )
     if value > limit:
-        return Verdict(status=REGRESSED, message=f"{metric} {value:.4g}{unit} is above baseline "
-                                                 f"{reference.value:.4g}{unit} (tolerance {reference.tolerance:.0%}) "
-                                                 f"[{where}]")
+        return Verdict(
+            status=REGRESSED,
+            message=f"{metric} {value:.4g}{unit} is above baseline "
+            f"{reference.value:.4g}{unit} (tolerance {reference.tolerance:.0%}) "
+            f"[{where}]",
+        )
     return Verdict(status=OK, message=text)
 
 
@@ -91,8 +116,10 @@ TOLERANCE_METRICS = ("efficiency", "throughput", "mfu", "peak_memory_bytes", "by
 
 def tolerance_overrides(args: tuple, kwargs: dict) -> dict[str, float]:
     """Validate ``@pytest.mark.scaling_tolerance(efficiency=0.15, ...)``: known metrics, fractions."""
-    hint = f"use keyword fractions, e.g. @pytest.mark.scaling_tolerance(efficiency=0.15); metrics: " \
-           f"{', '.join(TOLERANCE_METRICS)}"
+    hint = (
+        f"use keyword fractions, e.g. @pytest.mark.scaling_tolerance(efficiency=0.15); metrics: "
+        f"{', '.join(TOLERANCE_METRICS)}"
+    )
     if args:
         raise ScalegateError(f"scaling_tolerance takes keywords only, got positional {args!r}", hint)
     for metric, value in kwargs.items():

@@ -12,7 +12,14 @@ if TYPE_CHECKING:
     from scalegate.contract.results import CaseResult
 
 OK, REGRESSED, IMPROVED, NOISY, NO_BASELINE, NOT_MEANINGFUL, FAILED = (
-    V.OK, V.REGRESSED, V.IMPROVED, V.NOISY, V.NO_BASELINE, V.NOT_MEANINGFUL, V.FAILED)
+    V.OK,
+    V.REGRESSED,
+    V.IMPROVED,
+    V.NOISY,
+    V.NO_BASELINE,
+    V.NOT_MEANINGFUL,
+    V.FAILED,
+)
 SEVERITY = (FAILED, REGRESSED, NOISY, IMPROVED, OK, NO_BASELINE, NOT_MEANINGFUL)  # worst first
 LOCAL, CLASSIC = "local", "classic"  # which efficiency decided the timing verdict (docs/gate.md)
 AB = "a/b"  # the local efficiency against the base commit's, measured in the same gate run (harness/judge/ab.py)
@@ -67,7 +74,9 @@ class Outcome:
     peak_flops: float | None = None
     peak_source: str = ""
     mfu_unavailable: str = ""
-    sequential: dict[str, Any] = field(default_factory=dict)  # the sequential test's state (harness/judge/sequential.py)
+    sequential: dict[str, Any] = field(
+        default_factory=dict
+    )  # the sequential test's state (harness/judge/sequential.py)
     metrics: tuple[MetricVerdict, ...] = ()
     next_launches: int = 0  # > 0: the verdict is undecided and that many more launches could decide it
     needs_reference: bool = False  # ... and the separate reference must be launched again with them

@@ -79,21 +79,23 @@ class Decision:
         return self.status != UNDECIDED
 
 
-def decidable(values: Sequence[float], baseline: float, sigma: float, baseline_launches: int,
-              design: Design = Design()) -> bool:
+def decidable(
+    values: Sequence[float], baseline: float, sigma: float, baseline_launches: int, design: Design = Design()
+) -> bool:
     """Whether the budget can still reach a verdict: if the remaining launches read exactly no change, or exactly
     a ``detect`` drop, does either bound get crossed by ``max_launches``? With a shared movement (``drift``) as
     wide as the drop no number of launches averages it away, and launching them only spends time."""
     for target in (0.0, math.log(1 - design.detect)):
         more = [baseline * math.exp(target)] * (design.max_launches - len(values))
         for n in range(len(values), design.max_launches + 1):
-            if decide([*values, *more[:n - len(values)]], baseline, sigma, baseline_launches, design).decided:
+            if decide([*values, *more[: n - len(values)]], baseline, sigma, baseline_launches, design).decided:
                 return True
     return False
 
 
-def decide(values: Sequence[float], baseline: float, sigma: float, baseline_launches: int,
-           design: Design = Design()) -> Decision:
+def decide(
+    values: Sequence[float], baseline: float, sigma: float, baseline_launches: int, design: Design = Design()
+) -> Decision:
     """The verdict after ``values`` (one local efficiency per launch, in launch order) against ``baseline``."""
     if baseline <= 0 or not values or any(v <= 0 for v in values):
         raise ValueError(f"efficiencies must be positive: baseline {baseline}, launches {list(values)}")
@@ -103,7 +105,7 @@ def decide(values: Sequence[float], baseline: float, sigma: float, baseline_laun
     xs = [min(max(math.log(v / baseline), mu1 - wide), mu0 + wide) for v in values]
     n = len(xs)
     mean = sum(xs) / n
-    var = s * s * (1 + n / max(baseline_launches, 1)) + n * design.drift ** 2
+    var = s * s * (1 + n / max(baseline_launches, 1)) + n * design.drift**2
     llr = n * (mu1 - mu0) * (mean - (mu0 + mu1) / 2) / var
     if llr >= design.upper and n >= design.min_launches_regressed:
         status = REGRESSED
@@ -111,8 +113,9 @@ def decide(values: Sequence[float], baseline: float, sigma: float, baseline_laun
         status = OK
     else:
         status = UNDECIDED
-    return Decision(status=status, launches=n, llr=llr, upper=design.upper, lower=design.lower,
-                    change=math.exp(mean) - 1, sigma=s)
+    return Decision(
+        status=status, launches=n, llr=llr, upper=design.upper, lower=design.lower, change=math.exp(mean) - 1, sigma=s
+    )
 
 
 def run(draw, baseline: float, sigma: float, baseline_launches: int, design: Design = Design()) -> Decision:
@@ -125,8 +128,9 @@ def run(draw, baseline: float, sigma: float, baseline_launches: int, design: Des
         values.append(draw())
 
 
-def simulate(drop: float, sigma: float, baseline_launches: int, design: Design = Design(), trials: int = 20000,
-             seed: int = 0) -> dict[str, float]:
+def simulate(
+    drop: float, sigma: float, baseline_launches: int, design: Design = Design(), trials: int = 20000, seed: int = 0
+) -> dict[str, float]:
     """Operating characteristics under the normal model: verdict shares and mean launches at a true ``drop``.
 
     The baseline is itself drawn from ``baseline_launches`` launches, as it is recorded."""

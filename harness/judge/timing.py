@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from scalegate.figures.stats import Estimate
 from scalegate.judge import metric as V
-from scalegate.record.baselines import BaselineFile
 from scalegate.judge import sequential
 from scalegate.judge.budgets import reference
-from scalegate.judge.outcome import CLASSIC, LOCAL, Overrides
 from scalegate.judge.evidence import CaseRecord
-from scalegate.figures.stats import Estimate
+from scalegate.judge.outcome import CLASSIC, LOCAL, Overrides
+from scalegate.record.baselines import BaselineFile
 
 DEFAULT_SIGMA = 0.05  # a local baseline recorded from too few launches to measure its own spread
 MIN_SIGMA_LAUNCHES = 3
@@ -55,7 +55,9 @@ def host_spread(baseline: BaselineFile, record: CaseRecord) -> tuple[float, str]
     if not record.host or recorded == record.host:
         return 0.0, recorded
     entry = case.get("local_efficiency") or {}
-    return float(entry.get("host_sigma") or HOST_SPREAD), recorded or f"{(case.get('provenance') or {}).get('hostname', '?')} (no host id)"
+    return float(
+        entry.get("host_sigma") or HOST_SPREAD
+    ), recorded or f"{(case.get('provenance') or {}).get('hostname', '?')} (no host id)"
 
 
 def local(record: CaseRecord, values: list[float], baseline: BaselineFile, overrides: Overrides) -> Timing:
@@ -67,59 +69,121 @@ def local(record: CaseRecord, values: list[float], baseline: BaselineFile, overr
     sigma = float(entry["sigma"]) if entry.get("sigma") and launches >= MIN_SIGMA_LAUNCHES else DEFAULT_SIGMA
     conduct = record.conduct
     spread, recorded = host_spread(baseline, record)
-    design = sequential.Design(detect=detect, alpha=conduct.alpha, beta=conduct.beta,
-                               max_launches=conduct.max_launches, drift=(DRIFT ** 2 + spread ** 2) ** 0.5)
+    design = sequential.Design(
+        detect=detect,
+        alpha=conduct.alpha,
+        beta=conduct.beta,
+        max_launches=conduct.max_launches,
+        drift=(DRIFT**2 + spread**2) ** 0.5,
+    )
     found = sequential.decide(values, float(entry["value"]), sigma, launches, design)
-    state = {"llr": round(found.llr, 3), "upper": round(found.upper, 3), "lower": round(found.lower, 3),
-             "change": round(found.change, 4), "sigma": round(found.sigma, 4), "baseline_launches": launches,
-             "detect": detect, "alpha": design.alpha, "beta": design.beta, "max_launches": design.max_launches,
-             "host_spread": spread}
+    state = {
+        "llr": round(found.llr, 3),
+        "upper": round(found.upper, 3),
+        "lower": round(found.lower, 3),
+        "change": round(found.change, 4),
+        "sigma": round(found.sigma, 4),
+        "baseline_launches": launches,
+        "detect": detect,
+        "alpha": design.alpha,
+        "beta": design.beta,
+        "max_launches": design.max_launches,
+        "host_spread": spread,
+    }
     base = f"baseline {float(entry['value']):.3f}"
-    over = (f"{len(values)} launch{'es' if len(values) > 1 else ''} "
-            f"({', '.join(f'{v:.3f}' for v in values)})")
-    test = (f"sequential test: a {detect:.0%} drop caught with probability {1 - design.beta:.0%}, false alarms {design.alpha:.0%}; "
-            f"launch spread ±{found.sigma:.1%} from {launches} baseline launch{'es' if launches > 1 else ''}"
-            + (f"; recorded on another host ({recorded}, this is {record.host}): hosts' levels spread ±{spread:.1%}"
-               if spread else ""))
-    ways_out = ("record baselines on this host (python -m scalegate record-baselines) or gate against the base "
-                "commit (python -m scalegate gate --base REF)")
+    over = f"{len(values)} launch{'es' if len(values) > 1 else ''} ({', '.join(f'{v:.3f}' for v in values)})"
+    test = (
+        f"sequential test: a {detect:.0%} drop caught with probability {1 - design.beta:.0%}, false alarms {design.alpha:.0%}; "
+        f"launch spread ±{found.sigma:.1%} from {launches} baseline launch{'es' if launches > 1 else ''}"
+        + (
+            f"; recorded on another host ({recorded}, this is {record.host}): hosts' levels spread ±{spread:.1%}"
+            if spread
+            else ""
+        )
+    )
+    ways_out = (
+        "record baselines on this host (python -m scalegate record-baselines) or gate against the base "
+        "commit (python -m scalegate gate --base REF)"
+    )
     other_host = f"; a baseline from another host leaves this band: {ways_out}" if spread else ""
-    cannot = (f"; with a baseline from another host no verdict is reachable within {design.max_launches} launches: "
-              f"{ways_out}") if spread else ""
+    cannot = (
+        (
+            f"; with a baseline from another host no verdict is reachable within {design.max_launches} launches: "
+            f"{ways_out}"
+        )
+        if spread
+        else ""
+    )
     value = sum(values) / len(values)
     if found.status == sequential.REGRESSED:
-        return Timing(gate=LOCAL, status=V.REGRESSED, sequential=state,
-                      message=f"local efficiency {value:.3f} is {-found.change:.1%} below {base} over {over}: a "
-                              f"{detect:.0%} drop explains it better than no change ({test}) [{record.where}]")
+        return Timing(
+            gate=LOCAL,
+            status=V.REGRESSED,
+            sequential=state,
+            message=f"local efficiency {value:.3f} is {-found.change:.1%} below {base} over {over}: a "
+            f"{detect:.0%} drop explains it better than no change ({test}) [{record.where}]",
+        )
     if found.status == sequential.OK:
-        return Timing(gate=LOCAL, status=V.OK, sequential=state,
-                      message=f"local efficiency {value:.3f} within {base} ({found.change:+.1%} over {over}; "
-                              f"{test}) [{record.where}]")
-    if len(values) < design.max_launches and not sequential.decidable(values, float(entry["value"]), sigma, launches, design):
-        return Timing(gate=LOCAL, status=V.NOISY, sequential=state,
-                      message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): undecided"
-                              f"{cannot or ' and undecidable within the budget: raise --scaling-max-launches'} "
-                              f"({test}) [{record.where}]")
+        return Timing(
+            gate=LOCAL,
+            status=V.OK,
+            sequential=state,
+            message=f"local efficiency {value:.3f} within {base} ({found.change:+.1%} over {over}; "
+            f"{test}) [{record.where}]",
+        )
+    if len(values) < design.max_launches and not sequential.decidable(
+        values, float(entry["value"]), sigma, launches, design
+    ):
+        return Timing(
+            gate=LOCAL,
+            status=V.NOISY,
+            sequential=state,
+            message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): undecided"
+            f"{cannot or ' and undecidable within the budget: raise --scaling-max-launches'} "
+            f"({test}) [{record.where}]",
+        )
     if len(values) < design.max_launches:
-        return Timing(gate=LOCAL, status=V.NOISY, next_launches=1, sequential=state,
-                      message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): undecided, "
-                              f"launching again ({test}) [{record.where}]")
-    return Timing(gate=LOCAL, status=V.NOISY, sequential=state,
-                  message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): still undecided "
-                          f"between no change and a {detect:.0%} drop after the budget of {design.max_launches} launches"
-                          f"{other_host or '; raise --scaling-max-launches or rerun'} ({test}) [{record.where}]")
+        return Timing(
+            gate=LOCAL,
+            status=V.NOISY,
+            next_launches=1,
+            sequential=state,
+            message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): undecided, "
+            f"launching again ({test}) [{record.where}]",
+        )
+    return Timing(
+        gate=LOCAL,
+        status=V.NOISY,
+        sequential=state,
+        message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): still undecided "
+        f"between no change and a {detect:.0%} drop after the budget of {design.max_launches} launches"
+        f"{other_host or '; raise --scaling-max-launches or rerun'} ({test}) [{record.where}]",
+    )
 
 
-def classic(record: CaseRecord, estimate: Estimate, launches: list[Estimate], baseline: BaselineFile | None,
-            overrides: Overrides) -> Timing:
+def classic(
+    record: CaseRecord,
+    estimate: Estimate,
+    launches: list[Estimate],
+    baseline: BaselineFile | None,
+    overrides: Overrides,
+) -> Timing:
     ref = reference(baseline, record, "efficiency", overrides)
     noise = (baseline.cases.get(record.key, {}).get("noise_rel", 0.0) if baseline and ref else 0.0) or 0.0
     spread, recorded = host_spread(baseline, record) if baseline and ref else (0.0, "")
     # a baseline from another host: its level differs by the spread between hosts too (HOST_SPREAD)
-    found = V.judge(estimate, ref, record.where, baseline_noise=math.hypot(noise, spread),
-                    noisy_limit=max(overrides.noisy_limit, math.hypot(overrides.noisy_limit, spread)))
-    message = found.message + (f" (baseline recorded on another host, {recorded}: hosts' levels spread "
-                               f"±{spread:.1%}, in the noise)" if spread else "")
+    found = V.judge(
+        estimate,
+        ref,
+        record.where,
+        baseline_noise=math.hypot(noise, spread),
+        noisy_limit=max(overrides.noisy_limit, math.hypot(overrides.noisy_limit, spread)),
+    )
+    message = found.message + (
+        f" (baseline recorded on another host, {recorded}: hosts' levels spread ±{spread:.1%}, in the noise)"
+        if spread
+        else ""
+    )
     if len(launches) > 1:
         message += f" (median of {len(launches)} launches: {', '.join(f'{e.value:.3f}' for e in launches)})"
     conduct = record.conduct
@@ -127,6 +191,8 @@ def classic(record: CaseRecord, estimate: Estimate, launches: list[Estimate], ba
     more = conduct.launches if found.status == V.REGRESSED and rounds < conduct.confirm else 0
     if rounds > 0:  # a relaunch happens only after a regressed round
         verb = "confirmed" if found.status == V.REGRESSED else "not confirmed"
-        message += (f"\n(regression {verb} by relaunching the case and its reference; {len(record.launches)} "
-                    f"launches judged together)")
+        message += (
+            f"\n(regression {verb} by relaunching the case and its reference; {len(record.launches)} "
+            f"launches judged together)"
+        )
     return Timing(gate=CLASSIC, status=found.status, message=message, next_launches=more, needs_reference=more > 0)

@@ -26,10 +26,10 @@ from typing import Any
 
 from scalegate.contract import affinity
 from scalegate.contract.errors import LaunchError, SpecError
-from scalegate.launch import hang, netns, process
-from scalegate.launch.local import LocalLauncher, first_failure
 from scalegate.contract.results import CaseResult, RankResult, aggregate
 from scalegate.contract.spec import CaseSpec
+from scalegate.launch import hang, netns, process
+from scalegate.launch.local import LocalLauncher, first_failure
 
 SUBNET = "198.18.0"  # RFC 2544 benchmarking range; lives only inside the case's namespaces
 IFNAME = "eth0"
@@ -42,8 +42,10 @@ def parse_rate(text: str) -> float:
     """``1gbit`` -> 1e9 bits/s; raises SpecError naming the option otherwise."""
     match = _RATE.match(text.strip().lower())
     if not match or float(match.group(1)) <= 0:
-        raise SpecError(f"--scaling-link-rate={text!r} is not a tc rate like 1gbit, 200mbit, 10gbit",
-                        "write a positive number followed by bit, kbit, mbit, gbit or tbit")
+        raise SpecError(
+            f"--scaling-link-rate={text!r} is not a tc rate like 1gbit, 200mbit, 10gbit",
+            "write a positive number followed by bit, kbit, mbit, gbit or tbit",
+        )
     return float(match.group(1)) * _UNIT[match.group(2)]
 
 
@@ -76,14 +78,36 @@ def build_fabric(scope: netns.Scope, n_nodes: int, rate: str, case_tag: str) -> 
         netns.run_ip(["-n", node, "addr", "add", f"{node_address(i)}/24", "dev", IFNAME])
         netns.run_ip(["-n", node, "link", "set", IFNAME, "up"])
         for ns, dev in ((node, IFNAME), (hub, port)):  # node's uplink and its downlink
-            netns.run_ip(["-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
-                          "burst", str(burst), "latency", "100ms"], tool="tc")
+            netns.run_ip(
+                [
+                    "-n",
+                    ns,
+                    "qdisc",
+                    "add",
+                    "dev",
+                    dev,
+                    "root",
+                    "tbf",
+                    "rate",
+                    rate,
+                    "burst",
+                    str(burst),
+                    "latency",
+                    "100ms",
+                ],
+                tool="tc",
+            )
         nodes.append(node)
     return Fabric(hub=hub, nodes=tuple(nodes), rate=rate)
 
 
-def run_case(spec: CaseSpec, case_dir: Path, link_rate: str = "1gbit", launcher: LocalLauncher | None = None,
-             data_dir: str | None = None) -> CaseResult:
+def run_case(
+    spec: CaseSpec,
+    case_dir: Path,
+    link_rate: str = "1gbit",
+    launcher: LocalLauncher | None = None,
+    data_dir: str | None = None,
+) -> CaseResult:
     """Run a multi-node case as emulated nodes; always remove what was built."""
     parse_rate(link_rate)
     case_dir.mkdir(parents=True, exist_ok=True)
@@ -94,21 +118,38 @@ def run_case(spec: CaseSpec, case_dir: Path, link_rate: str = "1gbit", launcher:
     if reason is not None:
         port = process.free_port()
         env = {"SCALEGATE_WIRE_UNAVAILABLE": f"links not shaped: {reason}"}
-        plans = [(replace(base, master_addr="127.0.0.1"), [], {**env, affinity.ENV: cpus})
-                 for cpus in _cpu_slices(spec)]
+        plans = [
+            (replace(base, master_addr="127.0.0.1"), [], {**env, affinity.ENV: cpus}) for cpus in _cpu_slices(spec)
+        ]
         result = _run_agents(spec, case_dir, spec_path, plans, port, data_dir)
-        return _with_link(result, {"launcher": "emulated", "shaped": False, "rate": None,
-                                   "note": f"links not shaped: {reason}; nodes ran as loopback agents"})
+        return _with_link(
+            result,
+            {
+                "launcher": "emulated",
+                "shaped": False,
+                "rate": None,
+                "note": f"links not shaped: {reason}; nodes ran as loopback agents",
+            },
+        )
     with netns.Scope() as scope:
         fabric = build_fabric(scope, spec.topo.nodes, link_rate, spec.case_id.replace("-", "")[:24])
         # The wire counter (harness/measure/wire.py) reads eth0: only what crosses the node's link.
         env = {"GLOO_SOCKET_IFNAME": IFNAME, "SCALEGATE_WIRE_IFACE": IFNAME}
-        plans = [(replace(base, master_addr=node_address(0)), netns.exec_prefix(ns), {**env, affinity.ENV: cpus})
-                 for ns, cpus in zip(fabric.nodes, _cpu_slices(spec))]
+        plans = [
+            (replace(base, master_addr=node_address(0)), netns.exec_prefix(ns), {**env, affinity.ENV: cpus})
+            for ns, cpus in zip(fabric.nodes, _cpu_slices(spec))
+        ]
         result = _run_agents(spec, case_dir, spec_path, plans, MASTER_PORT, data_dir)
-    return _with_link(result, {"launcher": "emulated", "shaped": True, "rate": link_rate,
-                               "addresses": [node_address(i) for i in range(spec.topo.nodes)],
-                               "nodes": link_bytes(result.ranks)})
+    return _with_link(
+        result,
+        {
+            "launcher": "emulated",
+            "shaped": True,
+            "rate": link_rate,
+            "addresses": [node_address(i) for i in range(spec.topo.nodes)],
+            "nodes": link_bytes(result.ranks),
+        },
+    )
 
 
 def _cpu_slices(spec: CaseSpec) -> list[str]:
@@ -126,8 +167,12 @@ def link_bytes(ranks: list[RankResult]) -> list[dict[str, Any]]:
         wire = getattr(rank, "wire", None) or {}
         if rank.node_rank in per_node or "bytes_per_step" not in wire:
             continue
-        per_node[rank.node_rank] = {"node": rank.node_rank, "interface": IFNAME,
-                                    "tx_bytes_per_step": wire["bytes_per_step"], "source": wire.get("source")}
+        per_node[rank.node_rank] = {
+            "node": rank.node_rank,
+            "interface": IFNAME,
+            "tx_bytes_per_step": wire["bytes_per_step"],
+            "source": wire.get("source"),
+        }
     return [per_node[n] for n in sorted(per_node)]
 
 
@@ -135,8 +180,9 @@ def _with_link(result: CaseResult, launch: dict[str, Any]) -> CaseResult:
     return replace(result, launch={**result.launch, **launch})
 
 
-def _run_agents(spec: CaseSpec, case_dir: Path, spec_path: Path, plans: list, port: int,
-                data_dir: str | None) -> CaseResult:
+def _run_agents(
+    spec: CaseSpec, case_dir: Path, spec_path: Path, plans: list, port: int, data_dir: str | None
+) -> CaseResult:
     """Start one agent per node, wait for all; on failure or timeout kill every agent's tree."""
     out_dir = case_dir / "ranks"
     procs: list[subprocess.Popen] = []
@@ -144,13 +190,22 @@ def _run_agents(spec: CaseSpec, case_dir: Path, spec_path: Path, plans: list, po
     start = time.perf_counter()
     try:
         for node, (launcher, prefix, extra_env) in enumerate(plans):
-            argv = prefix + launcher.command(spec, spec_path, out_dir, port, case_dir / "logs" / f"node{node}",
-                                             node_rank=node)
+            argv = prefix + launcher.command(
+                spec, spec_path, out_dir, port, case_dir / "logs" / f"node{node}", node_rank=node
+            )
             env = {**launcher.environment(spec, data_dir), **extra_env}
             log = open(case_dir / f"launcher-node{node}.log", "ab")
             logs.append(log)
-            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env=env, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
         codes = _wait_all(procs, start + spec.timeout_s)
         if codes is None:  # a hang: heartbeats and every node's rank stacks, before anything is killed
             diagnosis = [hang.diagnose(p.pid, out_dir, spec.world_size, case_dir) for p in procs if p.poll() is None]
@@ -162,14 +217,18 @@ def _run_agents(spec: CaseSpec, case_dir: Path, spec_path: Path, plans: list, po
             log.close()
     wall = time.perf_counter() - start
     if codes is None:
-        raise LaunchError(f"{spec.case_id} timed out after {spec.timeout_s:.0f}s; every node's agent was killed\n"
-                          + "\n".join(diagnosis),
-                          f"raise --scaling-timeout or lower --scaling-link-rate's load; logs under {case_dir}")
+        raise LaunchError(
+            f"{spec.case_id} timed out after {spec.timeout_s:.0f}s; every node's agent was killed\n"
+            + "\n".join(diagnosis),
+            f"raise --scaling-timeout or lower --scaling-link-rate's load; logs under {case_dir}",
+        )
     failed = [(node, code) for node, code in enumerate(codes) if code != 0]
     if failed:
         node, code = failed[0]
-        raise LaunchError(f"{spec.case_id} failed: node {node}'s torchrun agent exited with {code}\n"
-                          + _failure(case_dir, node), f"logs per node under {case_dir}")
+        raise LaunchError(
+            f"{spec.case_id} failed: node {node}'s torchrun agent exited with {code}\n" + _failure(case_dir, node),
+            f"logs per node under {case_dir}",
+        )
     ranks = [RankResult.read(out_dir / f"rank{r}.json") for r in range(spec.world_size)]
     return aggregate(spec, ranks, launch_wall_s=wall)
 
@@ -191,4 +250,3 @@ def _wait_all(procs: list[subprocess.Popen], deadline: float) -> list[int] | Non
             return [c if c is not None else -1 for c in codes]
         time.sleep(0.1)
     return None
-

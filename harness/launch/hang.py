@@ -53,8 +53,9 @@ def stack(pid: int, out_dir: Path, rank: int | None) -> str:
     tool = py_spy()
     if tool:
         try:
-            done = subprocess.run([tool, "dump", "--pid", str(pid)], capture_output=True, text=True,
-                                  timeout=PY_SPY_TIMEOUT_S)
+            done = subprocess.run(
+                [tool, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=PY_SPY_TIMEOUT_S
+            )
             if done.returncode == 0 and done.stdout.strip():
                 return done.stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
@@ -105,10 +106,11 @@ def _innermost(dump: str) -> str:
     """The innermost frame of the main thread (py-spy prints innermost first, as does faulthandler)."""
     lines = dump.splitlines()
     start = next((i for i, line in enumerate(lines) if "MainThread" in line), 0)
-    for line in lines[start + 1 if start else 0:]:
+    for line in lines[start + 1 if start else 0 :]:
         text = line.strip()
-        if not text or text.startswith(("Process ", "Python v", "Thread ", "(faulthandler)", "Current thread",
-                                         "Stack (")):
+        if not text or text.startswith(
+            ("Process ", "Python v", "Thread ", "(faulthandler)", "Current thread", "Stack (")
+        ):
             continue
         return text
     return ""

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Callable
 
 from scalegate.contract.errors import LaunchError
-from scalegate.launch import hang, process, warm, wirecount
 from scalegate.contract.results import CaseResult, RankResult, aggregate
 from scalegate.contract.spec import CaseSpec
+from scalegate.launch import hang, process, warm, wirecount
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,22 +21,44 @@ class LocalLauncher:
     python: str = sys.executable
     master_addr: str = "127.0.0.1"
 
-    def command(self, spec: CaseSpec, spec_path: Path, out_dir: Path, port: int, log_dir: Path,
-                node_rank: int = 0) -> list[str]:
-        return [self.python, "-m", "torch.distributed.run",
-                *self.torchrun_args(spec, spec_path, out_dir, port, log_dir, node_rank)]
+    def command(
+        self, spec: CaseSpec, spec_path: Path, out_dir: Path, port: int, log_dir: Path, node_rank: int = 0
+    ) -> list[str]:
+        return [
+            self.python,
+            "-m",
+            "torch.distributed.run",
+            *self.torchrun_args(spec, spec_path, out_dir, port, log_dir, node_rank),
+        ]
 
-    def torchrun_args(self, spec: CaseSpec, spec_path: Path, out_dir: Path, port: int, log_dir: Path,
-                      node_rank: int = 0) -> list[str]:
+    def torchrun_args(
+        self, spec: CaseSpec, spec_path: Path, out_dir: Path, port: int, log_dir: Path, node_rank: int = 0
+    ) -> list[str]:
         """torchrun's arguments: a cold ``python -m torch.distributed.run`` or the warm agent takes them."""
         topo = spec.topo
         return [
-            "--nnodes", str(topo.nodes), "--node-rank", str(node_rank),
-            "--nproc-per-node", str(topo.per_node),
-            "--master-addr", self.master_addr, "--master-port", str(port),
-            "--max-restarts", "0", "--monitor-interval", "0.1",
-            "--log-dir", str(log_dir), "--redirects", "3",
-            "-m", "scalegate.worker", str(spec_path), str(out_dir),
+            "--nnodes",
+            str(topo.nodes),
+            "--node-rank",
+            str(node_rank),
+            "--nproc-per-node",
+            str(topo.per_node),
+            "--master-addr",
+            self.master_addr,
+            "--master-port",
+            str(port),
+            "--max-restarts",
+            "0",
+            "--monitor-interval",
+            "0.1",
+            "--log-dir",
+            str(log_dir),
+            "--redirects",
+            "3",
+            "-m",
+            "scalegate.worker",
+            str(spec_path),
+            str(out_dir),
         ]
 
     def environment(self, spec: CaseSpec, data_dir: str | None = None) -> dict[str, str]:
@@ -54,8 +76,13 @@ class LocalLauncher:
 PORT_ATTEMPTS = 3  # a free port can be taken between our probe and torchrun's bind (pytest -n 2)
 
 
-def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = None,
-             data_dir: str | None = None, agents: "warm.AgentPool | None" = None) -> CaseResult:
+def run_case(
+    spec: CaseSpec,
+    case_dir: Path,
+    launcher: LocalLauncher | None = None,
+    data_dir: str | None = None,
+    agents: "warm.AgentPool | None" = None,
+) -> CaseResult:
     """Launch the case, wait for it within its timeout, and aggregate every rank's result.
 
     With ``agents`` the session's warm torchrun agent forks the ranks of a single-node case
@@ -75,8 +102,14 @@ def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = No
 
     def warm_launch(port: int, log_dir: Path) -> process.Completed:
         args = launcher.torchrun_args(spec, spec_path, out_dir, port, log_dir)
-        return agents.run(spec, args, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,  # type: ignore[union-attr]
-                          env=launcher.environment(spec, data_dir), on_timeout=on_timeout)
+        return agents.run(
+            spec,
+            args,
+            log_path=case_dir / "launcher.log",
+            timeout_s=spec.timeout_s,  # type: ignore[union-attr]
+            env=launcher.environment(spec, data_dir),
+            on_timeout=on_timeout,
+        )
 
     launched, note = "torchrun", ""
     if agents is not None and not spec.topo.multi_node:
@@ -88,26 +121,38 @@ def run_case(spec: CaseSpec, case_dir: Path, launcher: LocalLauncher | None = No
             raise LaunchError(f"{spec.case_id}: {exc.message}\n{rank_logs(case_dir)}", exc.hint) from None
     if launched == "torchrun":
         with wirecount.private_network(spec) as (prefix, wire_env):  # its own loopback counts its bytes
+
             def cold_launch(port: int, log_dir: Path) -> process.Completed:
                 argv = prefix + launcher.command(spec, spec_path, out_dir, port, log_dir)
-                return process.run(argv, log_path=case_dir / "launcher.log", timeout_s=spec.timeout_s,
-                                   env={**launcher.environment(spec, data_dir), **wire_env}, on_timeout=on_timeout)
+                return process.run(
+                    argv,
+                    log_path=case_dir / "launcher.log",
+                    timeout_s=spec.timeout_s,
+                    env={**launcher.environment(spec, data_dir), **wire_env},
+                    on_timeout=on_timeout,
+                )
 
             done = _with_port_retries(case_dir, cold_launch)
     if done.timed_out:
-        raise LaunchError(f"{spec.case_id} hung: no result after {spec.timeout_s:.0f}s, so every process was "
-                          f"killed\n{''.join(diagnosis)}\n{rank_logs(case_dir)}",
-                          "the rank(s) that stopped first are named above, with their stacks; "
-                          "raise --scaling-timeout only if the case is merely slow")
+        raise LaunchError(
+            f"{spec.case_id} hung: no result after {spec.timeout_s:.0f}s, so every process was "
+            f"killed\n{''.join(diagnosis)}\n{rank_logs(case_dir)}",
+            "the rank(s) that stopped first are named above, with their stacks; "
+            "raise --scaling-timeout only if the case is merely slow",
+        )
     if done.returncode != 0:
-        raise LaunchError(f"{spec.case_id} failed (torchrun exit code {done.returncode})\n"
-                          f"{first_failure(case_dir)}\n{rank_logs(case_dir)}", f"full logs under {case_dir}")
+        raise LaunchError(
+            f"{spec.case_id} failed (torchrun exit code {done.returncode})\n"
+            f"{first_failure(case_dir)}\n{rank_logs(case_dir)}",
+            f"full logs under {case_dir}",
+        )
     try:
         ranks = [RankResult.read(out_dir / f"rank{r}.json") for r in range(spec.world_size)]
         result = aggregate(spec, ranks, launch_wall_s=done.wall_s)
     except LaunchError as exc:
-        raise LaunchError(f"{spec.case_id}: every rank exited 0, but {exc.message}\n{rank_logs(case_dir)}",
-                          exc.hint) from None
+        raise LaunchError(
+            f"{spec.case_id}: every rank exited 0, but {exc.message}\n{rank_logs(case_dir)}", exc.hint
+        ) from None
     how = {"launcher": launched, **({"note": note} if note else {})}
     return dataclasses.replace(result, launch={**result.launch, **how})
 

@@ -65,9 +65,12 @@ class Counters:
     tx_packets: int
 
     def __sub__(self, other: "Counters") -> "Counters":
-        return Counters(rx_bytes=self.rx_bytes - other.rx_bytes, tx_bytes=self.tx_bytes - other.tx_bytes,
-                        rx_packets=self.rx_packets - other.rx_packets,
-                        tx_packets=self.tx_packets - other.tx_packets)
+        return Counters(
+            rx_bytes=self.rx_bytes - other.rx_bytes,
+            tx_bytes=self.tx_bytes - other.tx_bytes,
+            rx_packets=self.rx_packets - other.rx_packets,
+            tx_packets=self.tx_packets - other.tx_packets,
+        )
 
 
 def run_ip(args: list[str], *, tool: str = "ip", check: bool = True) -> subprocess.CompletedProcess:
@@ -78,8 +81,10 @@ def run_ip(args: list[str], *, tool: str = "ip", check: bool = True) -> subproce
     except FileNotFoundError as exc:
         raise NetnsError(f"{tool} is not installed ({exc})", "apt-get install -y iproute2") from exc
     if check and done.returncode != 0:
-        raise NetnsError(f"`{' '.join(argv)}` failed ({done.returncode}): {done.stderr.strip()}",
-                         "network namespaces need root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and iproute2")
+        raise NetnsError(
+            f"`{' '.join(argv)}` failed ({done.returncode}): {done.stderr.strip()}",
+            "network namespaces need root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and iproute2",
+        )
     return done
 
 
@@ -139,11 +144,17 @@ def counters(name: str, ifname: str = "lo") -> Counters:
     done = run_ip(["-n", name, "-s", "-j", "link", "show", "dev", ifname])
     try:
         stats = json.loads(done.stdout)[0]["stats64"]
-        return Counters(rx_bytes=int(stats["rx"]["bytes"]), tx_bytes=int(stats["tx"]["bytes"]),
-                        rx_packets=int(stats["rx"]["packets"]), tx_packets=int(stats["tx"]["packets"]))
+        return Counters(
+            rx_bytes=int(stats["rx"]["bytes"]),
+            tx_bytes=int(stats["tx"]["bytes"]),
+            rx_packets=int(stats["rx"]["packets"]),
+            tx_packets=int(stats["tx"]["packets"]),
+        )
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise NetnsError(f"unreadable counters for {ifname} in {name}: {done.stdout[:200]!r}",
-                         "iproute2 >= 5.0 is needed for `ip -s -j link`") from exc
+        raise NetnsError(
+            f"unreadable counters for {ifname} in {name}: {done.stdout[:200]!r}",
+            "iproute2 >= 5.0 is needed for `ip -s -j link`",
+        ) from exc
 
 
 def list_namespaces(prefix: str = PREFIX) -> list[str]:

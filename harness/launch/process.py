@@ -76,8 +76,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def run(argv: list[str], *, log_path: Path, timeout_s: float, env: dict[str, str] | None = None,
-        cwd: Path | None = None, on_timeout: Callable[[int], None] | None = None) -> Completed:
+def run(
+    argv: list[str],
+    *,
+    log_path: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    on_timeout: Callable[[int], None] | None = None,
+) -> Completed:
     """Run ``argv`` in a new session; at the timeout call ``on_timeout(pid)`` (e.g. to dump stacks),
     then kill the whole tree. Ctrl-C or SIGTERM (raised as an exception here) also kills the tree."""
     start = time.perf_counter()
@@ -85,8 +92,15 @@ def run(argv: list[str], *, log_path: Path, timeout_s: float, env: dict[str, str
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(argv) + "\n").encode())  # the exact command, to rerun by hand
         log.flush()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
         try:
             code = proc.wait(timeout=timeout_s)
             return Completed(returncode=code, wall_s=time.perf_counter() - start, timed_out=False)

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Mapping
 
 from scalegate.contract.errors import LaunchError, SpecError
-from scalegate.launch import process
-from scalegate.launch.local import LocalLauncher, first_failure
 from scalegate.contract.results import CaseResult, RankResult, aggregate
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
+from scalegate.launch import process
+from scalegate.launch.local import LocalLauncher, first_failure
 
 PORT_BASE, PORT_SPAN = 12000, 16000  # below Linux's ephemeral range (32768+)
 WAIT_S = float(os.environ.get("SCALEGATE_SLURM_WAIT_S", 3600))  # how long a node waits for node 0
@@ -122,12 +122,20 @@ def detect(environ: Mapping[str, str] | None = None) -> SlurmEnv | None:
     nodes = tuple(expand_nodelist(nodelist))
     tasks, step_nodes = env.get("SLURM_STEP_NUM_TASKS"), env.get("SLURM_STEP_NUM_NODES")
     if tasks and step_nodes and tasks != step_nodes:
-        raise SpecError(f"srun started {tasks} tasks on {step_nodes} nodes: agent mode needs one pytest per node",
-                        "run `srun --ntasks-per-node=1 pytest scaling_tests ...`")
+        raise SpecError(
+            f"srun started {tasks} tasks on {step_nodes} nodes: agent mode needs one pytest per node",
+            "run `srun --ntasks-per-node=1 pytest scaling_tests ...`",
+        )
     gpus = _count(env.get("SLURM_GPUS_ON_NODE")) or _count(env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"))
     cpus = _count(env.get("SLURM_CPUS_ON_NODE")) or _count(env.get("SLURM_JOB_CPUS_PER_NODE")) or 1
-    return SlurmEnv(job_id=env["SLURM_JOB_ID"], step_id=env["SLURM_STEP_ID"], node_id=int(env["SLURM_NODEID"]),
-                    nodes=nodes, cpus_on_node=cpus, gpus_on_node=gpus)
+    return SlurmEnv(
+        job_id=env["SLURM_JOB_ID"],
+        step_id=env["SLURM_STEP_ID"],
+        node_id=int(env["SLURM_NODEID"]),
+        nodes=nodes,
+        cpus_on_node=cpus,
+        gpus_on_node=gpus,
+    )
 
 
 def case_port(job_id: str, step_id: str, case_id: str) -> int:
@@ -143,19 +151,27 @@ def skip_reason(topo: Topology, device: str, slurm: SlurmEnv | None) -> str | No
         return f"topology {topo} needs {topo.nodes} nodes, the SLURM allocation has {slurm.nnodes}"
     have, what = (slurm.gpus_on_node, "GPUs") if device == "cuda" else (slurm.cpus_on_node, "CPUs")
     if topo.per_node > have:
-        return (f"topology {topo} needs {topo.per_node} processes per node, the allocation has {have} {what} "
-                f"per node (ask for more: --exclusive, or -c/--gpus-per-node)")
+        return (
+            f"topology {topo} needs {topo.per_node} processes per node, the allocation has {have} {what} "
+            f"per node (ask for more: --exclusive, or -c/--gpus-per-node)"
+        )
     return None
 
 
-def command(spec: CaseSpec, slurm: SlurmEnv, spec_path: Path, out_dir: Path, log_dir: Path,
-            launcher: LocalLauncher | None = None) -> list[str]:
+def command(
+    spec: CaseSpec,
+    slurm: SlurmEnv,
+    spec_path: Path,
+    out_dir: Path,
+    log_dir: Path,
+    launcher: LocalLauncher | None = None,
+) -> list[str]:
     """This node's torchrun agent for ``spec``: static rendezvous on the first host."""
     launcher = launcher or LocalLauncher()
     master = slurm.master if spec.topo.multi_node else "127.0.0.1"
     argv = LocalLauncher(python=launcher.python, master_addr=master).command(
-        spec, spec_path, out_dir, case_port(slurm.job_id, slurm.step_id, spec.case_id), log_dir,
-        node_rank=slurm.node_id)
+        spec, spec_path, out_dir, case_port(slurm.job_id, slurm.step_id, spec.case_id), log_dir, node_rank=slurm.node_id
+    )
     at = argv.index("torch.distributed.run") + 1
     # A node may reach a case long before node 0 is done with earlier single-node cases.
     return argv[:at] + ["--rdzv-conf", f"timeout={int(WAIT_S)}"] + argv[at:]
@@ -172,11 +188,17 @@ def run_agent(spec: CaseSpec, case_dir: Path, slurm: SlurmEnv, data_dir: str | N
     env = LocalLauncher().environment(spec, data_dir)
     done = process.run(argv, log_path=node_dir / "launcher.log", timeout_s=timeout, env=env)
     if done.timed_out:
-        raise LaunchError(f"{spec.case_id} on node {slurm.node_id} ({slurm.nodes[slurm.node_id]}) timed out "
-                          f"after {timeout:.0f}s; its agent was killed", f"logs under {node_dir}")
+        raise LaunchError(
+            f"{spec.case_id} on node {slurm.node_id} ({slurm.nodes[slurm.node_id]}) timed out "
+            f"after {timeout:.0f}s; its agent was killed",
+            f"logs under {node_dir}",
+        )
     if done.returncode != 0:
-        raise LaunchError(f"{spec.case_id} failed on node {slurm.node_id} (torchrun exit code {done.returncode})\n"
-                          + first_failure(node_dir), f"logs of every node under {case_dir}/node*")
+        raise LaunchError(
+            f"{spec.case_id} failed on node {slurm.node_id} (torchrun exit code {done.returncode})\n"
+            + first_failure(node_dir),
+            f"logs of every node under {case_dir}/node*",
+        )
     if slurm.node_id != 0:
         return None
     paths = [out_dir / f"rank{r}.json" for r in range(spec.world_size)]
@@ -185,10 +207,19 @@ def run_agent(spec: CaseSpec, case_dir: Path, slurm: SlurmEnv, data_dir: str | N
         time.sleep(0.5)
     missing = [p.name for p in paths if not p.exists()]
     if missing:
-        raise LaunchError(f"{spec.case_id}: {', '.join(missing)} were written on other nodes and are not visible here",
-                          "put --scaling-results-dir on a filesystem every node of the allocation shares")
+        raise LaunchError(
+            f"{spec.case_id}: {', '.join(missing)} were written on other nodes and are not visible here",
+            "put --scaling-results-dir on a filesystem every node of the allocation shares",
+        )
     result = aggregate(spec, [RankResult.read(p) for p in paths], launch_wall_s=done.wall_s)
     from dataclasses import replace
 
-    return replace(result, launch={**result.launch, "launcher": "slurm", "job_id": slurm.job_id,
-                                   "nodes": list(slurm.nodes[:spec.topo.nodes])})
+    return replace(
+        result,
+        launch={
+            **result.launch,
+            "launcher": "slurm",
+            "job_id": slurm.job_id,
+            "nodes": list(slurm.nodes[: spec.topo.nodes]),
+        },
+    )

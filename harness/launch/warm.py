@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Callable
 
 from scalegate.contract.errors import LaunchError
-from scalegate.launch import netns, process, wirecount
 from scalegate.contract.spec import CaseSpec
+from scalegate.launch import netns, process, wirecount
 
 START_TIMEOUT_S = 180.0  # importing torch, DeepSpeed and Lightning on a loaded 2-core machine
 EXIT_WAIT_S = 5.0  # an idle server exits at the end of its input; a busy or stuck one is killed after this
@@ -65,8 +65,7 @@ def modules_for(spec: CaseSpec) -> frozenset[str]:
     DDP rank forked from a server that had imported DeepSpeed would show a higher peak memory than it costs.
     The key depends only on the case, so its memory does not depend on which cases ran before it.
     """
-    from scalegate import workloads
-    from scalegate import strategies
+    from scalegate import strategies, workloads
 
     used = [strategies.get(name) for name in filter(None, (spec.strategy, spec.companion))]
     # a user's workload (spec.workload) is imported here, from the spec's import_paths, as each rank will
@@ -114,8 +113,16 @@ class AgentPool:
     scope: netns.Scope | None = None
     failed: dict[_Key, str] = field(default_factory=dict)  # servers that did not start, and why
 
-    def run(self, spec: CaseSpec, argv: list[str], *, log_path: Path, timeout_s: float, env: dict[str, str],
-            on_timeout: Callable[[int], None] | None = None) -> process.Completed:
+    def run(
+        self,
+        spec: CaseSpec,
+        argv: list[str],
+        *,
+        log_path: Path,
+        timeout_s: float,
+        env: dict[str, str],
+        on_timeout: Callable[[int], None] | None = None,
+    ) -> process.Completed:
         """Run one launch (``argv``: torchrun's arguments after ``-m torch.distributed.run``).
 
         Raises ``AgentUnavailable`` before anything ran when no server can serve the case, ``AgentDied``
@@ -135,7 +142,9 @@ class AgentPool:
                 line = self._read_line(server, timeout_s)
             except BrokenPipeError:  # it died since we last looked
                 line = b""
-            if line is None and on_timeout is not None:  # the tree is still alive; the except below kills it if this raises
+            if (
+                line is None and on_timeout is not None
+            ):  # the tree is still alive; the except below kills it if this raises
                 on_timeout(server.proc.pid)
         except BaseException:  # Ctrl-C, SIGTERM raised here: the job goes down with us
             self.kill()
@@ -147,8 +156,11 @@ class AgentPool:
         if not line:
             status = self._exit_status(server)
             self.kill()
-            raise AgentDied(f"the warm torchrun agent exited during the launch ({status}), "
-                            f"so every process of the job was killed; its log: {server.log}", COLD_HINT)
+            raise AgentDied(
+                f"the warm torchrun agent exited during the launch ({status}), "
+                f"so every process of the job was killed; its log: {server.log}",
+                COLD_HINT,
+            )
         return process.Completed(returncode=json.loads(line)["returncode"], wall_s=wall, timed_out=False)
 
     def _server_for(self, spec: CaseSpec) -> _Server:
@@ -186,8 +198,11 @@ class AgentPool:
             raise
         hello = json.loads(line) if line else {}
         if not hello.get("ready"):
-            why = hello.get("error") or (f"no answer within {START_TIMEOUT_S:.0f}s" if line is None else
-                                         f"it exited before it was ready ({self._exit_status(self.server)})")
+            why = hello.get("error") or (
+                f"no answer within {START_TIMEOUT_S:.0f}s"
+                if line is None
+                else f"it exited before it was ready ({self._exit_status(self.server)})"
+            )
             self.kill()
             raise AgentUnavailable(f"the warm torchrun agent did not start: {why} (its log: {log})", COLD_HINT)
         return self.server
@@ -195,14 +210,28 @@ class AgentPool:
     def _spawn(self, prefix: list[str], key: _Key, log: Path) -> _Server:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        argv = prefix + [sys.executable, "-m", "scalegate.worker.agent", "--fds", f"{req_r},{rep_w}",
-                         "--preload", ",".join(sorted(key.modules))]
+        argv = prefix + [
+            sys.executable,
+            "-m",
+            "scalegate.worker.agent",
+            "--fds",
+            f"{req_r},{rep_w}",
+            "--preload",
+            ",".join(sorted(key.modules)),
+        ]
         try:
             with open(log, "ab") as out:
                 # its own session: a terminal's Ctrl-C reaches pytest only, and we kill the group
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        env=self.env or server_environment(), pass_fds=(req_r, rep_w),
-                                        start_new_session=True, preexec_fn=_parent_death_signal)
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=self.env or server_environment(),
+                    pass_fds=(req_r, rep_w),
+                    start_new_session=True,
+                    preexec_fn=_parent_death_signal,
+                )
         except BaseException:
             for fd in (req_r, req_w, rep_r, rep_w):
                 os.close(fd)

@@ -12,8 +12,8 @@ import contextlib
 import os
 from typing import Iterator
 
-from scalegate.launch import netns
 from scalegate.contract.spec import CaseSpec
+from scalegate.launch import netns
 
 ENV_IFACE = "SCALEGATE_WIRE_IFACE"  # the worker side reads these (harness/measure/wire.py)
 ENV_UNAVAILABLE = "SCALEGATE_WIRE_UNAVAILABLE"

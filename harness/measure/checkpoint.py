@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 import torch
 
-from scalegate.measure import gradcheck
 from scalegate.contract.errors import SpecError
+from scalegate.measure import gradcheck
 
 # DCP names a rank's data files __<rank>_<n>.distcp; DeepSpeed zero_pp_rank_<rank>_mp_rank_00_*.pt
 _RANK_FILE = re.compile(r"^__(\d+)_\d+\.distcp$|^zero_pp_rank_(\d+)_")
@@ -85,8 +85,9 @@ def _clear(directory: Path, rank: int) -> None:
     _barrier()
 
 
-def run_window(spec, rank: int, strategy, step: Callable[[int], float], batch: int,
-               sync: Callable[[], None]) -> dict[str, Any]:
+def run_window(
+    spec, rank: int, strategy, step: Callable[[int], float], batch: int, sync: Callable[[], None]
+) -> dict[str, Any]:
     """The checkpoint window; ``step(i)`` runs one optimizer step on global batch ``i`` and returns this rank's
     loss. Returns ``{"checkpoint": {...}}`` for the rank's ``extra`` results, or nothing when the option is off."""
     if not spec.checkpoint:
@@ -94,8 +95,10 @@ def run_window(spec, rank: int, strategy, step: Callable[[int], float], batch: i
     if strategy.checkpoint_unavailable:
         return {"checkpoint": {"unavailable": strategy.checkpoint_unavailable}}
     if not spec.checkpoint_dir:
-        raise SpecError(f"{spec.case_id}: --scaling-checkpoint needs a checkpoint_dir",
-                        "set checkpoint_dir in the spec (the session sets <case dir>/checkpoint)")
+        raise SpecError(
+            f"{spec.case_id}: --scaling-checkpoint needs a checkpoint_dir",
+            "set checkpoint_dir in the spec (the session sets <case dir>/checkpoint)",
+        )
     directory = Path(spec.checkpoint_dir)
     _clear(directory, rank)
     save_s = _timed(lambda: strategy.save_checkpoint(str(directory)), sync)
@@ -111,9 +114,17 @@ def run_window(spec, rank: int, strategy, step: Callable[[int], float], batch: i
         torch.save({"batch": batch, "params": params_a}, directory / UNINTERRUPTED)
     elif rank == 0:
         shutil.rmtree(directory, ignore_errors=True)
-    return {"checkpoint": {
-        "save_s": save_s, "load_s": load_s, "bytes": written, "directory": str(directory), "batch": batch,
-        "format": strategy.checkpoint_format, "loss_uninterrupted": loss_a, "loss_resumed": loss_b,
-        "params": {k: compared[k] for k in ("worst", "missing")} | {
-            "error": compared["errors"].get(compared["worst"]) if compared["worst"] else None},
-    }}
+    return {
+        "checkpoint": {
+            "save_s": save_s,
+            "load_s": load_s,
+            "bytes": written,
+            "directory": str(directory),
+            "batch": batch,
+            "format": strategy.checkpoint_format,
+            "loss_uninterrupted": loss_a,
+            "loss_resumed": loss_b,
+            "params": {k: compared[k] for k in ("worst", "missing")}
+            | {"error": compared["errors"].get(compared["worst"]) if compared["worst"] else None},
+        }
+    }

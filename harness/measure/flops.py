@@ -61,13 +61,18 @@ class StepFlops:
         with mode:
             yield
         self.total = int(mode.get_total_flops())
-        self.by_op = {str(op).split(".")[-1] if "." in str(op) else str(op): int(n)
-                      for op, n in mode.get_flop_counts().get("Global", {}).items()}
+        self.by_op = {
+            str(op).split(".")[-1] if "." in str(op) else str(op): int(n)
+            for op, n in mode.get_flop_counts().get("Global", {}).items()
+        }
         if self.total <= 0:
             self.unavailable = "FlopCounterMode counted no matmul, convolution or attention op in the step"
 
     def result(self) -> dict[str, Any]:
         """``flops_per_step``: one forward and backward of the whole global batch; None where not counted."""
         counted = self.total if self.total else None
-        return {"flops_per_step": counted, "flops_by_op": self.by_op,
-                "flops_unavailable": "" if counted else self.unavailable or "not counted"}
+        return {
+            "flops_per_step": counted,
+            "flops_by_op": self.by_op,
+            "flops_unavailable": "" if counted else self.unavailable or "not counted",
+        }

@@ -35,8 +35,10 @@ def unavailable(ctx, full_state: dict[str, int]) -> str | None:
     free, _ = torch.cuda.mem_get_info(ctx.device)
     need = MEMORY_MARGIN * sum(full_state.values())
     if need > free:
-        return (f"a local replica needs ~{need / 2**30:.1f} GiB and the device has {free / 2**30:.1f} GiB free: "
-                "the gate falls back to the separate 1x1 launch")
+        return (
+            f"a local replica needs ~{need / 2**30:.1f} GiB and the device has {free / 2**30:.1f} GiB free: "
+            "the gate falls back to the separate 1x1 launch"
+        )
     return None
 
 
@@ -53,7 +55,7 @@ class LocalStep:
     def __call__(self, step: int, sync: Callable[[], None]) -> float:
         inputs, targets = self.workload.global_batch(step, self.spec.global_batch_size)
         lo = self.ctx.rank * self.share
-        x, y = inputs[lo:lo + self.share].to(self.ctx.device), targets[lo:lo + self.share].to(self.ctx.device)
+        x, y = inputs[lo : lo + self.share].to(self.ctx.device), targets[lo : lo + self.share].to(self.ctx.device)
         sync()
         t0 = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
@@ -72,8 +74,14 @@ def barrier() -> None:
         dist.barrier()
 
 
-def run_window(pairs: int, local: LocalStep, distributed_step: Callable[[int], float], first_step: int,
-               sync: Callable[[], None], beat: Callable[[int, str], None]) -> dict[str, list[float]]:
+def run_window(
+    pairs: int,
+    local: LocalStep,
+    distributed_step: Callable[[int], float],
+    first_step: int,
+    sync: Callable[[], None],
+    beat: Callable[[int, str], None],
+) -> dict[str, list[float]]:
     """``pairs`` (distributed, local) step pairs; every rank must call it with the same ``pairs``.
 
     A barrier (outside the timed region) before each half starts every rank's local step together, as the

@@ -20,8 +20,9 @@ MAX_TIMELINE_POINTS = 200
 
 
 class MemorySampler:
-    def __init__(self, device_type: str, device_index: int | None = None,
-                 interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(
+        self, device_type: str, device_index: int | None = None, interval_s: float = DEFAULT_INTERVAL_S
+    ) -> None:
         if interval_s <= 0:
             raise ValueError(f"memory sampling interval {interval_s}s must be positive")
         self.interval_s = interval_s
@@ -88,7 +89,7 @@ def downsample(samples: list[tuple[float, int]], max_points: int) -> list[tuple[
         return [(round(t, 4), b) for t, b in samples]
     out = []
     for i in range(max_points):
-        bucket = samples[i * len(samples) // max_points:(i + 1) * len(samples) // max_points]
+        bucket = samples[i * len(samples) // max_points : (i + 1) * len(samples) // max_points]
         t, b = max(bucket, key=lambda s: s[1])
         out.append((round(t, 4), b))
     return out
@@ -100,5 +101,7 @@ def cuda_peaks(device) -> dict[str, int]:
         return {}
     import torch
 
-    return {"max_allocated": int(torch.cuda.max_memory_allocated(device)),
-            "max_reserved": int(torch.cuda.max_memory_reserved(device))}
+    return {
+        "max_allocated": int(torch.cuda.max_memory_allocated(device)),
+        "max_reserved": int(torch.cuda.max_memory_reserved(device)),
+    }

@@ -36,7 +36,7 @@ def activities(device: torch.device) -> list[ProfilerActivity]:
 
 
 def _export(path: Path, prof: profile) -> None:
-    tmp = path.with_name(f".{path.name[:-len('.json.gz')]}.{os.getpid()}.tmp.json.gz")  # .gz: torch gzips
+    tmp = path.with_name(f".{path.name[: -len('.json.gz')]}.{os.getpid()}.tmp.json.gz")  # .gz: torch gzips
     try:
         prof.export_chrome_trace(str(tmp))
         os.replace(tmp, path)
@@ -44,20 +44,23 @@ def _export(path: Path, prof: profile) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def run_window(steps: int, profile_dir: str, rank: int, device: torch.device,
-               step: Callable[[int], None]) -> Path:
+def run_window(steps: int, profile_dir: str, rank: int, device: torch.device, step: Callable[[int], None]) -> Path:
     """Call ``step(i)`` for ``i`` in ``0 .. WARMUP_STEPS + steps - 1`` under the profiler; return the trace path.
 
     Every rank must call this with the same ``steps``: the steps run the strategy's collectives.
     """
     if steps < 1 or not profile_dir:
-        raise SpecError(f"a profiler window needs profile_steps >= 1 and a profile_dir, got {steps} and "
-                        f"{profile_dir!r}", "set both (the session does, from --scaling-profile), or neither")
+        raise SpecError(
+            f"a profiler window needs profile_steps >= 1 and a profile_dir, got {steps} and {profile_dir!r}",
+            "set both (the session does, from --scaling-profile), or neither",
+        )
     path = trace_path(profile_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with profile(activities=activities(device),
-                 schedule=schedule(wait=0, warmup=WARMUP_STEPS, active=steps, repeat=1),
-                 on_trace_ready=lambda prof: _export(path, prof)) as prof:
+    with profile(
+        activities=activities(device),
+        schedule=schedule(wait=0, warmup=WARMUP_STEPS, active=steps, repeat=1),
+        on_trace_ready=lambda prof: _export(path, prof),
+    ) as prof:
         for i in range(WARMUP_STEPS + steps):
             step(i)
             prof.step()

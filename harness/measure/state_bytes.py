@@ -65,8 +65,13 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer | None) -> list[torch.Ten
     if isinstance(inner, torch.optim.Optimizer):
         optimizer = inner
     state = getattr(optimizer, "state", {}) or {}
-    return [v for per_param in state.values() if isinstance(per_param, dict)
-            for v in per_param.values() if isinstance(v, torch.Tensor)]
+    return [
+        v
+        for per_param in state.values()
+        if isinstance(per_param, dict)
+        for v in per_param.values()
+        if isinstance(v, torch.Tensor)
+    ]
 
 
 def module_state_bytes(parameters: list[torch.Tensor], optimizer: torch.optim.Optimizer | None) -> dict[str, int]:
@@ -116,7 +121,7 @@ def deepspeed_state_bytes(model: torch.nn.Module, optimizer: object) -> dict[str
     for name in ("grads_in_partition", "grad_partitions_flat_buffer"):
         grads.append(getattr(optimizer, name, None))
     averaged = getattr(optimizer, "averaged_gradients", None) or {}
-    for group in (averaged.values() if isinstance(averaged, dict) else averaged):
+    for group in averaged.values() if isinstance(averaged, dict) else averaged:
         grads += list(group or [])
     grads += [p.grad for p in params]
     inner = getattr(optimizer, "optimizer", None)
@@ -125,6 +130,7 @@ def deepspeed_state_bytes(model: torch.nn.Module, optimizer: object) -> dict[str
         "params": held_params,
         "grads": held_grads,
         "master": tensor_bytes(masters + [getattr(m, "grad", None) for m in masters], seen),
-        "optimizer": tensor_bytes(optimizer_tensors(inner if isinstance(inner, torch.optim.Optimizer)
-                                                    else optimizer), seen),
+        "optimizer": tensor_bytes(
+            optimizer_tensors(inner if isinstance(inner, torch.optim.Optimizer) else optimizer), seen
+        ),
     }

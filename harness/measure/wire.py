@@ -41,8 +41,9 @@ class WireCounter:
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
         self.iface = env.get(ENV_IFACE) or None
-        self.unavailable = env.get(ENV_UNAVAILABLE) or ("" if self.iface else
-                                                        "the launcher gave this job no private network namespace")
+        self.unavailable = env.get(ENV_UNAVAILABLE) or (
+            "" if self.iface else "the launcher gave this job no private network namespace"
+        )
         self._marks: dict[str, float] = {}
 
     def _mark(self, name: str) -> None:
@@ -74,6 +75,13 @@ class WireCounter:
         window_s = m["stop_t"] - m["start_t"]
         raw = m["stop"] - m["start"]
         sent = max(0.0, raw - barrier_bytes - idle_rate * window_s)
-        return {"source": f"netns:{self.iface}", "tx_bytes": int(raw), "tx_bytes_corrected": int(sent),
-                "barrier_bytes": int(barrier_bytes), "idle_bytes_per_s": round(idle_rate, 1),
-                "window_s": round(window_s, 4), "steps": steps, "bytes_per_step": int(sent / max(steps, 1))}
+        return {
+            "source": f"netns:{self.iface}",
+            "tx_bytes": int(raw),
+            "tx_bytes_corrected": int(sent),
+            "barrier_bytes": int(barrier_bytes),
+            "idle_bytes_per_s": round(idle_rate, 1),
+            "window_s": round(window_s, 4),
+            "steps": steps,
+            "bytes_per_step": int(sent / max(steps, 1)),
+        }

@@ -28,7 +28,9 @@ ENTRY_POINT_GROUP = "scalegate.workloads"
 
 
 def _fixtures():
-    from scalegate import workloads  # imports torch: only the plugin builds a catalog; options.py needs Registered alone
+    from scalegate import (
+        workloads,
+    )  # imports torch: only the plugin builds a catalog; options.py needs Registered alone
 
     return workloads
 
@@ -77,15 +79,19 @@ class Catalog:
         if isinstance(item, type):
             return self.add_class(item, source).name
         if not isinstance(item, str) or not item.strip():
-            raise SpecError(f"{source}: {item!r} is not a workload name, import path or class",
-                            "name a workload (cnn), an import path (mypkg.models:MyWorkload) or a Workload class")
+            raise SpecError(
+                f"{source}: {item!r} is not a workload name, import path or class",
+                "name a workload (cnn), an import path (mypkg.models:MyWorkload) or a Workload class",
+            )
         item = item.strip()
         if _fixtures().is_reference(item):
             return self.add_ref(item, source).name
         if item not in self._entries:
-            raise SpecError(f"{source}: unknown workload {item!r}",
-                            f"pick from: {', '.join(self._entries)}, or name a Workload class as "
-                            "package.module:Class (docs/your-model.md)")
+            raise SpecError(
+                f"{source}: unknown workload {item!r}",
+                f"pick from: {', '.join(self._entries)}, or name a Workload class as "
+                "package.module:Class (docs/your-model.md)",
+            )
         return item
 
     def _paths(self, root: str) -> tuple[str, ...]:
@@ -96,13 +102,19 @@ class Catalog:
     def _add(self, cls: "type[Workload]", entry: Registered) -> Registered:
         known = self._entries.get(entry.name)
         if known is not None:
-            same = (self._classes.get(entry.name) is cls if known.ref else  # a built-in, compared without importing it
-                    f"{cls.__module__}:{cls.__qualname__}" == _fixtures().BUILTIN[entry.name])
+            same = (
+                self._classes.get(entry.name) is cls
+                if known.ref
+                # a built-in, compared without importing it
+                else f"{cls.__module__}:{cls.__qualname__}" == _fixtures().BUILTIN[entry.name]
+            )
             if same:  # the same class again (a hook and an option, or scalegate.workloads.cnn:CNN): one workload
                 return known
             what = "a built-in workload" if not known.ref else f"the workload registered by {known.source}"
-            raise SpecError(f"{entry.source}: workload name {entry.name!r} is already taken by {what}",
-                            f'give {cls.__qualname__} another name (name = "my_{entry.name}"), or register it once')
+            raise SpecError(
+                f"{entry.source}: workload name {entry.name!r} is already taken by {what}",
+                f'give {cls.__qualname__} another name (name = "my_{entry.name}"), or register it once',
+            )
         self._entries[entry.name] = entry
         self._classes[entry.name] = cls
         return entry
@@ -122,13 +134,16 @@ def discover(hook_impls: Iterable[Any], search_paths: Sequence[str]) -> Catalog:
         except SpecError:
             raise
         except Exception as exc:
-            raise SpecError(f"{source} raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                            "fix the hook (it must return a list of Workload subclasses)") from None
+            raise SpecError(
+                f"{source} raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                "fix the hook (it must return a list of Workload subclasses)",
+            ) from None
         if returned is None:
             continue
         if isinstance(returned, (str, type)) or not isinstance(returned, (list, tuple)):
-            raise SpecError(f"{source} returned {returned!r}, not a list of workload classes",
-                            "return a list, e.g. [MyWorkload]")
+            raise SpecError(
+                f"{source} returned {returned!r}, not a list of workload classes", "return a list, e.g. [MyWorkload]"
+            )
         for cls in returned:
             catalog.add_class(cls, source)
     return catalog

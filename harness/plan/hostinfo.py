@@ -49,12 +49,19 @@ def detect() -> HostInfo:
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     cpu_model = _cpu_model()
-    base = dict(cpu_model=cpu_model, cpu_cores=cores, torch=torch.__version__.split("+")[0],
-                hostname=socket.gethostname())
+    base = dict(
+        cpu_model=cpu_model, cpu_cores=cores, torch=torch.__version__.split("+")[0], hostname=socket.gethostname()
+    )
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.distributed.is_nccl_available() else "none"
-        return HostInfo(device="cuda", device_name=torch.cuda.get_device_name(0),
-                        devices_per_node=torch.cuda.device_count(), cuda=str(torch.version.cuda), nccl=nccl, **base)
+        return HostInfo(
+            device="cuda",
+            device_name=torch.cuda.get_device_name(0),
+            devices_per_node=torch.cuda.device_count(),
+            cuda=str(torch.version.cuda),
+            nccl=nccl,
+            **base,
+        )
     return HostInfo(device="cpu", device_name=cpu_model, devices_per_node=cores, cuda="none", nccl="none", **base)
 
 
@@ -83,13 +90,23 @@ def _slug(text: str) -> str:
 @functools.lru_cache(maxsize=1)
 def commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            timeout=10,
+        )
         sha = out.stdout.strip()
         if not sha:
             return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            timeout=10,
+        ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"

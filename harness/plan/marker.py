@@ -20,23 +20,32 @@ import dataclasses
 from typing import Any, Iterable
 
 from scalegate.contract.errors import SpecError
-from scalegate.plan.options import Options
 from scalegate.contract.topology import Topology
 from scalegate.plan.catalog import Catalog
+from scalegate.plan.options import Options
 
 KEYS = ("models", "strategies", "topologies")
 USAGE = '@pytest.mark.scaling_matrix(models=["my_model"], strategies=["ddp", "fsdp"], topologies=["1x2"])'
 
 
-def options_for(options: Options, catalog: Catalog, args: tuple, kwargs: dict[str, Any], *,
-                explicit: Iterable[str], strategy_names: list[str], where: str) -> Options:
+def options_for(
+    options: Options,
+    catalog: Catalog,
+    args: tuple,
+    kwargs: dict[str, Any],
+    *,
+    explicit: Iterable[str],
+    strategy_names: list[str],
+    where: str,
+) -> Options:
     """The session's options with the marker's lists; ``explicit``: the keys given on the command line."""
     if args:
         raise SpecError(f"{where}: scaling_matrix takes keyword arguments only, got {args!r}", f"write {USAGE}")
     unknown = sorted(set(kwargs) - set(KEYS))
     if unknown:
-        raise SpecError(f"{where}: scaling_matrix has no argument {unknown[0]!r}",
-                        f"use {', '.join(KEYS)}, e.g. {USAGE}")
+        raise SpecError(
+            f"{where}: scaling_matrix has no argument {unknown[0]!r}", f"use {', '.join(KEYS)}, e.g. {USAGE}"
+        )
     declared: dict[str, tuple[str, ...]] = {}
     for key, value in kwargs.items():
         items = _items(key, value, where)
@@ -49,8 +58,10 @@ def options_for(options: Options, catalog: Catalog, args: tuple, kwargs: dict[st
             names = [_topology(item, label) for item in items]
         declared[key] = tuple(dict.fromkeys(names))
     explicit = set(explicit)
-    changes: dict[str, Any] = {key: tuple(n for n in names if key not in explicit or n in getattr(options, key))
-                               for key, names in declared.items()}
+    changes: dict[str, Any] = {
+        key: tuple(n for n in names if key not in explicit or n in getattr(options, key))
+        for key, names in declared.items()
+    }
     if "topologies" in declared and "topologies" not in explicit:
         changes["matrix"] = "explicit"  # the test's own topologies, all of them cases (1x1 included)
     return dataclasses.replace(options, workloads=catalog.registered(), **changes)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalegate import workloads
-from scalegate import strategies
+from scalegate import strategies, workloads
 from scalegate.contract.errors import SpecError
-from scalegate.plan.hostinfo import HostInfo
-from scalegate.launch import slurm as slurm_agent
-from scalegate.plan.options import Options
 from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.contract.topology import Topology
+from scalegate.launch import slurm as slurm_agent
+from scalegate.plan.hostinfo import HostInfo
+from scalegate.plan.options import Options
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,22 +38,40 @@ def oversubscribed(topology: Topology, host: HostInfo, cpu_threads: int) -> bool
 def spec_for(strategy: str, model: str, topology: str, options: Options, host: HostInfo) -> CaseSpec:
     preset_name = resolve_preset(options.preset, host)
     found = options.workload(model)  # a built-in, or where a registered workload's ranks find it again
-    preset = workloads.preset_of(workloads.load(found.ref or model, found.import_paths, where=found.source),
-                                preset_name)
+    preset = workloads.preset_of(
+        workloads.load(found.ref or model, found.import_paths, where=found.source), preset_name
+    )
     return CaseSpec(
-        strategy=strategy, model=model, preset=preset_name, topology=topology, micro_batch=preset.micro_batch,
-        workload=found.ref, import_paths=found.import_paths,
-        steps=options.steps, warmup=options.warmup, dtype=options.dtype, seed=options.seed,
-        cpu_threads=options.cpu_threads, cpu_binding=options.cpu_binding,
-        tp_sequence_parallel=options.tp_sequence_parallel, compile=options.compile, timeout_s=options.timeout_s, memory_interval_ms=options.memory_interval_ms,
-        faults=Faults(delay_ms=options.inject_delay_ms, slowdown=options.inject_slowdown,
-                      **dict(options.inject_faults)),
-        scaling="strong" if options.scaling == "both" else options.scaling, global_batch=options.global_batch,
+        strategy=strategy,
+        model=model,
+        preset=preset_name,
+        topology=topology,
+        micro_batch=preset.micro_batch,
+        workload=found.ref,
+        import_paths=found.import_paths,
+        steps=options.steps,
+        warmup=options.warmup,
+        dtype=options.dtype,
+        seed=options.seed,
+        cpu_threads=options.cpu_threads,
+        cpu_binding=options.cpu_binding,
+        tp_sequence_parallel=options.tp_sequence_parallel,
+        compile=options.compile,
+        timeout_s=options.timeout_s,
+        memory_interval_ms=options.memory_interval_ms,
+        faults=Faults(
+            delay_ms=options.inject_delay_ms, slowdown=options.inject_slowdown, **dict(options.inject_faults)
+        ),
+        scaling="strong" if options.scaling == "both" else options.scaling,
+        global_batch=options.global_batch,
         checkpoint=options.checkpoint,
         # the same-launch reference, where a launch has more than one rank and its timing means something
         # (not under --scaling-compile: the local copy runs eager, so the ratio would measure the compiler)
-        local_steps=options.local_steps if not options.compile and Topology.parse(topology).world_size > 1 and not oversubscribed(
-            Topology.parse(topology), host, options.cpu_threads) else 0,
+        local_steps=options.local_steps
+        if not options.compile
+        and Topology.parse(topology).world_size > 1
+        and not oversubscribed(Topology.parse(topology), host, options.cpu_threads)
+        else 0,
     )
 
 
@@ -72,8 +89,11 @@ def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
     topo = spec.topo
     workload = workloads.resolve(spec)
     for strategy in filter(None, (strategies.get(spec.strategy), companion(spec))):
-        reason = (strategy.unavailable(topo, host.device, host.devices_per_node)
-                  or strategy.workload_unavailable(workload, topo) or strategy.case_unavailable(spec, workload))
+        reason = (
+            strategy.unavailable(topo, host.device, host.devices_per_node)
+            or strategy.workload_unavailable(workload, topo)
+            or strategy.case_unavailable(spec, workload)
+        )
         if reason:
             return reason
     reason = workload.unavailable()
@@ -88,8 +108,10 @@ def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
 def _outside_matrix(spec: CaseSpec, matrix: str) -> str | None:
     """The default matrix runs only the single reference on 1x1: other 1x1 cases say where they are."""
     if matrix == "default" and spec.topology == "1x1" and spec.strategy != "single":
-        return (f"{spec.case_id} is in the full matrix only (1x1 is the single reference in the default one): "
-                "pass --scaling-matrix full, or --scaling-topologies 1x1")
+        return (
+            f"{spec.case_id} is in the full matrix only (1x1 is the single reference in the default one): "
+            "pass --scaling-matrix full, or --scaling-topologies 1x1"
+        )
     return None
 
 
@@ -102,8 +124,15 @@ def build(options: Options, host: HostInfo) -> list[Case]:
             for topology in options.topologies:
                 for scaling in scalings:
                     spec = spec_for(strategy, model, topology, options, host).replace(
-                        scaling=scaling, global_batch=None if scaling == "weak" else options.global_batch)
+                        scaling=scaling, global_batch=None if scaling == "weak" else options.global_batch
+                    )
                     skip = _outside_matrix(spec, options.matrix) or skip_reason(spec, host)
-                    cases.append(Case(id=spec.case_id, spec=spec, skip=skip,
-                                      oversubscribed=oversubscribed(spec.topo, host, options.cpu_threads)))
+                    cases.append(
+                        Case(
+                            id=spec.case_id,
+                            spec=spec,
+                            skip=skip,
+                            oversubscribed=oversubscribed(spec.topo, host, options.cpu_threads),
+                        )
+                    )
     return cases

@@ -67,11 +67,16 @@ def load(directory: Path, profile: str) -> BaselineFile | None:
     if not isinstance(data, dict):
         raise BaselineError(f"baseline file {path}: top level is {type(data).__name__}, expected an object", fix)
     if data.get("schema_version") != SCHEMA_VERSION:
-        raise BaselineError(f"baseline file {path} has schema_version {data.get('schema_version')!r}, "
-                            f"this scalegate reads {SCHEMA_VERSION}", fix)
+        raise BaselineError(
+            f"baseline file {path} has schema_version {data.get('schema_version')!r}, "
+            f"this scalegate reads {SCHEMA_VERSION}",
+            fix,
+        )
     if data.get("profile") != profile:
-        raise BaselineError(f"baseline file {path} is for profile {data.get('profile')!r}, not {profile!r}",
-                            f"name the file after its profile, or {fix}")
+        raise BaselineError(
+            f"baseline file {path} is for profile {data.get('profile')!r}, not {profile!r}",
+            f"name the file after its profile, or {fix}",
+        )
     cases = data.get("cases")
     if not isinstance(cases, dict):
         raise BaselineError(f"baseline file {path} has no 'cases' object", fix)
@@ -86,26 +91,36 @@ def _validate_entry(path: Path, key: str, entry: Any, fix: str) -> None:
     if not isinstance(entry, dict):
         raise BaselineError(f"baseline file {path}: case {key!r} is not an object", fix)
     if quarantine.KEY in entry and quarantine.problem(entry[quarantine.KEY]):
-        raise BaselineError(f"baseline file {path}: case {key!r} quarantine "
-                            f"{quarantine.problem(entry[quarantine.KEY])}",
-                            "write it as \"quarantine\": {\"reason\": \"...\", \"until\": \"2026-12-31\"}, or remove it")
+        raise BaselineError(
+            f"baseline file {path}: case {key!r} quarantine {quarantine.problem(entry[quarantine.KEY])}",
+            'write it as "quarantine": {"reason": "...", "until": "2026-12-31"}, or remove it',
+        )
     for metric in METRICS:
         ref = entry.get(metric)
         if ref is None:
             continue
         ok = isinstance(ref, dict) and isinstance(ref.get("tolerance"), (int, float)) and "value" in ref
         if not ok or not 0 <= ref["tolerance"] < 10:
-            raise BaselineError(f"baseline file {path}: case {key!r} metric {metric!r} needs "
-                                f"{{'value': ..., 'tolerance': 0..10}}, got {ref!r}", fix)
+            raise BaselineError(
+                f"baseline file {path}: case {key!r} metric {metric!r} needs "
+                f"{{'value': ..., 'tolerance': 0..10}}, got {ref!r}",
+                fix,
+            )
         values = ref["value"] if isinstance(ref["value"], list) else [ref["value"]]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            raise BaselineError(f"baseline file {path}: case {key!r} metric {metric!r} value {ref['value']!r} "
-                                f"is not a number", fix)
-        for extra in ("sigma", "launches", "host_sigma"):  # the local efficiency's spread between launches, and their count
+            raise BaselineError(
+                f"baseline file {path}: case {key!r} metric {metric!r} value {ref['value']!r} is not a number", fix
+            )
+        for extra in (
+            "sigma",
+            "launches",
+            "host_sigma",
+        ):  # the local efficiency's spread between launches, and their count
             found = ref.get(extra)
             if found is not None and (isinstance(found, bool) or not isinstance(found, (int, float)) or found < 0):
-                raise BaselineError(f"baseline file {path}: case {key!r} metric {metric!r} {extra} {found!r} is not a "
-                                    f"number >= 0", fix)
+                raise BaselineError(
+                    f"baseline file {path}: case {key!r} metric {metric!r} {extra} {found!r} is not a number >= 0", fix
+                )
 
 
 @contextlib.contextmanager
@@ -119,8 +134,9 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def update(directory: Path, profile: str, fingerprint: dict[str, Any],
-           entries: dict[str, dict[str, Any]]) -> tuple[Path, list[str]]:
+def update(
+    directory: Path, profile: str, fingerprint: dict[str, Any], entries: dict[str, dict[str, Any]]
+) -> tuple[Path, list[str]]:
     """Merge ``entries`` into the profile's file atomically; return the path and a readable diff."""
     path = path_for(directory, profile)
     with _locked(path):
@@ -129,8 +145,15 @@ def update(directory: Path, profile: str, fingerprint: dict[str, Any],
         diff = [_diff_line(key, cases.get(key), entry) for key, entry in sorted(entries.items())]
         for key, entry in entries.items():
             cases[key] = _keep_team_fields(cases.get(key) or {}, entry)
-        atomic.write_json(path, {"schema_version": SCHEMA_VERSION, "profile": profile,
-                                 "fingerprint": fingerprint, "cases": dict(sorted(cases.items()))})
+        atomic.write_json(
+            path,
+            {
+                "schema_version": SCHEMA_VERSION,
+                "profile": profile,
+                "fingerprint": fingerprint,
+                "cases": dict(sorted(cases.items())),
+            },
+        )
     return path, diff
 
 
@@ -140,7 +163,11 @@ def _keep_team_fields(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any
     if "quarantine" in old and "quarantine" not in new:
         merged["quarantine"] = old["quarantine"]
     spread = (old.get("local_efficiency") or {}).get("host_sigma")
-    if spread is not None and isinstance(new.get("local_efficiency"), dict) and "host_sigma" not in new["local_efficiency"]:
+    if (
+        spread is not None
+        and isinstance(new.get("local_efficiency"), dict)
+        and "host_sigma" not in new["local_efficiency"]
+    ):
         merged["local_efficiency"] = {**new["local_efficiency"], "host_sigma": spread}
     return merged
 
@@ -159,6 +186,11 @@ def _diff_line(key: str, old: dict[str, Any] | None, new: dict[str, Any]) -> str
 def provenance(commit: str, hostname: str, machine: dict[str, Any], host_id: str = "") -> dict[str, Any]:
     """``host_id``: the machine and boot that measured it (``HostInfo.host_id``); the stored gate judges a run on
     any other host with the spread between hosts added (harness/judge/timing.py)."""
-    return {"commit": commit, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "hostname": hostname, **({"host_id": host_id} if host_id else {}), "machine": machine,
-            "schema_version": SCHEMA_VERSION}
+    return {
+        "commit": commit,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": hostname,
+        **({"host_id": host_id} if host_id else {}),
+        "machine": machine,
+        "schema_version": SCHEMA_VERSION,
+    }

@@ -25,8 +25,7 @@ def mark_running(run_dir: Path) -> None:
     """Called as a case starts, by whichever process runs it (pytest-xdist workers too)."""
     path = Path(run_dir) / FILE
     if not path.exists():
-        atomic.write_json(path, {"status": "running", "started": time.time(), "pid": os.getpid(),
-                                 "argv": sys.argv})
+        atomic.write_json(path, {"status": "running", "started": time.time(), "pid": os.getpid(), "argv": sys.argv})
 
 
 def mark_finished(run_dir: Path, exitstatus: int, interrupted: bool) -> None:
@@ -36,8 +35,12 @@ def mark_finished(run_dir: Path, exitstatus: int, interrupted: bool) -> None:
     except (OSError, ValueError):
         data = {}
     cases = sum(1 for p in Path(run_dir).glob("*.json") if p.name != FILE)
-    data.update(status="partial" if interrupted else "complete", finished=time.time(), exitstatus=int(exitstatus),
-                cases_written=cases)
+    data.update(
+        status="partial" if interrupted else "complete",
+        finished=time.time(),
+        exitstatus=int(exitstatus),
+        cases_written=cases,
+    )
     if interrupted:
         data["reason"] = "interrupted (Ctrl-C or SIGTERM): cases that had not finished have no result file"
     atomic.write_json(path, data)
@@ -64,5 +67,6 @@ def install_sigterm(run_dir: Path) -> None:
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None) or getattr(
-            signal.getsignal(signal.SIGTERM), "__qualname__", "").startswith("install_sigterm"):
+        signal.getsignal(signal.SIGTERM), "__qualname__", ""
+    ).startswith("install_sigterm"):
         signal.signal(signal.SIGTERM, terminate)

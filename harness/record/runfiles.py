@@ -12,14 +12,17 @@ from scalegate.contract.errors import ScalegateError
 def load_run(run_dir: Path) -> list[dict[str, Any]]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ScalegateError(f"run directory {run_dir} does not exist",
-                             "pass a directory under results/, e.g. results/latest")
+        raise ScalegateError(
+            f"run directory {run_dir} does not exist", "pass a directory under results/, e.g. results/latest"
+        )
     cases = []
     for path in sorted(run_dir.glob("*.json")):
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise ScalegateError(f"result file {path} is malformed: {exc}", "rerun the case or delete the file") from None
+            raise ScalegateError(
+                f"result file {path} is malformed: {exc}", "rerun the case or delete the file"
+            ) from None
         if isinstance(data, dict) and "case_id" in data and "status" in data:
             cases.append(data)
     return sorted(cases, key=lambda c: c.get("written", 0))

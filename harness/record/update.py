@@ -7,11 +7,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from scalegate.record import baselines
-from scalegate.figures import resources
 from scalegate.contract.errors import ScalegateError
-from scalegate.plan.hostinfo import commit
 from scalegate.contract.spec import Faults
+from scalegate.figures import resources
+from scalegate.plan.hostinfo import commit
+from scalegate.record import baselines
 
 WRITABLE = ("ok", "improved", "regressed", "no-baseline", "noisy")
 # --scaling-checkpoint's s/GB: file-system time on a shared host moves by tens of % between runs (page cache,
@@ -29,34 +29,56 @@ def local_entry(values: list[float], tolerance: float = LOCAL_TOLERANCE) -> dict
         mean = sum(logs) / len(logs)
         sigma = round(math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)), 4)
     ordered = sorted(values)
-    return {"value": round(ordered[(len(ordered) - 1) // 2] if len(ordered) % 2 else
-                           (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2, 4),
-            "tolerance": tolerance, "sigma": sigma, "launches": len(values)}
+    return {
+        "value": round(
+            ordered[(len(ordered) - 1) // 2]
+            if len(ordered) % 2
+            else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2,
+            4,
+        ),
+        "tolerance": tolerance,
+        "sigma": sigma,
+        "launches": len(values),
+    }
 
 
-def entries_from_run(cases: list[dict[str, Any]], tolerance: float,
-                     local_tolerance: float = LOCAL_TOLERANCE) -> tuple[dict[str, dict], list[str]]:
+def entries_from_run(
+    cases: list[dict[str, Any]], tolerance: float, local_tolerance: float = LOCAL_TOLERANCE
+) -> tuple[dict[str, dict], list[str]]:
     """Baseline entries for every case that passed correctness; notes for the ones left out."""
     entries, notes = {}, []
     for case in cases:
-        if case.get("spec", {}).get("faults", {}).get("delay_ms", 0) or case.get("spec", {}).get(
-                "faults", {}).get("grad_scale", 1.0) != 1.0 or case.get("spec", {}).get("faults", {}).get(
-                "extra_allreduce", 0):
-            raise ScalegateError(f"{case['case_id']} ran with an injected fault; refusing to record it as a baseline",
-                                 "rerun without --scaling-inject-* options")
+        if (
+            case.get("spec", {}).get("faults", {}).get("delay_ms", 0)
+            or case.get("spec", {}).get("faults", {}).get("grad_scale", 1.0) != 1.0
+            or case.get("spec", {}).get("faults", {}).get("extra_allreduce", 0)
+        ):
+            raise ScalegateError(
+                f"{case['case_id']} ran with an injected fault; refusing to record it as a baseline",
+                "rerun without --scaling-inject-* options",
+            )
         if case["status"] not in WRITABLE or not case.get("result"):
             notes.append(f"- {case['key']}: not written ({case['status']})")
             continue
         result = case["result"]
         peaks = [r["peak_memory_bytes"] for r in result["ranks"]]
         entries[case["key"]] = {
-            **({"efficiency": {"value": round(case["efficiency"], 4), "tolerance": tolerance}}
-               if case.get("efficiency") is not None else {}),
-            **({"local_efficiency": local_entry(case["launch_local_efficiencies"], local_tolerance)}
-               if case.get("launch_local_efficiencies") else {}),
+            **(
+                {"efficiency": {"value": round(case["efficiency"], 4), "tolerance": tolerance}}
+                if case.get("efficiency") is not None
+                else {}
+            ),
+            **(
+                {"local_efficiency": local_entry(case["launch_local_efficiencies"], local_tolerance)}
+                if case.get("launch_local_efficiencies")
+                else {}
+            ),
             "throughput": {"value": round(result["throughput"], 2), "tolerance": tolerance, "unit": "samples/s"},
-            **({"mfu": {"value": case["mfu"], "tolerance": tolerance, "peak": case.get("peak_source", "")}}
-               if case.get("mfu") else {}),
+            **(
+                {"mfu": {"value": case["mfu"], "tolerance": tolerance, "peak": case.get("peak_source", "")}}
+                if case.get("mfu")
+                else {}
+            ),
             "final_loss": {"value": round(result["losses"][-1], 5), "tolerance": 0.25},
             "peak_memory_bytes": {"value": peaks, "tolerance": resources.DEFAULT_MEMORY_TOLERANCE},
             **_resource_entries(case.get("resources") or {}),
@@ -64,9 +86,14 @@ def entries_from_run(cases: list[dict[str, Any]], tolerance: float,
             "median_step_s": result["median_step_s"],
             "world_size": len(peaks),
             # the final loss depends on how many steps trained: it is compared only at the same counts
-            "steps": case["spec"]["steps"], "warmup": case["spec"]["warmup"],
-            "provenance": baselines.provenance(case.get("commit") or commit(), case.get("host", "?"),
-                                               case.get("fingerprint", {}), case.get("host_id", "")),
+            "steps": case["spec"]["steps"],
+            "warmup": case["spec"]["warmup"],
+            "provenance": baselines.provenance(
+                case.get("commit") or commit(),
+                case.get("host", "?"),
+                case.get("fingerprint", {}),
+                case.get("host_id", ""),
+            ),
         }
     return entries, notes
 
@@ -80,12 +107,20 @@ def _resource_entries(found: dict[str, Any]) -> dict[str, Any]:
         out["state_bytes"] = found["state_bytes"]
     per_gb = (found.get("checkpoint") or {}).get("s_per_gb")
     if per_gb is not None:
-        out["checkpoint_s_per_gb"] = {"value": per_gb, "tolerance": CHECKPOINT_TOLERANCE, "unit": "s/GB",
-                                      "format": found["checkpoint"].get("format", "?")}
+        out["checkpoint_s_per_gb"] = {
+            "value": per_gb,
+            "tolerance": CHECKPOINT_TOLERANCE,
+            "unit": "s/GB",
+            "format": found["checkpoint"].get("format", "?"),
+        }
     sent = (found.get("wire") or {}).get("bytes_per_step")
     if sent is not None:
-        out["bytes_per_step"] = {"value": sent, "tolerance": resources.DEFAULT_BYTES_TOLERANCE, "unit": "B/step",
-                                 "source": found["wire"].get("source", "?")}
+        out["bytes_per_step"] = {
+            "value": sent,
+            "tolerance": resources.DEFAULT_BYTES_TOLERANCE,
+            "unit": "B/step",
+            "source": found["wire"].get("source", "?"),
+        }
     return out
 
 
@@ -102,20 +137,25 @@ def refuse_unsound(cases: list[dict[str, Any]]) -> None:
     wrong = [c for c in cases if c.get("problems")]
     if wrong:
         first = wrong[0]["problems"][0].splitlines()[0]
-        raise ScalegateError(f"refusing to update baselines: {len(wrong)} case(s) failed correctness "
-                             f"({', '.join(c['case_id'] for c in wrong)}); first: {first}",
-                             "fix the failing case and rerun the suite; baselines are written only from a "
-                             "run whose every case agrees with the single-process reference")
+        raise ScalegateError(
+            f"refusing to update baselines: {len(wrong)} case(s) failed correctness "
+            f"({', '.join(c['case_id'] for c in wrong)}); first: {first}",
+            "fix the failing case and rerun the suite; baselines are written only from a "
+            "run whose every case agrees with the single-process reference",
+        )
     for case in cases:
         faults = case.get("spec", {}).get("faults", {})
         on = sorted(k for k, off in dataclasses.asdict(Faults()).items() if faults.get(k, off) != off)
         if on:
-            raise ScalegateError(f"refusing to update baselines: {case['case_id']} ran with injected fault(s) "
-                                 f"{', '.join(on)}", "rerun without --scaling-inject-* options")
+            raise ScalegateError(
+                f"refusing to update baselines: {case['case_id']} ran with injected fault(s) {', '.join(on)}",
+                "rerun without --scaling-inject-* options",
+            )
 
 
-def update_from_run(cases: list[dict[str, Any]], directory: Path, tolerance: float,
-                    local_tolerance: float = LOCAL_TOLERANCE) -> list[str]:
+def update_from_run(
+    cases: list[dict[str, Any]], directory: Path, tolerance: float, local_tolerance: float = LOCAL_TOLERANCE
+) -> list[str]:
     if not cases:
         raise ScalegateError("the run has no case results to record", "run the suite first, then update")
     refuse_unsound(cases)

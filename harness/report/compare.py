@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalegate.record import baselines
-from scalegate.record.baselines import BaselineFile
 from scalegate.contract.errors import BaselineError
 from scalegate.judge import AB, LOCAL, SEVERITY, CaseRecord, Outcome, Overrides, judge
 from scalegate.judge import metric as V
+from scalegate.record import baselines
+from scalegate.record.baselines import BaselineFile
 
 __all__ = ["SEVERITY", "Row", "compare", "judge_case", "load_baseline_file", "markdown", "to_json"]
 
@@ -51,8 +51,11 @@ class Row:
     @property
     def delta(self) -> float | None:
         """Change of the efficiency the verdict was decided on (local where the gate is local)."""
-        value, base = ((self.local_efficiency, self.baseline_local_efficiency) if self.gate in (LOCAL, AB)
-                       else (self.efficiency, self.baseline_efficiency))
+        value, base = (
+            (self.local_efficiency, self.baseline_local_efficiency)
+            if self.gate in (LOCAL, AB)
+            else (self.efficiency, self.baseline_efficiency)
+        )
         if value is None or not base:
             return None
         return value / base - 1
@@ -65,8 +68,10 @@ def load_baseline_file(path: Path) -> BaselineFile:
     """``--baseline FILE``: the file names its profile (baselines/<profile>.json)."""
     path = Path(path)
     if not path.is_file():
-        raise BaselineError(f"baseline file {path} does not exist",
-                            "pass a file such as baselines/<profile>.json, or leave --baseline out")
+        raise BaselineError(
+            f"baseline file {path} does not exist",
+            "pass a file such as baselines/<profile>.json, or leave --baseline out",
+        )
     found = baselines.load(path.parent, path.stem)
     assert found is not None  # the file exists
     return found
@@ -76,8 +81,12 @@ def record_of(case: dict[str, Any]) -> CaseRecord:
     return CaseRecord.from_dict(case.get("record") or {}, f"result file of {case.get('case_id', '?')}")
 
 
-def outcome_of(case: dict[str, Any], baseline: BaselineFile | None, overrides: Overrides = Overrides(),
-               base: CaseRecord | None = None) -> Outcome:
+def outcome_of(
+    case: dict[str, Any],
+    baseline: BaselineFile | None,
+    overrides: Overrides = Overrides(),
+    base: CaseRecord | None = None,
+) -> Outcome:
     """The verdict of one result file, from its judge record (against the base commit's record in an A/B run)."""
     return judge(record_of(case), baseline, overrides, base=base)
 
@@ -86,8 +95,11 @@ def base_records(cases: list[dict[str, Any]], base_cases: list[dict[str, Any]]) 
     """Every case's record on the base commit of an A/B run; one the base did not produce is a failed record
     (the judge calls that no-baseline: nothing to compare with)."""
     theirs = {c["key"]: record_of(c) for c in base_cases if "key" in c}
-    return {c["key"]: theirs.get(c["key"]) or dataclasses.replace(
-        record_of(c), launches=(), failure="the base commit produced no result for this case") for c in cases}
+    return {
+        c["key"]: theirs.get(c["key"])
+        or dataclasses.replace(record_of(c), launches=(), failure="the base commit produced no result for this case")
+        for c in cases
+    }
 
 
 def base_info(base_dir: Path) -> dict[str, Any]:
@@ -104,11 +116,21 @@ def base_name(base_dir: Path) -> str:
     return str(base_dir)
 
 
-def judge_case(case: dict[str, Any], baseline: BaselineFile | None, tolerance: float | None = None,
-               noisy_limit: float = V.DEFAULT_NOISY_LIMIT, strict: bool = False,
-               require_baseline: bool = False, base: CaseRecord | None = None) -> Row:
-    outcome = outcome_of(case, baseline, Overrides(tolerance=tolerance, noisy_limit=noisy_limit, strict=strict,
-                                                   require_baseline=require_baseline), base)
+def judge_case(
+    case: dict[str, Any],
+    baseline: BaselineFile | None,
+    tolerance: float | None = None,
+    noisy_limit: float = V.DEFAULT_NOISY_LIMIT,
+    strict: bool = False,
+    require_baseline: bool = False,
+    base: CaseRecord | None = None,
+) -> Row:
+    outcome = outcome_of(
+        case,
+        baseline,
+        Overrides(tolerance=tolerance, noisy_limit=noisy_limit, strict=strict, require_baseline=require_baseline),
+        base,
+    )
     result = case.get("result") or {}
     peaks = [r.get("peak_memory_bytes", 0) for r in result.get("ranks", [])]
     wire = (case.get("resources") or {}).get("wire") or {}
@@ -116,17 +138,30 @@ def judge_case(case: dict[str, Any], baseline: BaselineFile | None, tolerance: f
     ref_metric = next((m for m in outcome.metrics if m.metric in ("efficiency", "local_efficiency")), None)
     run_tolerance = ((case.get("record") or {}).get("conduct") or {}).get("tolerance")  # the run's --scaling-tolerance
     tolerance_used = _tolerance(baseline, outcome, tolerance if tolerance is not None else run_tolerance)
-    return Row(case_id=outcome.case_id, key=outcome.key, world_size=len(result.get("ranks", [])) or None,
-               throughput=result.get("throughput"), efficiency=outcome.efficiency,
-               efficiency_low=ci[0] if ci else None, efficiency_high=ci[1] if ci and math.isfinite(ci[1]) else None,
-               baseline_efficiency=outcome.baseline_efficiency, tolerance=tolerance_used,
-               peak_mib=max(peaks) / 2**20 if peaks else None, bytes_per_step=wire.get("bytes_per_step"),
-               status=outcome.status, local_efficiency=outcome.local_efficiency,
-               baseline_local_efficiency=outcome.baseline_local_efficiency, gate=outcome.gate,
-               launches=outcome.launches, quarantined=outcome.quarantined, tokens_per_s=outcome.tokens_per_s,
-               mfu=outcome.mfu, achieved_flops=outcome.achieved_flops,
-               messages=[line for line in outcome.message.splitlines()[:1] if outcome.status != V.OK]
-               or ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []))
+    return Row(
+        case_id=outcome.case_id,
+        key=outcome.key,
+        world_size=len(result.get("ranks", [])) or None,
+        throughput=result.get("throughput"),
+        efficiency=outcome.efficiency,
+        efficiency_low=ci[0] if ci else None,
+        efficiency_high=ci[1] if ci and math.isfinite(ci[1]) else None,
+        baseline_efficiency=outcome.baseline_efficiency,
+        tolerance=tolerance_used,
+        peak_mib=max(peaks) / 2**20 if peaks else None,
+        bytes_per_step=wire.get("bytes_per_step"),
+        status=outcome.status,
+        local_efficiency=outcome.local_efficiency,
+        baseline_local_efficiency=outcome.baseline_local_efficiency,
+        gate=outcome.gate,
+        launches=outcome.launches,
+        quarantined=outcome.quarantined,
+        tokens_per_s=outcome.tokens_per_s,
+        mfu=outcome.mfu,
+        achieved_flops=outcome.achieved_flops,
+        messages=[line for line in outcome.message.splitlines()[:1] if outcome.status != V.OK]
+        or ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []),
+    )
 
 
 def _tolerance(baseline: BaselineFile | None, outcome: Outcome, override: float | None) -> float | None:
@@ -139,21 +174,36 @@ def _tolerance(baseline: BaselineFile | None, outcome: Outcome, override: float 
     return ref.tolerance if ref else None
 
 
-def compare(cases: list[dict[str, Any]], baseline: BaselineFile | None, tolerance: float | None = None,
-            noisy_limit: float = V.DEFAULT_NOISY_LIMIT, strict: bool = False,
-            require_baseline: bool = False, base: list[dict[str, Any]] | None = None) -> list[Row]:
+def compare(
+    cases: list[dict[str, Any]],
+    baseline: BaselineFile | None,
+    tolerance: float | None = None,
+    noisy_limit: float = V.DEFAULT_NOISY_LIMIT,
+    strict: bool = False,
+    require_baseline: bool = False,
+    base: list[dict[str, Any]] | None = None,
+) -> list[Row]:
     """Every case judged against ``baseline``, or, given ``base`` (an A/B run's base-commit cases), against those."""
     theirs = base_records(cases, base) if base is not None else {}
-    return [judge_case(c, baseline, tolerance, noisy_limit, strict, require_baseline, theirs.get(c.get("key", "")))
-            for c in cases]
+    return [
+        judge_case(c, baseline, tolerance, noisy_limit, strict, require_baseline, theirs.get(c.get("key", "")))
+        for c in cases
+    ]
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
     return "–" if value is None else format(value * scale if scale != 1.0 else value, spec)
 
 
-ICON = {V.OK: "✅", V.REGRESSED: "❌", V.FAILED: "❌", V.NOISY: "⚠️", V.IMPROVED: "🚀",
-        V.NO_BASELINE: "➖", V.NOT_MEANINGFUL: "➖"}
+ICON = {
+    V.OK: "✅",
+    V.REGRESSED: "❌",
+    V.FAILED: "❌",
+    V.NOISY: "⚠️",
+    V.IMPROVED: "🚀",
+    V.NO_BASELINE: "➖",
+    V.NOT_MEANINGFUL: "➖",
+}
 
 
 def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
@@ -164,21 +214,32 @@ def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
     undecided = counts.get(V.NOISY, 0)  # a pass that decided nothing on them must not read as a clean pass
     verdict = "FAIL" if failed else (f"PASS, {undecided} UNDECIDED" if undecided else "PASS")
     head = f"### scalegate: {title}\n\n**{verdict}** — " + ", ".join(
-        f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: SEVERITY.index(kv[0])))
-    lines = [head, "", "| case | W | samples/s | MFU | efficiency (95% CI) | local eff | gated on | baseline | delta "
-                       "| launches | peak MiB/rank | MB/step | verdict |",
-             "|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|---|"]
+        f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: SEVERITY.index(kv[0]))
+    )
+    lines = [
+        head,
+        "",
+        "| case | W | samples/s | MFU | efficiency (95% CI) | local eff | gated on | baseline | delta "
+        "| launches | peak MiB/rank | MB/step | verdict |",
+        "|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|---|",
+    ]
     for r in rows:
-        ci = "" if r.efficiency_low is None else (
-            f" ({r.efficiency_low:.3f}–{_fmt(r.efficiency_high, '.3f')})")
+        ci = "" if r.efficiency_low is None else (f" ({r.efficiency_low:.3f}–{_fmt(r.efficiency_high, '.3f')})")
         gated = r.baseline_local_efficiency if r.gate in (LOCAL, AB) else r.baseline_efficiency
-        base = "–" if gated is None else f"{gated:.3f}" + ("" if r.tolerance is None else f" ±{r.tolerance:.0%}") + (
-            " (base commit)" if r.gate == AB else "")
-        lines.append(f"| `{r.key}` | {_fmt(r.world_size, 'd')} | {_fmt(r.throughput, '.1f')} | {_fmt(r.mfu, '.1%')} | "
-                     f"{_fmt(r.efficiency, '.3f')}{ci} | {_fmt(r.local_efficiency, '.3f')} | {r.gate or '–'} | {base} | "
-                     f"{_fmt(r.delta, '+.1%')} | {r.launches} | {_fmt(r.peak_mib, '.0f')} | "
-                     f"{_fmt(r.bytes_per_step, '.2f', 1e-6)} | {ICON.get(r.status, '')} {r.status}"
-                     f"{' 🔇 quarantined' if r.quarantined else ''} |")
+        base = (
+            "–"
+            if gated is None
+            else f"{gated:.3f}"
+            + ("" if r.tolerance is None else f" ±{r.tolerance:.0%}")
+            + (" (base commit)" if r.gate == AB else "")
+        )
+        lines.append(
+            f"| `{r.key}` | {_fmt(r.world_size, 'd')} | {_fmt(r.throughput, '.1f')} | {_fmt(r.mfu, '.1%')} | "
+            f"{_fmt(r.efficiency, '.3f')}{ci} | {_fmt(r.local_efficiency, '.3f')} | {r.gate or '–'} | {base} | "
+            f"{_fmt(r.delta, '+.1%')} | {r.launches} | {_fmt(r.peak_mib, '.0f')} | "
+            f"{_fmt(r.bytes_per_step, '.2f', 1e-6)} | {ICON.get(r.status, '')} {r.status}"
+            f"{' 🔇 quarantined' if r.quarantined else ''} |"
+        )
     notes = [f"- `{r.case_id}`: {m.splitlines()[0]}" for r in rows if r.status != V.OK for m in r.messages]
     if notes:
         lines += ["", *notes]
@@ -189,6 +250,10 @@ def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
 
 
 def to_json(rows: list[Row], run: str, baseline: BaselineFile | None, strict: bool = False) -> dict[str, Any]:
-    return {"run": run, "baseline": str(baseline.path) if baseline else None, "strict": strict,
-            "failed": sum(r.failed(strict) for r in rows),
-            "cases": [dict(asdict(r), delta=r.delta, failed=r.failed(strict)) for r in rows]}
+    return {
+        "run": run,
+        "baseline": str(baseline.path) if baseline else None,
+        "strict": strict,
+        "failed": sum(r.failed(strict) for r in rows),
+        "cases": [dict(asdict(r), delta=r.delta, failed=r.failed(strict)) for r in rows],
+    }

@@ -25,8 +25,10 @@ class Link:
     messages_per_hop: int = 2  # reduce-scatter + all-gather phases of a ring, one gradient bucket
 
     def describe(self) -> str:
-        return (f"link {self.bandwidth_gbit_s:g} Gbit/s per device, latency {self.latency_us:g} µs per message, "
-                f"{self.messages_per_hop} message(s) per ring hop, no compute/communication overlap")
+        return (
+            f"link {self.bandwidth_gbit_s:g} Gbit/s per device, latency {self.latency_us:g} µs per message, "
+            f"{self.messages_per_hop} message(s) per ring hop, no compute/communication overlap"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,8 +41,9 @@ class Projection:
     efficiency: dict[int, float]
 
 
-def project(compute_s: float, bytes_per_rank: float, measured_world: int, link: Link,
-            devices: tuple[int, ...] = DEVICES) -> dict[int, float]:
+def project(
+    compute_s: float, bytes_per_rank: float, measured_world: int, link: Link, devices: tuple[int, ...] = DEVICES
+) -> dict[int, float]:
     if compute_s <= 0 or measured_world < 2:
         raise ValueError("needs a positive compute time and a measured world size of 2 or more")
     base_factor = (measured_world - 1) / measured_world
@@ -73,20 +76,33 @@ def from_case(case: dict[str, Any], link: Link) -> Projection | None:
         volume, source = float(wire["analytic_bytes_per_rank"]), "analytic (no counter reading)"
     else:
         return None
-    return Projection(case_id=case["case_id"], compute_s=compute, bytes_per_rank=volume, measured_world=world,
-                      source=source, efficiency=project(compute, volume, world, link))
+    return Projection(
+        case_id=case["case_id"],
+        compute_s=compute,
+        bytes_per_rank=volume,
+        measured_world=world,
+        source=source,
+        efficiency=project(compute, volume, world, link),
+    )
 
 
 def markdown(projections: list[Projection], link: Link) -> str:
     if not projections:
-        return ("No projection: no multi-rank case in this run has both a reference step time and bytes per "
-                "step (run with the wire counters on, or a strategy that declares its analytic volume).\n")
-    lines = [f"Assumptions: {link.describe()}; weak scaling with the 1x1 step time as compute; "
-             "ring collectives, so a rank's bytes grow as (N-1)/N.", "",
-             "| case | compute ms | MB/rank/step (W) | source | " + " | ".join(str(n) for n in DEVICES) + " |",
-             "|---|--:|--:|---|" + "--:|" * len(DEVICES)]
+        return (
+            "No projection: no multi-rank case in this run has both a reference step time and bytes per "
+            "step (run with the wire counters on, or a strategy that declares its analytic volume).\n"
+        )
+    lines = [
+        f"Assumptions: {link.describe()}; weak scaling with the 1x1 step time as compute; "
+        "ring collectives, so a rank's bytes grow as (N-1)/N.",
+        "",
+        "| case | compute ms | MB/rank/step (W) | source | " + " | ".join(str(n) for n in DEVICES) + " |",
+        "|---|--:|--:|---|" + "--:|" * len(DEVICES),
+    ]
     for p in projections:
         cells = " | ".join(f"{p.efficiency[n]:.2f}" for n in DEVICES)
-        lines.append(f"| `{p.case_id}` | {p.compute_s * 1e3:.1f} | {p.bytes_per_rank / 1e6:.2f} ({p.measured_world}) | "
-                     f"{p.source} | {cells} |")
+        lines.append(
+            f"| `{p.case_id}` | {p.compute_s * 1e3:.1f} | {p.bytes_per_rank / 1e6:.2f} ({p.measured_world}) | "
+            f"{p.source} | {cells} |"
+        )
     return "\n".join(lines) + "\n"

@@ -18,8 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from scalegate.contract import atomic
-from scalegate.report import compare, extrapolate  # noqa: E402
 from scalegate.record.baselines import BaselineFile  # noqa: E402
+from scalegate.report import compare, extrapolate  # noqa: E402
 
 
 def _world(case: dict[str, Any]) -> int:
@@ -75,9 +75,12 @@ def efficiency_plot(rows: list[compare.Row], path: Path) -> Path:
             ax.fill_between([x - 0.4, x + 0.4], gated * (1 - tol), gated, color="gray", alpha=0.3, lw=0)
     ax.axhline(1.0, color="k", ls="--", lw=1)
     ax.set_xticks(list(xs), [r.case_id for r in rows], rotation=30, ha="right", fontsize=8)
-    ax.set(ylabel="efficiency = speedup / W", title="Efficiency (bar, 95% CI; line: baseline) and local efficiency "
-                                                    "(diamond; dotted: baseline)\nshaded: the gated metric's "
-                                                    "detectable drop; red: regressed or failed, orange: noisy")
+    ax.set(
+        ylabel="efficiency = speedup / W",
+        title="Efficiency (bar, 95% CI; line: baseline) and local efficiency "
+        "(diamond; dotted: baseline)\nshaded: the gated metric's "
+        "detectable drop; red: regressed or failed, orange: noisy",
+    )
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
@@ -89,8 +92,13 @@ def memory_plot(cases: list[dict[str, Any]], path: Path) -> Path:
     for i, case in enumerate(cases):
         peaks = [r.get("peak_memory_bytes", 0) / 2**20 for r in (case.get("result") or {}).get("ranks", [])]
         for rank, mib in enumerate(peaks):
-            ax.bar(i - 0.4 + width * (rank + 0.5), mib, width, color=plt.cm.tab10(rank % 10),
-                   label=None if rank in labelled else f"rank {rank}")
+            ax.bar(
+                i - 0.4 + width * (rank + 0.5),
+                mib,
+                width,
+                color=plt.cm.tab10(rank % 10),
+                label=None if rank in labelled else f"rank {rank}",
+            )
             labelled.add(rank)
     source = next((r.get("memory_source") for c in cases for r in (c.get("result") or {}).get("ranks", [])), "")
     ax.set_xticks(range(len(cases)), [c["case_id"] for c in cases], rotation=30, ha="right", fontsize=8)
@@ -130,8 +138,11 @@ def mfu_plot(rows: list[compare.Row], path: Path) -> Path | None:
 
 def breakdown_plot(cases: list[dict[str, Any]], path: Path) -> Path | None:
     """Per case and rank, a stacked bar: compute and exposed communication of the median step (harness/figures/breakdown.py)."""
-    bars = [(f"{c['case_id']} r{r['rank']}", r["compute_s"] * 1e3, r["exposed_comm_s"] * 1e3)
-            for c in cases for r in ((c.get("resources") or {}).get("breakdown") or {}).get("per_rank", [])]
+    bars = [
+        (f"{c['case_id']} r{r['rank']}", r["compute_s"] * 1e3, r["exposed_comm_s"] * 1e3)
+        for c in cases
+        for r in ((c.get("resources") or {}).get("breakdown") or {}).get("per_rank", [])
+    ]
     if not bars:
         return None
     fig, ax = plt.subplots(figsize=(max(6.4, 0.6 * len(bars) + 2), 4.4))
@@ -152,20 +163,38 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def write(cases: list[dict[str, Any]], out_dir: Path, run: str, baseline: BaselineFile | None,
-          link: extrapolate.Link) -> Path:
+def write(
+    cases: list[dict[str, Any]], out_dir: Path, run: str, baseline: BaselineFile | None, link: extrapolate.Link
+) -> Path:
     """Every plot and ``report.md``; returns the page's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = compare.compare(cases, baseline)
-    plots = [speedup_plot(cases, out_dir / "speedup.png"), efficiency_plot(rows, out_dir / "efficiency.png"),
-             memory_plot(cases, out_dir / "memory.png"), bytes_plot(cases, out_dir / "bytes.png"),
-             mfu_plot(rows, out_dir / "mfu.png"), breakdown_plot(cases, out_dir / "breakdown.png")]
+    plots = [
+        speedup_plot(cases, out_dir / "speedup.png"),
+        efficiency_plot(rows, out_dir / "efficiency.png"),
+        memory_plot(cases, out_dir / "memory.png"),
+        bytes_plot(cases, out_dir / "bytes.png"),
+        mfu_plot(rows, out_dir / "mfu.png"),
+        breakdown_plot(cases, out_dir / "breakdown.png"),
+    ]
     projections = [p for p in (extrapolate.from_case(c, link) for c in cases) if p is not None]
-    page = [f"# scalegate report: {run}", "",
-            f"Profile: {cases[0].get('profile', '?')}; commit {cases[0].get('commit', '?')}; "
-            f"baseline: {baseline.path if baseline else 'none'}.", "",
-            compare.markdown(rows, "verdicts against the baseline"), "## Plots", ""]
+    page = [
+        f"# scalegate report: {run}",
+        "",
+        f"Profile: {cases[0].get('profile', '?')}; commit {cases[0].get('commit', '?')}; "
+        f"baseline: {baseline.path if baseline else 'none'}.",
+        "",
+        compare.markdown(rows, "verdicts against the baseline"),
+        "## Plots",
+        "",
+    ]
     page += [f"![{p.stem}]({p.name})" for p in plots if p is not None]
-    page += ["", "## Projected efficiency at scale (alpha-beta model)", "", extrapolate.markdown(projections, link),
-             "", extrapolate.__doc__.strip().replace("\n    ", "\n") if extrapolate.__doc__ else ""]
+    page += [
+        "",
+        "## Projected efficiency at scale (alpha-beta model)",
+        "",
+        extrapolate.markdown(projections, link),
+        "",
+        extrapolate.__doc__.strip().replace("\n    ", "\n") if extrapolate.__doc__ else "",
+    ]
     return atomic.write_text(out_dir / "report.md", "\n".join(page) + "\n")

@@ -9,8 +9,25 @@ from __future__ import annotations
 
 from typing import Any
 
-HEADER = ("case", "preset", "W", "samples/s", "tokens/s", "MFU", "comm exp", "speedup", "efficiency", "local eff", "gated on", "baseline", "delta",
-          "launches", "peak MiB/rank", "MB/step", "verdict")
+HEADER = (
+    "case",
+    "preset",
+    "W",
+    "samples/s",
+    "tokens/s",
+    "MFU",
+    "comm exp",
+    "speedup",
+    "efficiency",
+    "local eff",
+    "gated on",
+    "baseline",
+    "delta",
+    "launches",
+    "peak MiB/rank",
+    "MB/step",
+    "verdict",
+)
 
 
 CHECKPOINT = "ckpt s/GB"
@@ -68,26 +85,44 @@ def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
         spec = case.get("spec", {})
         eff, local, gate = case.get("efficiency"), case.get("local_efficiency"), case.get("gate") or ""
         # baseline and delta of the efficiency the verdict was decided on (docs/gate.md)
-        gated, base = (local, case.get("baseline_local_efficiency")) if gate == "local" else (
-            eff, case.get("baseline_efficiency"))
+        gated, base = (
+            (local, case.get("baseline_local_efficiency"))
+            if gate == "local"
+            else (eff, case.get("baseline_efficiency"))
+        )
         delta = None if gated is None or not base else (gated / base - 1) * 100
         peaks = [r.get("peak_memory_bytes", 0) for r in result.get("ranks", [])]
         world = len(result.get("ranks", [])) or None
-        out.append((
-            case["case_id"], spec.get("preset", "?"), _fmt(world, "d"), _fmt(result.get("throughput"), ".1f"),
-            _fmt(case.get("tokens_per_s"), ".0f"), _mfu(case), _exposed(case),
-            _fmt(case.get("speedup"), ".2f"), _fmt(eff, ".3f"), _fmt(local, ".3f"), gate or "-", _fmt(base, ".3f"),
-            "-" if delta is None else f"{delta:+.1f}%", str(case.get("launches") or "-"),
-            _fmt(max(peaks) / 2**20 if peaks else None, ".0f"), _mb_per_step(case),
-            *((_ckpt(case),) if checkpointed else ()), case["status"],
-        ))
+        out.append(
+            (
+                case["case_id"],
+                spec.get("preset", "?"),
+                _fmt(world, "d"),
+                _fmt(result.get("throughput"), ".1f"),
+                _fmt(case.get("tokens_per_s"), ".0f"),
+                _mfu(case),
+                _exposed(case),
+                _fmt(case.get("speedup"), ".2f"),
+                _fmt(eff, ".3f"),
+                _fmt(local, ".3f"),
+                gate or "-",
+                _fmt(base, ".3f"),
+                "-" if delta is None else f"{delta:+.1f}%",
+                str(case.get("launches") or "-"),
+                _fmt(max(peaks) / 2**20 if peaks else None, ".0f"),
+                _mb_per_step(case),
+                *((_ckpt(case),) if checkpointed else ()),
+                case["status"],
+            )
+        )
     return out
 
 
 def table(cases: list[dict[str, Any]]) -> str:
     body = [header(cases)] + rows(cases)
     widths = [max(len(r[i]) for r in body) for i in range(len(body[0]))]
-    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths)))
-             for r in body]
+    lines = [
+        "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in body
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -26,8 +26,10 @@ from scalegate.contract.errors import SpecError
 if TYPE_CHECKING:
     from scalegate.judge import Outcome
 
-HINT = ("pip install -e .[report] (or pip install 'tensorboard>=2.15') into the suite's environment, "
-        "or drop --scaling-tensorboard")
+HINT = (
+    "pip install -e .[report] (or pip install 'tensorboard>=2.15') into the suite's environment, "
+    "or drop --scaling-tensorboard"
+)
 
 
 def require() -> None:
@@ -35,8 +37,9 @@ def require() -> None:
     try:
         from torch.utils.tensorboard import SummaryWriter  # noqa: F401  (it imports the tensorboard package)
     except ImportError as exc:
-        raise SpecError(f"--scaling-tensorboard needs the tensorboard package, which cannot be imported ({exc})",
-                        HINT) from None
+        raise SpecError(
+            f"--scaling-tensorboard needs the tensorboard package, which cannot be imported ({exc})", HINT
+        ) from None
 
 
 def scalars(outcome: "Outcome") -> dict[str, list[tuple[int, float]]]:
@@ -50,16 +53,20 @@ def scalars(outcome: "Outcome") -> dict[str, list[tuple[int, float]]]:
         "throughput_samples_per_s": [(0, result.throughput)],
         "step_time_median_s": [(0, result.median_step_s)],
     }
-    for tag, value in (("speedup", outcome.speedup), ("efficiency", outcome.efficiency),
-                       ("local_efficiency", outcome.local_efficiency),
-                       ("bytes_per_step", ((outcome.resources or {}).get("wire") or {}).get("bytes_per_step"))):
+    for tag, value in (
+        ("speedup", outcome.speedup),
+        ("efficiency", outcome.efficiency),
+        ("local_efficiency", outcome.local_efficiency),
+        ("bytes_per_step", ((outcome.resources or {}).get("wire") or {}).get("bytes_per_step")),
+    ):
         if value is not None:
             points[tag] = [(0, value)]
     for rank in result.ranks:
         if rank.peak_memory_bytes:
             points[f"peak_memory_mib/rank{rank.rank}"] = [(0, rank.peak_memory_bytes / 2**20)]
-    return {tag: [(s, float(v)) for s, v in series if v is not None and not math.isinf(v)]
-            for tag, series in points.items()}
+    return {
+        tag: [(s, float(v)) for s, v in series if v is not None and not math.isinf(v)] for tag, series in points.items()
+    }
 
 
 def write_case(log_root: Path, outcome: "Outcome") -> Path | None:

@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from scalegate.workloads.base import Workload
     from scalegate.contract.spec import CaseSpec
     from scalegate.contract.topology import Topology
+    from scalegate.workloads.base import Workload
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,8 +93,10 @@ class Strategy:
     def case_unavailable(cls, spec: "CaseSpec", workload: type) -> str | None:
         """Why this strategy cannot run this case's preset (its dims) of ``workload``, or None (tp: whole heads)."""
         if spec.compile and not cls.compiles:
-            return (f"{cls.name}: --scaling-compile does not apply (it runs its own engine or stage wrappers); "
-                    "compiled: single, ddp, fsdp, hsdp, zero1-torch, tp, fsdp-tp")
+            return (
+                f"{cls.name}: --scaling-compile does not apply (it runs its own engine or stage wrappers); "
+                "compiled: single, ddp, fsdp, hsdp, zero1-torch, tp, fsdp-tp"
+            )
         return None
 
     def __init__(self, ctx: RankContext, spec: "CaseSpec", workload: "Workload | None" = None) -> None:
@@ -130,7 +132,7 @@ class Strategy:
     def shard(self, inputs: "torch.Tensor", targets: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
         index, count = self.data_rank
         per = inputs.shape[0] // count
-        return inputs[index * per:(index + 1) * per], targets[index * per:(index + 1) * per]
+        return inputs[index * per : (index + 1) * per], targets[index * per : (index + 1) * per]
 
     # --- training ---------------------------------------------------------------------------------
     def setup(self, model: "nn.Module", make_optimizer: OptimizerFactory) -> None:

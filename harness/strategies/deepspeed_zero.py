@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 
 from scalegate.strategies.base import Strategy
 
-
 CHECKPOINT_TAG = "scalegate"  # one fixed tag: the window writes one checkpoint and reads it back
 
 
@@ -47,7 +46,8 @@ class DeepSpeedZero(Strategy):
         self.model = model.to(self.ctx.device)
         optimizer = make_optimizer(self.model.parameters())
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=self.model, optimizer=optimizer, config=self.config(), dist_init_required=False)
+            model=self.model, optimizer=optimizer, config=self.config(), dist_init_required=False
+        )
 
     def forward_backward(self, inputs, targets, loss_fn):
         loss = loss_fn(self.engine(inputs), targets)
@@ -68,8 +68,9 @@ class DeepSpeedZero(Strategy):
         self.engine.save_checkpoint(directory, tag=CHECKPOINT_TAG)
 
     def load_checkpoint(self, directory: str, optimizer: bool = True) -> None:
-        path, _ = self.engine.load_checkpoint(directory, tag=CHECKPOINT_TAG, load_optimizer_states=optimizer,
-                                              load_lr_scheduler_states=optimizer)
+        path, _ = self.engine.load_checkpoint(
+            directory, tag=CHECKPOINT_TAG, load_optimizer_states=optimizer, load_lr_scheduler_states=optimizer
+        )
         if path is None:
             raise RuntimeError(f"DeepSpeed found no checkpoint under {directory} (tag {CHECKPOINT_TAG!r})")
 

@@ -21,13 +21,14 @@ class DP(Strategy):
     def unavailable(cls, topology, device, devices_per_node):
         if device != "cuda" or devices_per_node < 2:
             where = "no CUDA device" if device != "cuda" else f"{devices_per_node} CUDA device"
-            return (f"dp (nn.DataParallel) needs >= 2 CUDA devices in one process; this node has {where}")
+            return f"dp (nn.DataParallel) needs >= 2 CUDA devices in one process; this node has {where}"
         return super().unavailable(topology, device, devices_per_node)
 
     def setup(self, model, make_optimizer):
         self.model = model.to(self.ctx.device)
-        self.wrapped = nn.DataParallel(self.model, device_ids=list(range(torch.cuda.device_count())),
-                                       output_device=self.ctx.device)
+        self.wrapped = nn.DataParallel(
+            self.model, device_ids=list(range(torch.cuda.device_count())), output_device=self.ctx.device
+        )
         self.optimizer = make_optimizer(self.model.parameters())
 
     def forward_backward(self, inputs, targets, loss_fn):

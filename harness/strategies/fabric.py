@@ -21,6 +21,7 @@ from scalegate.strategies.base import Strategy
 class SummonedFsdp:
     """Full gradients and parameters of a Lightning FSDP1 wrapper (``_fsdp_root``), for the agreement checks:
     Fabric's and the Trainer's FSDP share this (both wrap with use_orig_params=True)."""
+
     forward_collectives = True  # FSDP gathers parameters inside the forward
 
     model: Any
@@ -42,8 +43,10 @@ class SummonedFsdp:
 
 
 class FabricStrategy(Strategy):
-    checkpoint_unavailable = ("Fabric saves through fabric.save/fabric.load with its own wrapped state; the window "
-                              "drives torch.distributed.checkpoint or DeepSpeed directly, which Fabric's wrappers hide")
+    checkpoint_unavailable = (
+        "Fabric saves through fabric.save/fabric.load with its own wrapped state; the window "
+        "drives torch.distributed.checkpoint or DeepSpeed directly, which Fabric's wrappers hide"
+    )
     fabric_strategy: ClassVar[str]  # Lightning's strategy name
     packages = ("lightning",)
 
@@ -52,7 +55,9 @@ class FabricStrategy(Strategy):
 
         fabric = Fabric(
             accelerator="cuda" if self.ctx.device.type == "cuda" else "cpu",
-            devices=self.ctx.local_world_size, num_nodes=self.ctx.nodes, strategy=self.fabric_strategy,
+            devices=self.ctx.local_world_size,
+            num_nodes=self.ctx.nodes,
+            strategy=self.fabric_strategy,
             precision="bf16-mixed" if self.spec.dtype == "bf16" else "32-true",
         )
         fabric.launch()  # under torchrun: no new processes, reuses the existing process group
@@ -78,20 +83,23 @@ class FabricDDP(FabricStrategy):
 class FabricFSDP(SummonedFsdp, FabricStrategy):
     name = "fabric-fsdp"
     fabric_strategy = "fsdp"
-    needs_cuda = ("fabric-fsdp: Lightning refuses CPU: \"You selected the FSDP strategy but FSDP is only available "
-                  "on GPU. Set `Fabric(accelerator='gpu', ...)` to continue or select a different strategy.\"")
+    needs_cuda = (
+        'fabric-fsdp: Lightning refuses CPU: "You selected the FSDP strategy but FSDP is only available '
+        "on GPU. Set `Fabric(accelerator='gpu', ...)` to continue or select a different strategy.\""
+    )
 
     def _fsdp_root(self):
         return self.wrapped._forward_module  # Fabric's FullyShardedDataParallel (use_orig_params=True)
-
 
 
 class FabricDeepSpeed(FabricStrategy):
     name = "fabric-deepspeed"
     fabric_strategy = "deepspeed"  # Lightning's default: ZeRO stage 2, the client optimizer allowed
     packages = ("lightning", "deepspeed")
-    needs_cuda = ("fabric-deepspeed: Lightning refuses CPU: \"The DeepSpeed strategy is only supported on CUDA GPUs "
-                  "but `CPUAccelerator` is used.\"")
+    needs_cuda = (
+        'fabric-deepspeed: Lightning refuses CPU: "The DeepSpeed strategy is only supported on CUDA GPUs '
+        'but `CPUAccelerator` is used."'
+    )
 
     def full_gradients(self) -> dict[str, Any]:
         from scalegate.strategies.deepspeed_zero import gathered_gradients

@@ -54,4 +54,3 @@ class FSDP(FullTensors, Strategy):
             fully_shard(block, **kwargs)
         fully_shard(self.model, **kwargs)
         self.optimizer = make_optimizer(self.model.parameters())
-

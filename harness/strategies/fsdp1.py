@@ -24,7 +24,7 @@ class FSDP1(Strategy):
     @classmethod
     def unavailable(cls, topology, device, devices_per_node):
         if device != "cuda":
-            return f"fsdp1 runs on CUDA only: torch refuses FullyShardedDataParallel on {device}: \"{TORCH_REFUSAL}\""
+            return f'fsdp1 runs on CUDA only: torch refuses FullyShardedDataParallel on {device}: "{TORCH_REFUSAL}"'
         return super().unavailable(topology, device, devices_per_node)
 
     def setup(self, model, make_optimizer):
@@ -34,8 +34,12 @@ class FSDP1(Strategy):
         # use_orig_params keeps the original parameter names and views, so the optimizer and the
         # correctness checks see the same names as the reference model.
         self.wrapped = FullyShardedDataParallel(
-            self.model, auto_wrap_policy=policy, device_id=self.ctx.device,
-            sharding_strategy=ShardingStrategy.FULL_SHARD, use_orig_params=True)
+            self.model,
+            auto_wrap_policy=policy,
+            device_id=self.ctx.device,
+            sharding_strategy=ShardingStrategy.FULL_SHARD,
+            use_orig_params=True,
+        )
         self.optimizer = make_optimizer(self.wrapped.parameters())
 
     def forward_backward(self, inputs, targets, loss_fn):
@@ -45,8 +49,11 @@ class FSDP1(Strategy):
 
     def _gathered(self, grads: bool):
         with FullyShardedDataParallel.summon_full_params(self.wrapped, with_grads=grads, writeback=False):
-            return {_clean(n): (p.grad if grads else p).detach().clone()
-                    for n, p in self.wrapped.named_parameters() if not grads or p.grad is not None}
+            return {
+                _clean(n): (p.grad if grads else p).detach().clone()
+                for n, p in self.wrapped.named_parameters()
+                if not grads or p.grad is not None
+            }
 
     def full_gradients(self):
         return self._gathered(grads=True)

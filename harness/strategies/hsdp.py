@@ -20,5 +20,6 @@ class HSDP(FSDP):
         return self.ctx.local_world_size  # state is sharded within a node, replicated across nodes: a copy per node
 
     def device_mesh(self):
-        return init_device_mesh(self.ctx.device.type, (self.ctx.nodes, self.ctx.local_world_size),
-                                mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(
+            self.ctx.device.type, (self.ctx.nodes, self.ctx.local_world_size), mesh_dim_names=("replicate", "shard")
+        )

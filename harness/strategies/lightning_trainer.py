@@ -41,6 +41,7 @@ from scalegate.contract.errors import SpecError
 from scalegate.strategies.base import Strategy
 from scalegate.strategies.fabric import SummonedFsdp
 
+
 class StepBatch:
     """One step's batch, filled when the step starts; unpacks like ``(inputs, targets)``."""
 
@@ -151,8 +152,10 @@ def _harness_module(model: torch.nn.Module, loss_fn):
 
 
 class LightningTrainerStrategy(Strategy):
-    checkpoint_unavailable = ("the Lightning Trainer owns its loop and checkpoints (ModelCheckpoint, trainer.save_"
-                              "checkpoint); the window cannot take a step outside it")
+    checkpoint_unavailable = (
+        "the Lightning Trainer owns its loop and checkpoints (ModelCheckpoint, trainer.save_"
+        "checkpoint); the window cannot take a step outside it"
+    )
     trainer_strategy: ClassVar[str]  # Lightning's strategy name
     packages = ("lightning", "greenlet")
 
@@ -161,16 +164,26 @@ class LightningTrainerStrategy(Strategy):
         from lightning.fabric.plugins.environments import TorchElasticEnvironment
 
         if not TorchElasticEnvironment.detect():
-            raise SpecError(f"{self.name} runs inside the ranks torchrun starts, and this process has no torchrun "
-                            "environment (RANK, WORLD_SIZE, LOCAL_RANK, TORCHELASTIC_RUN_ID)",
-                            "run it as a scalegate case (pytest scaling_tests ... or python -m scalegate), "
-                            "which launches the ranks")
+            raise SpecError(
+                f"{self.name} runs inside the ranks torchrun starts, and this process has no torchrun "
+                "environment (RANK, WORLD_SIZE, LOCAL_RANK, TORCHELASTIC_RUN_ID)",
+                "run it as a scalegate case (pytest scaling_tests ... or python -m scalegate), "
+                "which launches the ranks",
+            )
         return pl.Trainer(
-            accelerator="cuda" if self.ctx.device.type == "cuda" else "cpu", devices=self.ctx.local_world_size,
-            num_nodes=self.ctx.nodes, strategy=self.trainer_strategy, plugins=[TorchElasticEnvironment()],
+            accelerator="cuda" if self.ctx.device.type == "cuda" else "cpu",
+            devices=self.ctx.local_world_size,
+            num_nodes=self.ctx.nodes,
+            strategy=self.trainer_strategy,
+            plugins=[TorchElasticEnvironment()],
             precision="bf16-mixed" if self.spec.dtype == "bf16" else "32-true",
-            max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-            enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
+            max_epochs=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            use_distributed_sampler=False,
             callbacks=[pacer.callback()],
         )
 
@@ -221,7 +234,7 @@ class LightningTrainerStrategy(Strategy):
     def extra_results(self) -> dict[str, Any]:
         # the Trainer-side clock of the measured steps (the harness's warm-up rule: train.py's ``unmeasured``)
         first = max(self.spec.warmup, 1 if self.spec.grad_check else 0)
-        return {"trainer_step_times_s": self.pacer.step_times_s[first:first + self.spec.steps]}
+        return {"trainer_step_times_s": self.pacer.step_times_s[first : first + self.spec.steps]}
 
     def teardown(self) -> None:
         if self._pending:
@@ -239,9 +252,11 @@ class LightningDDP(LightningTrainerStrategy):
 class LightningFSDP(SummonedFsdp, LightningTrainerStrategy):
     name = "lightning-fsdp"
     trainer_strategy = "fsdp"
-    needs_cuda = ("lightning-fsdp: Lightning refuses CPU: \"The strategy `fsdp` requires a GPU accelerator, but received "
-                  "`accelerator='cpu'`. Please set `accelerator='cuda'`, `accelerator='gpu'`, or pass a "
-                  "`CUDAAccelerator()` instance to use FSDP.\"")
+    needs_cuda = (
+        'lightning-fsdp: Lightning refuses CPU: "The strategy `fsdp` requires a GPU accelerator, but received '
+        "`accelerator='cpu'`. Please set `accelerator='cuda'`, `accelerator='gpu'`, or pass a "
+        '`CUDAAccelerator()` instance to use FSDP."'
+    )
 
     def _fsdp_root(self):
         return self.trainer.strategy.model  # FullyShardedDataParallel around the module (use_orig_params=True)
@@ -251,8 +266,10 @@ class LightningDeepSpeed(LightningTrainerStrategy):
     name = "lightning-deepspeed"
     trainer_strategy = "deepspeed"  # Lightning's default: ZeRO stage 2
     packages = ("lightning", "greenlet", "deepspeed")
-    needs_cuda = ("lightning-deepspeed: Lightning refuses CPU: \"The DeepSpeed strategy is only supported on CUDA GPUs "
-                  "but `CPUAccelerator` is used.\"")
+    needs_cuda = (
+        'lightning-deepspeed: Lightning refuses CPU: "The DeepSpeed strategy is only supported on CUDA GPUs '
+        'but `CPUAccelerator` is used."'
+    )
 
     def full_gradients(self) -> dict[str, Any]:
         from scalegate.strategies.deepspeed_zero import gathered_gradients

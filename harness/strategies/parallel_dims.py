@@ -23,11 +23,16 @@ class ParallelDims:
     def __post_init__(self) -> None:
         for name, value in (("dp", self.dp), ("tp", self.tp), ("world_size", self.world_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(f"parallel dims: {name}={value!r} must be a whole number >= 1",
-                                "use a topology NxG: dp = N nodes, tp = G ranks per node")
+                raise SpecError(
+                    f"parallel dims: {name}={value!r} must be a whole number >= 1",
+                    "use a topology NxG: dp = N nodes, tp = G ranks per node",
+                )
         if self.dp * self.tp != self.world_size:
-            raise SpecError(f"parallel dims: dp {self.dp} x tp {self.tp} = {self.dp * self.tp} is not the world size "
-                            f"{self.world_size}", "use a topology NxG: dp = N nodes, tp = G ranks per node")
+            raise SpecError(
+                f"parallel dims: dp {self.dp} x tp {self.tp} = {self.dp * self.tp} is not the world size "
+                f"{self.world_size}",
+                "use a topology NxG: dp = N nodes, tp = G ranks per node",
+            )
 
     @classmethod
     def of(cls, topology: Topology) -> "ParallelDims":
@@ -38,8 +43,10 @@ class ParallelDims:
         bad = {name: size for name, size in sizes.items() if size % self.tp}
         if bad:
             listed = ", ".join(f"{name} {size} % tp {self.tp} = {size % self.tp}" for name, size in bad.items())
-            raise SpecError(f"model {model} does not split over tp={self.tp}: {listed}",
-                            "use a topology whose ranks per node divide these sizes, or change the preset's dims")
+            raise SpecError(
+                f"model {model} does not split over tp={self.tp}: {listed}",
+                "use a topology whose ranks per node divide these sizes, or change the preset's dims",
+            )
 
     def mesh(self, device_type: str) -> Any:
         """The 2-D ``DeviceMesh`` ("dp", "tp"): tp varies fastest, so a tp group is one node's ranks."""

@@ -23,8 +23,10 @@ from scalegate.strategies.base import Strategy
 
 class Pipeline(Strategy):
     forward_collectives = True  # activations cross ranks inside the forward
-    checkpoint_unavailable = ("pipeline stages hold different modules on each rank and the window's parity step "
-                              "runs the schedule, not a full model: a per-stage checkpoint is not built here")
+    checkpoint_unavailable = (
+        "pipeline stages hold different modules on each rank and the window's parity step "
+        "runs the schedule, not a full model: a per-stage checkpoint is not built here"
+    )
     min_world = 2  # one stage per rank; a single stage is not a pipeline
     schedule_class: ClassVar[type]
 
@@ -33,9 +35,11 @@ class Pipeline(Strategy):
         if not workload.supports_pipeline():
             return f"{cls.name}: workload {workload.name!r} does not implement pipeline_stages() with split_points"
         if topology.world_size > workload.max_pipeline_stages():
-            return (f"{cls.name}: workload {workload.name!r} can be cut into at most "
-                    f"{workload.max_pipeline_stages()} stages ({len(workload.split_points)} split point(s)), "
-                    f"topology {topology} has {topology.world_size} ranks")
+            return (
+                f"{cls.name}: workload {workload.name!r} can be cut into at most "
+                f"{workload.max_pipeline_stages()} stages ({len(workload.split_points)} split point(s)), "
+                f"topology {topology} has {topology.world_size} ranks"
+            )
         return None
 
     @property
@@ -57,13 +61,18 @@ class Pipeline(Strategy):
         self.names = {id(p): n for n, p in model.named_parameters()}
         stages = workload.pipeline_stages(model, world)
         if len(stages) != world:
-            raise SpecError(f"{self.spec.case_id}: workload {workload.name!r} returned {len(stages)} pipeline stages "
-                            f"for {world} ranks", "pipeline_stages(model, n) must return exactly n modules")
+            raise SpecError(
+                f"{self.spec.case_id}: workload {workload.name!r} returned {len(stages)} pipeline stages "
+                f"for {world} ranks",
+                "pipeline_stages(model, n) must return exactly n modules",
+            )
         self.microbatches = self.spec.microbatches or world
         if self.spec.global_batch_size % self.microbatches:
-            raise SpecError(f"{self.spec.case_id}: global batch {self.spec.global_batch_size} does not split into "
-                            f"{self.microbatches} equal micro-batches",
-                            "pick a micro-batch count that divides the global batch")
+            raise SpecError(
+                f"{self.spec.case_id}: global batch {self.spec.global_batch_size} does not split into "
+                f"{self.microbatches} equal micro-batches",
+                "pick a micro-batch count that divides the global batch",
+            )
         self.stage_module = stages[rank].to(self.ctx.device)
         self.stage = PipelineStage(_Contiguous(self.stage_module), rank, world, self.ctx.device)
         self.loss_fn = None  # set per step; the schedule calls it through _loss on the last stage
@@ -87,8 +96,11 @@ class Pipeline(Strategy):
 
     def _gather(self, grads: bool) -> dict[str, torch.Tensor]:
         # Each stage's tensors go to every rank, keyed by the full model's names (collective).
-        local = {self.names[id(p)]: (p.grad if grads else p).detach().cpu()
-                 for p in self.stage_module.parameters() if not grads or p.grad is not None}
+        local = {
+            self.names[id(p)]: (p.grad if grads else p).detach().cpu()
+            for p in self.stage_module.parameters()
+            if not grads or p.grad is not None
+        }
         parts: list[dict[str, torch.Tensor]] = [{} for _ in range(self.ctx.world_size)]
         dist.all_gather_object(parts, local)
         return {name: tensor for part in parts for name, tensor in part.items()}

@@ -19,9 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from scalegate.contract.errors import SpecError
-from scalegate.strategies.parallel_dims import ParallelDims
 from scalegate.strategies.base import Strategy
-from scalegate.strategies.fsdp import FSDP, FullTensors, full as _full
+from scalegate.strategies.fsdp import FSDP, FullTensors
+from scalegate.strategies.fsdp import full as _full
+from scalegate.strategies.parallel_dims import ParallelDims
 
 
 class TP(FullTensors, Strategy):
@@ -34,8 +35,10 @@ class TP(FullTensors, Strategy):
     @classmethod
     def workload_unavailable(cls, workload, topology):
         if not callable(getattr(workload, "tensor_parallel_plan", None)):
-            return (f"{cls.name}: workload {workload.name!r} has no tensor_parallel_plan() (which modules to split "
-                    "column- and row-wise): run it on the decoder LM, --scaling-models gpt (docs/llm.md)")
+            return (
+                f"{cls.name}: workload {workload.name!r} has no tensor_parallel_plan() (which modules to split "
+                "column- and row-wise): run it on the decoder LM, --scaling-models gpt (docs/llm.md)"
+            )
         return cls.topology_unavailable(topology)
 
     @classmethod
@@ -52,7 +55,8 @@ class TP(FullTensors, Strategy):
             return why
         try:
             ParallelDims.of(spec.topo).check_divides(
-                workload(spec.preset, spec.seed, dims=spec.dims).tensor_parallel_divisors(), workload.name)
+                workload(spec.preset, spec.seed, dims=spec.dims).tensor_parallel_divisors(), workload.name
+            )
         except SpecError as exc:
             return f"{cls.name}: {exc.message}"
         return None
@@ -85,7 +89,6 @@ class TP(FullTensors, Strategy):
     def wrap_data_parallel(self, mesh) -> None:
         """Plain TP has one TP group (one node): nothing to do."""
 
-
     def shard_group_size(self) -> int:
         return self.ctx.local_world_size
 
@@ -100,8 +103,11 @@ class TP(FullTensors, Strategy):
 
         subset, seen = self._subset(), {}
         moments = [v for p in subset for v in self.optimizer.state.get(p, {}).values() if hasattr(v, "numel")]
-        reading = {"params": tensor_bytes(subset, seen), "grads": tensor_bytes((p.grad for p in subset), seen),
-                   "optimizer": tensor_bytes(moments, seen)}
+        reading = {
+            "params": tensor_bytes(subset, seen),
+            "grads": tensor_bytes((p.grad for p in subset), seen),
+            "optimizer": tensor_bytes(moments, seen),
+        }
         self._tp_held = peak_state(getattr(self, "_tp_held", {}), reading)
         return super().state_bytes()
 
@@ -109,10 +115,17 @@ class TP(FullTensors, Strategy):
         """The TP-sharded subset's bytes (held here, and a full replica's), and the predicted activation bytes."""
         subset = self._subset()
         full = sum(_full(p.detach()).numel() * p.element_size() for p in subset)
-        return {"tp": {"degree": self.ctx.local_world_size, "sequence_parallel": self.spec.tp_sequence_parallel,
-                       "sharded_params": len(subset), "held": getattr(self, "_tp_held", {}),
-                       "full_params_bytes": full, "activation_bytes_per_rank": self.activation_bytes(),
-                       "analytic_bytes_per_rank": self.activation_bytes() + self.data_parallel_bytes(full)}}
+        return {
+            "tp": {
+                "degree": self.ctx.local_world_size,
+                "sequence_parallel": self.spec.tp_sequence_parallel,
+                "sharded_params": len(subset),
+                "held": getattr(self, "_tp_held", {}),
+                "full_params_bytes": full,
+                "activation_bytes_per_rank": self.activation_bytes(),
+                "analytic_bytes_per_rank": self.activation_bytes() + self.data_parallel_bytes(full),
+            }
+        }
 
     def activation_bytes(self) -> float:
         """Bytes one rank sends per step for the activations' collectives, each moving (tp-1)/tp of a (batch, seq,

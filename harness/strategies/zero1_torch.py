@@ -14,8 +14,10 @@ from scalegate.strategies.base import Strategy
 
 
 class Zero1Torch(Strategy):
-    checkpoint_unavailable = ("ZeroRedundancyOptimizer keeps each rank's optimizer shard apart and only "
-                              "consolidate_state_dict() onto one rank saves it; DCP's get_state_dict does not handle it")
+    checkpoint_unavailable = (
+        "ZeroRedundancyOptimizer keeps each rank's optimizer shard apart and only "
+        "consolidate_state_dict() onto one rank saves it; DCP's get_state_dict does not handle it"
+    )
     name = "zero1-torch"
     compiles = True
     shards = ("optimizer",)
@@ -30,8 +32,9 @@ class Zero1Torch(Strategy):
         self.wrapped = DistributedDataParallel(self.model, device_ids=device_ids)
         # ZeRO builds its own per-shard optimizer from a class, so the factory cannot be passed;
         # the same optimizer and learning rate as the reference's AdamW.
-        self.optimizer = ZeroRedundancyOptimizer(self.wrapped.parameters(), optimizer_class=torch.optim.AdamW,
-                                                 lr=self.spec.lr)
+        self.optimizer = ZeroRedundancyOptimizer(
+            self.wrapped.parameters(), optimizer_class=torch.optim.AdamW, lr=self.spec.lr
+        )
 
     def forward_backward(self, inputs, targets, loss_fn):
         loss = loss_fn(self.wrapped(inputs), targets)

@@ -36,8 +36,18 @@ import traceback
 
 # torch, the worker, and what every built-in torch-only strategy imports; optional packages (DeepSpeed,
 # Lightning, transformers) come per case through --preload (harness/launch/warm.py says why)
-BASE_PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "torch.distributed.fsdp",
-                "torch.distributed.pipelining", "torch.nn.parallel", "scalegate.worker", "scalegate.worker.loop", "scalegate.workloads")
+BASE_PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.optim",
+    "torch._dynamo",
+    "torch.distributed.fsdp",
+    "torch.distributed.pipelining",
+    "torch.nn.parallel",
+    "scalegate.worker",
+    "scalegate.worker.loop",
+    "scalegate.workloads",
+)
 
 
 _FORKSERVER_ENV: dict[str, str] = {}  # the environment the forkserver (so every rank) started with
@@ -117,8 +127,11 @@ def serve(read_fd: int, write_fd: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scalegate.worker.agent", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m scalegate.worker.agent",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--fds", required=True, help="R,W: the request and reply pipes")
     parser.add_argument("--preload", default="", help="more modules to import before forking ranks")
     args = parser.parse_args(argv)

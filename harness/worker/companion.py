@@ -63,8 +63,11 @@ class Companion:
 
     def result(self) -> dict[str, list[float]]:
         """The ``RankResult`` fields it fills."""
-        return {"companion_step_times_s": self.step_times_s, "companion_losses": self.losses,
-                "companion_warmup_losses": self.warmup_losses}
+        return {
+            "companion_step_times_s": self.step_times_s,
+            "companion_losses": self.losses,
+            "companion_warmup_losses": self.warmup_losses,
+        }
 
     def teardown(self) -> None:
         self.strategy.teardown()

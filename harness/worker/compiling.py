@@ -23,8 +23,14 @@ def compile_blocks(workload, model: torch.nn.Module) -> int:
     return len(blocks)
 
 
-def compile_step(strategy, batch: tuple[torch.Tensor, torch.Tensor], loss_fn, device: torch.device,
-                 sync: Callable[[], None], autocast) -> float:
+def compile_step(
+    strategy,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    loss_fn,
+    device: torch.device,
+    sync: Callable[[], None],
+    autocast,
+) -> float:
     """Seconds of the first forward and backward (where torch.compile traces and compiles); gradients dropped."""
     inputs, targets = (t.to(device) for t in strategy.shard(*batch))
     sync()

@@ -46,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         # Under torchrun (MASTER_ADDR set) a process group exists even for one rank, as DDP on 1x1 needs.
         if (ctx.world_size > 1 or "MASTER_ADDR" in os.environ) and not dist.is_initialized():
             beats.beat(-1, "init_process_group")
-            dist.init_process_group(backend="nccl" if ctx.device.type == "cuda" else "gloo",
-                                    device_id=ctx.device if ctx.device.type == "cuda" else None)
+            dist.init_process_group(
+                backend="nccl" if ctx.device.type == "cuda" else "gloo",
+                device_id=ctx.device if ctx.device.type == "cuda" else None,
+            )
         binding: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
         if ctx.device.type == "cpu":  # after the process group: gloo's own threads stay free to run anywhere
             binding = affinity.bind(spec.cpu_threads) if spec.cpu_binding else {"cpus": None, "why": "off"}
@@ -98,4 +100,3 @@ def _write_result(spec: CaseSpec, rank: int, path: Path, data: dict) -> None:
         path.write_text('{"rank": ' + str(rank) + ', "step_times_s": [0.1, ')  # injected fault: truncated JSON
         return
     atomic.write_json(path, data)
-

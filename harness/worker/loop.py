@@ -17,18 +17,17 @@ from typing import Any, Callable
 import psutil
 import torch
 
-from scalegate import workloads
-from scalegate.worker import companion as companions
-from scalegate.measure import checkpoint, flops, gradcheck, local_steps, profiling
-from scalegate.worker import compiling
-from scalegate import strategies
-from scalegate.measure.clock import ForwardClock
-from scalegate.measure import state_bytes as model_state
-from scalegate.measure.memory import MemorySampler, cuda_peaks
-from scalegate.measure.wire import WireCounter
+from scalegate import strategies, workloads
 from scalegate.contract.results import RankResult
 from scalegate.contract.spec import CaseSpec
+from scalegate.measure import checkpoint, flops, gradcheck, local_steps, profiling
+from scalegate.measure import state_bytes as model_state
+from scalegate.measure.clock import ForwardClock
+from scalegate.measure.memory import MemorySampler, cuda_peaks
+from scalegate.measure.wire import WireCounter
 from scalegate.strategies.base import RankContext
+from scalegate.worker import companion as companions
+from scalegate.worker import compiling
 
 
 def rank_context(spec: CaseSpec) -> RankContext:
@@ -40,9 +39,14 @@ def rank_context(spec: CaseSpec) -> RankContext:
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
-    return RankContext(rank=rank, world_size=world, local_rank=local_rank,
-                       local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
-                       node_rank=int(env.get("GROUP_RANK", 0)), device=device)
+    return RankContext(
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+        node_rank=int(env.get("GROUP_RANK", 0)),
+        device=device,
+    )
 
 
 def make_optimizer_factory(spec: CaseSpec):
@@ -61,8 +65,9 @@ class Reference:
         self.loss_fn = loss_fn
         self.losses: list[float] = []  # the single-process curve at the same global batches
 
-    def step(self, inputs: torch.Tensor, targets: torch.Tensor,
-             autocast=contextlib.nullcontext()) -> dict[str, torch.Tensor]:
+    def step(
+        self, inputs: torch.Tensor, targets: torch.Tensor, autocast=contextlib.nullcontext()
+    ) -> dict[str, torch.Tensor]:
         self.optimizer.zero_grad(set_to_none=True)
         with autocast:  # the same mixed precision as the strategy's forward, or bf16 would differ by design
             loss = self.loss_fn(self.model(inputs), targets)
@@ -123,8 +128,9 @@ def _comm_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def _profile_window(spec: CaseSpec, ctx: RankContext, strategy, workload, first_step: int,
-                    beat: Callable[[int, str], None]) -> dict[str, Any]:
+def _profile_window(
+    spec: CaseSpec, ctx: RankContext, strategy, workload, first_step: int, beat: Callable[[int, str], None]
+) -> dict[str, Any]:
     """``--scaling-profile``: more steps under the torch profiler, run after every measured window has
     closed (times, memory, bytes), so it costs the measured steps nothing; nothing at all when off."""
     if not spec.profile_steps:
@@ -146,21 +152,41 @@ def _profile_window(spec: CaseSpec, ctx: RankContext, strategy, workload, first_
     return {"profile_trace": str(path)}
 
 
-def _checkpoint_window(spec: CaseSpec, ctx: RankContext, strategy, workload, full_state: dict[str, int], batch: int,
-                       beat: Callable[[int, str], None]) -> dict[str, Any]:
+def _checkpoint_window(
+    spec: CaseSpec,
+    ctx: RankContext,
+    strategy,
+    workload,
+    full_state: dict[str, int],
+    batch: int,
+    beat: Callable[[int, str], None],
+) -> dict[str, Any]:
     """``--scaling-checkpoint`` (harness/measure/checkpoint.py): save, step, load, the same step again; after every
     other window, so neither its files nor its extra steps reach a measured figure. Steps without injected faults."""
     if not spec.checkpoint:
         return {}
     beat(batch, "checkpoint")
-    return checkpoint.run_window(spec, ctx.rank, strategy,
-                                    lambda i: _step(spec, ctx, strategy, workload, i, full_state, faults=False)[1],
-                                    batch, lambda: _sync(ctx.device))
+    return checkpoint.run_window(
+        spec,
+        ctx.rank,
+        strategy,
+        lambda i: _step(spec, ctx, strategy, workload, i, full_state, faults=False)[1],
+        batch,
+        lambda: _sync(ctx.device),
+    )
 
 
-def _step(spec: CaseSpec, ctx: RankContext, strategy, workload, step: int, full_state: dict[str, int],
-          between: Callable[[torch.Tensor, torch.Tensor], tuple[float, bool]] | None = None,
-          faults: bool = True, clock: ForwardClock | None = None) -> tuple[float, float]:
+def _step(
+    spec: CaseSpec,
+    ctx: RankContext,
+    strategy,
+    workload,
+    step: int,
+    full_state: dict[str, int],
+    between: Callable[[torch.Tensor, torch.Tensor], tuple[float, bool]] | None = None,
+    faults: bool = True,
+    clock: ForwardClock | None = None,
+) -> tuple[float, float]:
     """One distributed optimizer step between device syncs: (seconds, loss).
 
     ``between(inputs, targets)`` runs after forward/backward, before the optimizer step (the gradient
@@ -196,24 +222,43 @@ def _step(spec: CaseSpec, ctx: RankContext, strategy, workload, step: int, full_
     return time.perf_counter() - t0, float(loss) if loss is not None else float("nan")
 
 
-def _local_window(spec: CaseSpec, ctx: RankContext, strategy, workload, full_state: dict[str, int], first_step: int,
-                  beat: Callable[[int, str], None]) -> dict[str, Any]:
+def _local_window(
+    spec: CaseSpec,
+    ctx: RankContext,
+    strategy,
+    workload,
+    full_state: dict[str, int],
+    first_step: int,
+    beat: Callable[[int, str], None],
+) -> dict[str, Any]:
     """The same-launch reference (harness/measure/local_steps.py): after every measured window has closed."""
     if not spec.local_steps:
         return {}
     why = local_steps.unavailable(ctx, full_state)
     if why:
         return {"local_unavailable": why}
-    local = local_steps.LocalStep(workload, spec, ctx, make_optimizer_factory(spec), lambda: _autocast(spec, ctx.device))
+    local = local_steps.LocalStep(
+        workload, spec, ctx, make_optimizer_factory(spec), lambda: _autocast(spec, ctx.device)
+    )
     with local_steps.released(local):
         local(first_step, lambda: _sync(ctx.device))  # the copy's first step pays its lazy set-up: untimed
-        times = local_steps.run_window(spec.local_steps, local, lambda s: _step(spec, ctx, strategy, workload, s, full_state)[0],
-                                     first_step + 1, lambda: _sync(ctx.device), beat)
+        times = local_steps.run_window(
+            spec.local_steps,
+            local,
+            lambda s: _step(spec, ctx, strategy, workload, s, full_state)[0],
+            first_step + 1,
+            lambda: _sync(ctx.device),
+            beat,
+        )
     return times
 
 
-def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
-          beat: Callable[[int, str], None] = lambda step, phase: None) -> RankResult:
+def train(
+    spec: CaseSpec,
+    ctx: RankContext,
+    data_dir: str | None = None,
+    beat: Callable[[int, str], None] = lambda step, phase: None,
+) -> RankResult:
     """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
     started = time.perf_counter()
     beat(-1, "build")
@@ -228,14 +273,27 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
     if spec.compile:  # in place, before the strategy wraps the blocks; the reference above stays eager
         compiling.compile_blocks(workload, model)
     strategy.setup(model, make_optimizer_factory(spec))
-    compile_s = compiling.compile_step(strategy, workload.global_batch(0, spec.global_batch_size), workload.loss,
-                                       ctx.device, lambda: _sync(ctx.device), _autocast(spec, ctx.device)) \
-        if spec.compile else None
+    compile_s = (
+        compiling.compile_step(
+            strategy,
+            workload.global_batch(0, spec.global_batch_size),
+            workload.loss,
+            ctx.device,
+            lambda: _sync(ctx.device),
+            _autocast(spec, ctx.device),
+        )
+        if spec.compile
+        else None
+    )
     # parity's second strategy, stepping beside this one (None otherwise); its model counts in this launch's
     # memory and bytes, which parity does not judge
     companion = companions.build(
-        spec, ctx, workload, make_optimizer_factory(spec),
-        lambda other, i, faulted: _step(spec, ctx, other, workload, i, full_state, faults=faulted))
+        spec,
+        ctx,
+        workload,
+        make_optimizer_factory(spec),
+        lambda other, i, faulted: _step(spec, ctx, other, workload, i, full_state, faults=faulted),
+    )
     unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
     step_flops = flops.StepFlops(enabled=ctx.rank == 0 and reference is not None)  # harness/measure/flops.py
     clock = ForwardClock(ctx.rank, spec.faults.straggler_rank, spec.faults.straggler_ms)  # harness/measure/clock.py
@@ -268,8 +326,9 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
             _inject_grad_fault(spec, ctx, strategy)
             if reference is not None:
                 with step_flops.counting() if step == 0 else contextlib.nullcontext():  # the single process's step
-                    ref_grads = reference.step(inputs.to(ctx.device), targets.to(ctx.device),
-                                               _autocast(spec, ctx.device))
+                    ref_grads = reference.step(
+                        inputs.to(ctx.device), targets.to(ctx.device), _autocast(spec, ctx.device)
+                    )
                 if step == 0:
                     check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
             paused = 0.0
@@ -290,7 +349,7 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         else:
             warmup_losses.append(value)
     sampler.__exit__(None, None, None)
-    ballast = None
+    ballast = None  # noqa: F841 (the sampler is done: free the injected ballast before the windows after the steps)
     cpu1 = process.cpu_times()
     wire.stop()
     held = model_state.peak_state(held, strategy.state_bytes())
@@ -306,15 +365,35 @@ def train(spec: CaseSpec, ctx: RankContext, data_dir: str | None = None,
         companion.teardown()
     strategy.teardown()
     return RankResult(
-        rank=ctx.rank, world_size=ctx.world_size, node_rank=ctx.node_rank, host=socket.gethostname(),
-        device=str(ctx.device), step_times_s=times, losses=losses, warmup_losses=warmup_losses,
-        loss_weight=strategy.loss_weight, peak_memory_bytes=sampler.peak_bytes, memory_source=sampler.source,
-        cpu_user_s=cpu1.user - cpu0.user, cpu_system_s=cpu1.system - cpu0.system,
-        wall_s=time.perf_counter() - started, grad_check=check or None,
-        memory_interval_s=sampler.interval_s, memory_timeline=sampler.timeline(), cuda_memory=cuda_peaks(ctx.device),
-        state_bytes=held, full_state_bytes=full_state, shard_group=strategy.shard_group_size(),
-        wire=wire.result(spec.steps), extra=extra, **series, **_promises(strategy, ctx), **step_flops.result(),
-        tokens_per_sample=workload.tokens_per_sample(), compile_s=compile_s, forward_s=clock.times,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        node_rank=ctx.node_rank,
+        host=socket.gethostname(),
+        device=str(ctx.device),
+        step_times_s=times,
+        losses=losses,
+        warmup_losses=warmup_losses,
+        loss_weight=strategy.loss_weight,
+        peak_memory_bytes=sampler.peak_bytes,
+        memory_source=sampler.source,
+        cpu_user_s=cpu1.user - cpu0.user,
+        cpu_system_s=cpu1.system - cpu0.system,
+        wall_s=time.perf_counter() - started,
+        grad_check=check or None,
+        memory_interval_s=sampler.interval_s,
+        memory_timeline=sampler.timeline(),
+        cuda_memory=cuda_peaks(ctx.device),
+        state_bytes=held,
+        full_state_bytes=full_state,
+        shard_group=strategy.shard_group_size(),
+        wire=wire.result(spec.steps),
+        extra=extra,
+        **series,
+        **_promises(strategy, ctx),
+        **step_flops.result(),
+        tokens_per_sample=workload.tokens_per_sample(),
+        compile_s=compile_s,
+        forward_s=clock.times,
     )
 
 
@@ -324,5 +403,9 @@ def _promises(strategy, ctx: RankContext) -> dict[str, Any]:
     factor = strategy.wire_factor
     if isinstance(factor, dict):  # by backend: NCCL on CUDA ranks, gloo elsewhere
         factor = factor.get("nccl" if ctx.device.type == "cuda" else "gloo")
-    return {"shards": list(strategy.shards), "shard_granularity": strategy.shard_granularity, "wire_factor": factor,
-            "forward_collectives": strategy.forward_collectives}
+    return {
+        "shards": list(strategy.shards),
+        "shard_granularity": strategy.shard_granularity,
+        "wire_factor": factor,
+        "forward_collectives": strategy.forward_collectives,
+    }

@@ -1,7 +1,7 @@
 """This project's LightningModule through the Lightning Trainer and through raw PyTorch strategies.
 
-    pytest                                  # every case below, with the results table
-    pytest -k lightning-ddp                 # the Trainer front end only
+pytest                                  # every case below, with the results table
+pytest -k lightning-ddp                 # the Trainer front end only
 """
 
 import pytest
