@@ -38,8 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scalegate import strategies
-from scalegate.contract import atomic, metrics
+from scalegate.contract import atomic, cards, metrics
 from scalegate.contract.errors import ScalegateError
 from scalegate.contract.results import CaseResult
 from scalegate.contract.spec import CaseSpec
@@ -110,7 +109,7 @@ class ParityOutcome:
 def build(options: Options, host: HostInfo, pairs=PAIRS, topologies=TOPOLOGIES) -> list[ParityCase]:
     cases = []
     for candidate, baseline in pairs:
-        if candidate in strategies.OPT_IN and candidate not in options.strategies:
+        if candidate in cards.OPT_IN and candidate not in options.strategies:
             continue  # an opt-in front end is held to parity when its strategy is named
         for model in options.models:
             for topology in topologies:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from scalegate import hookspec, parity, strategies, workloads
+from scalegate import hookspec, parity, workloads
+from scalegate.contract import cards
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import Outcome, metric, sequential
 from scalegate.launch import warm
@@ -56,9 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.hook.pytest_scaling_workloads.get_hookimpls(), search_paths=[str(config.rootpath)]
         )
         config.stash[CATALOG] = known
-        opts = options.parse(
-            config.getoption, Path(config.rootpath), strategies.names(), workloads.names(), catalog=known
-        )
+        opts = options.parse(config.getoption, Path(config.rootpath), cards.names(), workloads.names(), catalog=known)
         host = hostinfo.detect()
         baseline = baselines.load(opts.baseline_dir, host.profile)
     except ScalegateError as exc:
@@ -98,7 +97,7 @@ def _declared_cases(metafunc: pytest.Metafunc, mark: pytest.Mark) -> list[matrix
         mark.args,
         mark.kwargs,
         explicit=[key for key, on in given.items() if on],
-        strategy_names=strategies.names(),
+        strategy_names=cards.names(),
         where=metafunc.definition.nodeid,
     )
     return matrix.build(opts, state.host)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from scalegate import strategies
 from scalegate.checks import tolerances
+from scalegate.contract import cards
 from scalegate.contract.topology import Topology
-from scalegate.plan import hostinfo
+from scalegate.plan import availability, hostinfo
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "your_model"
@@ -55,7 +55,9 @@ def test_the_example_runs_outside_the_repository(tmp_path):
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-4000:]
 
-    skipped = {s for s in STRATEGIES if strategies.get(s).unavailable(Topology.parse("1x2"), "cpu", 2)}
+    skipped = {
+        s for s in STRATEGIES if availability.strategy_unavailable(cards.card(s), Topology.parse("1x2"), "cpu", 2)
+    }
     ran = [s for s in STRATEGIES if s not in skipped]
     assert "ddp" in ran and "fsdp" in ran and "pipeline-gpipe" in ran
     assert "scaling results" in out

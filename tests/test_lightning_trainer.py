@@ -13,18 +13,21 @@ import pytest
 
 from scalegate import parity, strategies
 from scalegate.checks import agreement, tolerances
+from scalegate.contract import cards
 from scalegate.contract.errors import SpecError
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.launch import run_case
-from scalegate.plan import hostinfo
+from scalegate.plan import availability, hostinfo
 from scalegate.plan.options import Options
 
 FP32 = tolerances.for_dtype("fp32")
 
 
 def reason(name: str, device: str = "cpu") -> str | None:
-    return strategies.get(name).unavailable(Topology.parse("1x2"), device, 2 if device == "cuda" else 0)
+    return availability.strategy_unavailable(
+        cards.card(name), Topology.parse("1x2"), device, 2 if device == "cuda" else 0
+    )
 
 
 # --- skip reasons: Lightning's own words ------------------------------------------------------------

@@ -22,14 +22,15 @@ import psutil
 import pytest
 
 from scalegate import workloads
-from scalegate.contract import heartbeat
+from scalegate.contract import cards, heartbeat
+from scalegate.contract.cards import StrategyCard
 from scalegate.contract.errors import LaunchError
 from scalegate.contract.spec import CaseSpec, Faults, parse_fault
 from scalegate.contract.topology import Topology
 from scalegate.launch import hang, netns, run_case
 from scalegate.launch.local import first_failure
+from scalegate.plan import availability
 from scalegate.record import baselines, run_status
-from scalegate.strategies.base import Strategy
 
 ROOT = Path(__file__).resolve().parents[1]
 HANG_TIMEOUT_S = 40.0
@@ -223,23 +224,21 @@ def test_first_failure_picks_the_earliest_error_file(tmp_path):
 # --- optional packages skip only their own cases ----------------------------------------------------
 
 
-class _NeedsMissingPackage(Strategy):
-    name = "needs_missing"
-    packages = ("scalegate_no_such_package_xyz",)
+_NEEDS_MISSING = StrategyCard(
+    name="needs_missing", impl="scalegate.strategies.ddp:DDP", packages=("scalegate_no_such_package_xyz",)
+)
 
 
 def test_missing_optional_package_skips_with_the_reason():
-    reason = _NeedsMissingPackage.unavailable(Topology.parse("1x2"), "cpu", 2)
+    reason = availability.strategy_unavailable(_NEEDS_MISSING, Topology.parse("1x2"), "cpu", 2)
     assert reason == "needs_missing needs the optional package 'scalegate_no_such_package_xyz', which is not installed"
 
 
 def test_only_the_strategy_missing_a_package_skips(monkeypatch):
-    from scalegate import strategies
     from scalegate.plan import hostinfo, matrix
     from scalegate.plan.options import Options
 
-    real_get = strategies.get
-    monkeypatch.setattr(strategies, "get", lambda n: _NeedsMissingPackage if n == "needs_missing" else real_get(n))
+    monkeypatch.setitem(cards.CARDS, "needs_missing", _NEEDS_MISSING)
     opts = Options(
         strategies=("ddp", "needs_missing"),
         models=("cnn",),

@@ -11,16 +11,18 @@ import pytest
 
 from scalegate import strategies
 from scalegate.checks import agreement, tolerances
+from scalegate.contract import cards
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.launch import run_case
+from scalegate.plan import availability
 
 FP32 = tolerances.for_dtype("fp32")
 CNN_PARAMETERS = 8
 
 
 def reason(name: str, topology: str = "1x2", device: str = "cpu", devices_per_node: int = 0) -> str | None:
-    return strategies.get(name).unavailable(Topology.parse(topology), device, devices_per_node)
+    return availability.strategy_unavailable(cards.card(name), Topology.parse(topology), device, devices_per_node)
 
 
 def small_spec(strategy: str, **changes) -> CaseSpec:

@@ -10,28 +10,30 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from scalegate import strategies, workloads
+from scalegate import workloads
 from scalegate.checks import agreement, tolerances
+from scalegate.contract import cards
 from scalegate.contract.errors import SpecError
 from scalegate.contract.results import RankResult, aggregate
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.launch import LocalLauncher, run_case
 from scalegate.launch.process import free_port, run
+from scalegate.plan import availability
 from scalegate.workloads.base import Preset, Workload
 
 FP32 = tolerances.for_dtype("fp32")
 
 
 def reason(name: str, topology: str, device: str = "cpu", devices_per_node: int = 0) -> str | None:
-    return strategies.get(name).unavailable(Topology.parse(topology), device, devices_per_node)
+    return availability.strategy_unavailable(cards.card(name), Topology.parse(topology), device, devices_per_node)
 
 
 # --- skip reasons ---------------------------------------------------------------------------------
 def test_fsdp1_skip_quotes_what_torch_really_says_on_cpu():
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    from scalegate.strategies.fsdp1 import TORCH_REFUSAL
+    from scalegate.contract.cards import FSDP1_REFUSAL as TORCH_REFUSAL
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
@@ -68,13 +70,15 @@ class _NoStages(Workload):
 
 def test_pipeline_skip_reasons_name_world_size_and_the_workloads_stages():
     assert reason("pipeline-gpipe", "1x1") == "pipeline-gpipe needs a world size >= 2, topology 1x1 has 1"
-    gpipe = strategies.get("pipeline-1f1b")
+    gpipe = cards.card("pipeline-1f1b")
     cnn = workloads.get("cnn")
-    assert gpipe.workload_unavailable(cnn, Topology.parse("1x2")) is None
-    assert gpipe.workload_unavailable(cnn, Topology.parse("1x4")) == (
+    assert availability.workload_unavailable(gpipe, cnn, Topology.parse("1x2")) is None
+    assert availability.workload_unavailable(gpipe, cnn, Topology.parse("1x4")) == (
         "pipeline-1f1b: workload 'cnn' can be cut into at most 2 stages (1 split point(s)), topology 1x4 has 4 ranks"
     )
-    assert "does not implement pipeline_stages()" in gpipe.workload_unavailable(_NoStages, Topology.parse("1x2"))
+    assert "does not implement pipeline_stages()" in availability.workload_unavailable(
+        gpipe, _NoStages, Topology.parse("1x2")
+    )
 
 
 def test_pipeline_cuts_spread_evenly_and_refuse_too_many_stages():

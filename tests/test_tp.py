@@ -13,13 +13,13 @@ import pytest
 
 from scalegate.checks import agreement, sharding
 from scalegate.contract.errors import SpecError
+from scalegate.contract.parallel_dims import ParallelDims
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.figures.resources import wire
 from scalegate.launch import emulated, run_case
 from scalegate.plan.hostinfo import detect
 from scalegate.plan.matrix import skip_reason
-from scalegate.strategies.parallel_dims import ParallelDims
 
 
 def gpt(strategy: str, topology: str = "1x2", **fields) -> CaseSpec:

@@ -24,9 +24,9 @@ from typing import Callable
 import psutil
 import pytest
 
-from scalegate import strategies, workloads
+from scalegate import workloads
 from scalegate.checks import agreement
-from scalegate.contract import heartbeat
+from scalegate.contract import cards, heartbeat
 from scalegate.contract.errors import LaunchError
 from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.contract.topology import Topology
@@ -34,6 +34,7 @@ from scalegate.figures import resources
 from scalegate.launch import hang, netns, run_case, warm
 from scalegate.launch.local import LocalLauncher
 from scalegate.launch.wirecount import ENV_DISABLE
+from scalegate.plan import availability
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN_ENV = "SCALEGATE_TEST_WARM_TOKEN"
@@ -127,7 +128,7 @@ def test_a_server_serves_launches_in_a_row_and_restarts_for_other_modules(pool, 
     assert pool.server.proc.pid == pid  # reused
     assert first.launch["launcher"] == second.launch["launcher"] == "warm"
     assert "deepspeed" not in forkserver_cmdline(pool)
-    if strategies.get("deepspeed-zero2").unavailable(Topology.parse("1x2"), "cpu", 2):
+    if availability.strategy_unavailable(cards.card("deepspeed-zero2"), Topology.parse("1x2"), "cpu", 2):
         pytest.skip("deepspeed-zero2 cannot run here")
     zero2 = run_case(spec("deepspeed-zero2"), tmp_path / "zero2", agents=pool)
     assert zero2.launch["launcher"] == "warm" and pool.server.proc.pid != pid

@@ -65,9 +65,10 @@ def modules_for(spec: CaseSpec) -> frozenset[str]:
     DDP rank forked from a server that had imported DeepSpeed would show a higher peak memory than it costs.
     The key depends only on the case, so its memory does not depend on which cases ran before it.
     """
-    from scalegate import strategies, workloads
+    from scalegate import workloads
+    from scalegate.contract import cards
 
-    used = [strategies.get(name) for name in filter(None, (spec.strategy, spec.companion))]
+    used = [cards.card(name) for name in filter(None, (spec.strategy, spec.companion))]
     # a user's workload (spec.workload) is imported here, from the spec's import_paths, as each rank will
     return frozenset({*(p for s in used for p in s.packages), *workloads.resolve(spec).packages})
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalegate import strategies, workloads
+from scalegate import workloads
+from scalegate.contract import cards
 from scalegate.contract.errors import SpecError
 from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.contract.topology import Topology
 from scalegate.launch import slurm as slurm_agent
+from scalegate.plan import availability
 from scalegate.plan.hostinfo import HostInfo
 from scalegate.plan.options import Options
 
@@ -75,12 +77,12 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
     )
 
 
-def companion(spec: CaseSpec) -> type[strategies.Strategy] | None:
-    """The companion strategy a parity launch trains beside ``spec.strategy`` (harness/worker/companion.py), or None."""
+def companion(spec: CaseSpec) -> cards.StrategyCard | None:
+    """The card of the strategy a parity launch trains beside ``spec.strategy`` (harness/worker/companion.py)."""
     if not spec.companion:
         return None
     try:
-        return strategies.get(spec.companion)
+        return cards.card(spec.companion)
     except SpecError as exc:  # the registry's message alone would not say which field named it
         raise SpecError(f"{spec.case_id}: companion {exc.message}", exc.hint) from None
 
@@ -88,12 +90,8 @@ def companion(spec: CaseSpec) -> type[strategies.Strategy] | None:
 def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
     topo = spec.topo
     workload = workloads.resolve(spec)
-    for strategy in filter(None, (strategies.get(spec.strategy), companion(spec))):
-        reason = (
-            strategy.unavailable(topo, host.device, host.devices_per_node)
-            or strategy.workload_unavailable(workload, topo)
-            or strategy.case_unavailable(spec, workload)
-        )
+    for card in filter(None, (cards.card(spec.strategy), companion(spec))):
+        reason = availability.unavailable(card, spec, workload, host.device, host.devices_per_node)
         if reason:
             return reason
     reason = workload.unavailable()

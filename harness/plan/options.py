@@ -311,7 +311,7 @@ def _names(option: str, text: str, known: list[str], catalog: "Catalog | None" =
         known = catalog.names()
     if text.strip() == "all":
         if option == "--scaling-strategies":  # the opt-in ones run only when named
-            from scalegate.strategies import OPT_IN
+            from scalegate.contract.cards import OPT_IN
 
             return tuple(n for n in known if n not in OPT_IN)
         from scalegate.workloads.loader import (

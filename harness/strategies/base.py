@@ -7,7 +7,6 @@ correctness checks compare every strategy with a single process the same way.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -15,8 +14,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from scalegate.contract.cards import StrategyCard
     from scalegate.contract.spec import CaseSpec
-    from scalegate.contract.topology import Topology
     from scalegate.workloads.base import Workload
 
 
@@ -40,11 +39,6 @@ OptimizerFactory = Callable[..., "torch.optim.Optimizer"]
 
 class Strategy:
     name: ClassVar[str]
-    min_world: ClassVar[int] = 1
-    max_world: ClassVar[int | None] = None
-    min_nodes: ClassVar[int] = 1
-    packages: ClassVar[tuple[str, ...]] = ()  # optional packages it imports
-    needs_cuda: ClassVar[str] = ""  # non-empty: why it cannot run without CUDA devices
     # What the strategy promises to shard over its shard group ("params", "grads", "optimizer"),
     # judged by harness/checks/sharding.py against an unsharded replica; "tensor" granularity means whole
     # tensors are assigned to ranks (ZeroRedundancyOptimizer), so one rank may hold the largest one.
@@ -58,46 +52,17 @@ class Strategy:
     # It gathers or exchanges inside the forward (FSDP, ZeRO-3, TP, pipelines): forward times then do not show which
     # rank arrives last at the collectives (harness/figures/stragglers.py)
     forward_collectives: ClassVar[bool] = False
-    # --scaling-compile applies: the workload's blocks compiled in place before setup wraps them (harness/worker/compiling.py)
-    compiles: ClassVar[bool] = False
     # --scaling-checkpoint (harness/measure/checkpoint.py): non-empty says why this strategy's state cannot be saved
     # and restored by the window, which then reports it as unavailable instead of failing the case
     checkpoint_unavailable: ClassVar[str] = ""
     checkpoint_format: ClassVar[str] = "torch.distributed.checkpoint"
 
-    @classmethod
-    def unavailable(cls, topology: "Topology", device: str, devices_per_node: int) -> str | None:
-        """Why this strategy cannot run this topology here (a skip reason), or None."""
-        if topology.world_size < cls.min_world:
-            return f"{cls.name} needs a world size >= {cls.min_world}, topology {topology} has {topology.world_size}"
-        if cls.max_world is not None and topology.world_size > cls.max_world:
-            return f"{cls.name} runs at most {cls.max_world} process(es), topology {topology} has {topology.world_size}"
-        if topology.nodes < cls.min_nodes:
-            return f"{cls.name} needs >= {cls.min_nodes} nodes, topology {topology} has {topology.nodes}"
-        for package in cls.packages:
-            if importlib.util.find_spec(package) is None:
-                return f"{cls.name} needs the optional package {package!r}, which is not installed"
-        if cls.needs_cuda and device != "cuda":
-            return cls.needs_cuda
-        return None
+    @property
+    def card(self) -> "StrategyCard":
+        """What the pytest side knows of this strategy (harness/contract/cards.py)."""
+        from scalegate.contract.cards import card
 
-    @classmethod
-    def workload_unavailable(cls, workload: type, topology: "Topology") -> str | None:
-        """Why this strategy cannot run this workload (a ``scalegate.workloads.Workload`` subclass) here, or None.
-
-        For strategies that need something from the workload, e.g. pipeline stages to cut.
-        """
-        return None
-
-    @classmethod
-    def case_unavailable(cls, spec: "CaseSpec", workload: type) -> str | None:
-        """Why this strategy cannot run this case's preset (its dims) of ``workload``, or None (tp: whole heads)."""
-        if spec.compile and not cls.compiles:
-            return (
-                f"{cls.name}: --scaling-compile does not apply (it runs its own engine or stage wrappers); "
-                "compiled: single, ddp, fsdp, hsdp, zero1-torch, tp, fsdp-tp"
-            )
-        return None
+        return card(self.name)
 
     def __init__(self, ctx: RankContext, spec: "CaseSpec", workload: "Workload | None" = None) -> None:
         self.ctx = ctx

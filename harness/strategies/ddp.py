@@ -9,7 +9,6 @@ from scalegate.strategies.base import Strategy
 
 class DDP(Strategy):
     name = "ddp"
-    compiles = True
     wire_factor = 2.0  # ring all-reduce of the gradients: 2(W-1)/W x gradient bytes per rank
 
     def setup(self, model, make_optimizer):

@@ -23,7 +23,6 @@ CHECKPOINT_TAG = "scalegate"  # one fixed tag: the window writes one checkpoint 
 
 class DeepSpeedZero(Strategy):
     stage: ClassVar[int]
-    packages = ("deepspeed",)
     checkpoint_format = "deepspeed"
 
     def config(self) -> dict[str, Any]:

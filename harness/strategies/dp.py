@@ -15,14 +15,6 @@ from scalegate.strategies.base import Strategy
 
 class DP(Strategy):
     name = "dp"
-    max_world = 1  # one process drives the node's GPUs
-
-    @classmethod
-    def unavailable(cls, topology, device, devices_per_node):
-        if device != "cuda" or devices_per_node < 2:
-            where = "no CUDA device" if device != "cuda" else f"{devices_per_node} CUDA device"
-            return f"dp (nn.DataParallel) needs >= 2 CUDA devices in one process; this node has {where}"
-        return super().unavailable(topology, device, devices_per_node)
 
     def setup(self, model, make_optimizer):
         self.model = model.to(self.ctx.device)

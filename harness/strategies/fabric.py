@@ -48,7 +48,6 @@ class FabricStrategy(Strategy):
         "drives torch.distributed.checkpoint or DeepSpeed directly, which Fabric's wrappers hide"
     )
     fabric_strategy: ClassVar[str]  # Lightning's strategy name
-    packages = ("lightning",)
 
     def _launch_fabric(self):
         from lightning.fabric import Fabric
@@ -83,10 +82,6 @@ class FabricDDP(FabricStrategy):
 class FabricFSDP(SummonedFsdp, FabricStrategy):
     name = "fabric-fsdp"
     fabric_strategy = "fsdp"
-    needs_cuda = (
-        'fabric-fsdp: Lightning refuses CPU: "You selected the FSDP strategy but FSDP is only available '
-        "on GPU. Set `Fabric(accelerator='gpu', ...)` to continue or select a different strategy.\""
-    )
 
     def _fsdp_root(self):
         return self.wrapped._forward_module  # Fabric's FullyShardedDataParallel (use_orig_params=True)
@@ -95,11 +90,6 @@ class FabricFSDP(SummonedFsdp, FabricStrategy):
 class FabricDeepSpeed(FabricStrategy):
     name = "fabric-deepspeed"
     fabric_strategy = "deepspeed"  # Lightning's default: ZeRO stage 2, the client optimizer allowed
-    packages = ("lightning", "deepspeed")
-    needs_cuda = (
-        'fabric-deepspeed: Lightning refuses CPU: "The DeepSpeed strategy is only supported on CUDA GPUs '
-        'but `CPUAccelerator` is used."'
-    )
 
     def full_gradients(self) -> dict[str, Any]:
         from scalegate.strategies.deepspeed_zero import gathered_gradients

@@ -36,7 +36,6 @@ class FullTensors:
 class FSDP(FullTensors, Strategy):
     forward_collectives = True  # parameters are gathered inside the forward
     name = "fsdp"
-    compiles = True
     shards = ("params", "grads", "optimizer")
     # all-gather in forward and backward (1 + 1) + reduce-scatter (1); gloo's reduce-scatter moves an
     # all-reduce's bytes (2), measured on loopback

@@ -13,19 +13,12 @@ from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
 from scalegate.strategies.base import Strategy
 
 # The text torch 2.13 raises when FullyShardedDataParallel is built on a machine without a GPU.
-TORCH_REFUSAL = "FSDP needs a non-CPU accelerator device, but no accelerator device is detected."
 
 
 class FSDP1(Strategy):
     forward_collectives = True  # parameters are gathered inside the forward
     name = "fsdp1"
     shards = ("params", "grads", "optimizer")  # FULL_SHARD
-
-    @classmethod
-    def unavailable(cls, topology, device, devices_per_node):
-        if device != "cuda":
-            return f'fsdp1 runs on CUDA only: torch refuses FullyShardedDataParallel on {device}: "{TORCH_REFUSAL}"'
-        return super().unavailable(topology, device, devices_per_node)
 
     def setup(self, model, make_optimizer):
         self.model = model.to(self.ctx.device)

@@ -13,7 +13,6 @@ from scalegate.strategies.fsdp import FSDP
 
 class HSDP(FSDP):
     name = "hsdp"
-    min_nodes = 2  # with one node the replicate dimension is 1 and HSDP is plain FSDP
     wire_factor = None  # intra- and inter-node volumes differ; measured per node, not predicted here
 
     def shard_group_size(self) -> int:

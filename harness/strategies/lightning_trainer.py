@@ -157,7 +157,6 @@ class LightningTrainerStrategy(Strategy):
         "checkpoint); the window cannot take a step outside it"
     )
     trainer_strategy: ClassVar[str]  # Lightning's strategy name
-    packages = ("lightning", "greenlet")
 
     def _trainer(self, pacer: _Pacer):
         import lightning.pytorch as pl
@@ -252,11 +251,6 @@ class LightningDDP(LightningTrainerStrategy):
 class LightningFSDP(SummonedFsdp, LightningTrainerStrategy):
     name = "lightning-fsdp"
     trainer_strategy = "fsdp"
-    needs_cuda = (
-        'lightning-fsdp: Lightning refuses CPU: "The strategy `fsdp` requires a GPU accelerator, but received '
-        "`accelerator='cpu'`. Please set `accelerator='cuda'`, `accelerator='gpu'`, or pass a "
-        '`CUDAAccelerator()` instance to use FSDP."'
-    )
 
     def _fsdp_root(self):
         return self.trainer.strategy.model  # FullyShardedDataParallel around the module (use_orig_params=True)
@@ -265,11 +259,6 @@ class LightningFSDP(SummonedFsdp, LightningTrainerStrategy):
 class LightningDeepSpeed(LightningTrainerStrategy):
     name = "lightning-deepspeed"
     trainer_strategy = "deepspeed"  # Lightning's default: ZeRO stage 2
-    packages = ("lightning", "greenlet", "deepspeed")
-    needs_cuda = (
-        'lightning-deepspeed: Lightning refuses CPU: "The DeepSpeed strategy is only supported on CUDA GPUs '
-        'but `CPUAccelerator` is used."'
-    )
 
     def full_gradients(self) -> dict[str, Any]:
         from scalegate.strategies.deepspeed_zero import gathered_gradients

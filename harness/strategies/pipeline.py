@@ -27,20 +27,7 @@ class Pipeline(Strategy):
         "pipeline stages hold different modules on each rank and the window's parity step "
         "runs the schedule, not a full model: a per-stage checkpoint is not built here"
     )
-    min_world = 2  # one stage per rank; a single stage is not a pipeline
     schedule_class: ClassVar[type]
-
-    @classmethod
-    def workload_unavailable(cls, workload, topology):
-        if not workload.supports_pipeline():
-            return f"{cls.name}: workload {workload.name!r} does not implement pipeline_stages() with split_points"
-        if topology.world_size > workload.max_pipeline_stages():
-            return (
-                f"{cls.name}: workload {workload.name!r} can be cut into at most "
-                f"{workload.max_pipeline_stages()} stages ({len(workload.split_points)} split point(s)), "
-                f"topology {topology} has {topology.world_size} ranks"
-            )
-        return None
 
     @property
     def data_rank(self):

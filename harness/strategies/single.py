@@ -7,8 +7,6 @@ from scalegate.strategies.base import Strategy
 
 class Single(Strategy):
     name = "single"
-    compiles = True
-    max_world = 1
 
     def setup(self, model, make_optimizer):
         self.model = model.to(self.ctx.device)

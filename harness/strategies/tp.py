@@ -2,7 +2,7 @@
 
 ``tp``: one node's ranks split every attention and MLP matmul (the workload's ``tensor_parallel_plan``:
 q/k/v and the MLP's up projections column-wise, output and down projections row-wise); they all see the same
-batch. ``fsdp-tp``: a ("dp", "tp") ``DeviceMesh`` (``harness/strategies/parallel_dims.py``), TP within a node, FSDP2
+batch. ``fsdp-tp``: a ("dp", "tp") ``DeviceMesh`` (``harness/contract/parallel_dims.py``), TP within a node, FSDP2
 across nodes on top of it (``fully_shard(block, mesh=mesh["dp"])`` over the TP-parallelized blocks).
 ``--scaling-tp-sequence-parallel`` shards the norms along the sequence (``SequenceParallel``): the row-wise
 all-reduces become reduce-scatters and the column-wise inputs all-gathers.
@@ -18,48 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from scalegate.contract.errors import SpecError
+from scalegate.contract.parallel_dims import ParallelDims
 from scalegate.strategies.base import Strategy
 from scalegate.strategies.fsdp import FSDP, FullTensors
 from scalegate.strategies.fsdp import full as _full
-from scalegate.strategies.parallel_dims import ParallelDims
 
 
 class TP(FullTensors, Strategy):
     forward_collectives = True  # activations cross ranks inside the forward
     name = "tp"
-    min_world = 2
     shards = ()  # the promise is on the TP-sharded subset (extra_results), not on the whole state
-    compiles = True
-
-    @classmethod
-    def workload_unavailable(cls, workload, topology):
-        if not callable(getattr(workload, "tensor_parallel_plan", None)):
-            return (
-                f"{cls.name}: workload {workload.name!r} has no tensor_parallel_plan() (which modules to split "
-                "column- and row-wise): run it on the decoder LM, --scaling-models gpt (docs/llm.md)"
-            )
-        return cls.topology_unavailable(topology)
-
-    @classmethod
-    def topology_unavailable(cls, topology) -> str | None:
-        if topology.nodes > 1:
-            return f"tp: the tp group is one node's ranks; {topology} has {topology.nodes} nodes: use fsdp-tp"
-        return None
-
-    @classmethod
-    def case_unavailable(cls, spec, workload) -> str | None:
-        """The case's own preset (its dims): whole heads and MLP columns per rank, or a skip naming each size."""
-        why = super().case_unavailable(spec, workload)
-        if why:
-            return why
-        try:
-            ParallelDims.of(spec.topo).check_divides(
-                workload(spec.preset, spec.seed, dims=spec.dims).tensor_parallel_divisors(), workload.name
-            )
-        except SpecError as exc:
-            return f"{cls.name}: {exc.message}"
-        return None
 
     def parallel_dims(self) -> ParallelDims:
         dims = ParallelDims(dp=self.ctx.nodes, tp=self.ctx.local_world_size, world_size=self.ctx.world_size)
@@ -148,11 +116,6 @@ class TP(FullTensors, Strategy):
 
 class FSDPTP(TP):
     name = "fsdp-tp"
-    min_nodes = 2  # one node: dp = 1 and this is plain tp
-
-    @classmethod
-    def topology_unavailable(cls, topology) -> str | None:
-        return None
 
     def wrap_data_parallel(self, mesh) -> None:
         from torch.distributed.fsdp import fully_shard

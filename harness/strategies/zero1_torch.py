@@ -19,7 +19,6 @@ class Zero1Torch(Strategy):
         "consolidate_state_dict() onto one rank saves it; DCP's get_state_dict does not handle it"
     )
     name = "zero1-torch"
-    compiles = True
     shards = ("optimizer",)
     shard_granularity = "tensor"  # ZeroRedundancyOptimizer assigns whole parameters to ranks
     wire_factor = 3.0  # DDP's all-reduce (2) + each rank broadcasting its updated shard (1)
