@@ -13,7 +13,7 @@ interrupted collection keeps what it measured and a later ``collect`` adds to it
 
 ``analyse`` replays the gate offline: each clean repetition in turn is the baseline (its efficiency
 and noise, as ``update-baselines`` would record them) and every *other* repetition is judged
-against it with ``scalegate.judge.metric.judge``. Clean candidates judged ``regressed`` are false
+against it with ``scalegate.judge.metric.higher_is_better``. Clean candidates judged ``regressed`` are false
 alarms; slowed candidates judged ``regressed`` are detections. ``noisy`` verdicts are counted apart
 (they fail only under ``--scaling-strict``).
 """
@@ -136,7 +136,7 @@ def judge_all(
             if rep in used:
                 continue
             for slowdown, est in by_slowdown.items():
-                v = V.judge(est, reference, "detection", baseline_noise=noise, noisy_limit=noisy_limit)
+                v = V.higher_is_better(est, reference, "detection", baseline_noise=noise, noisy_limit=noisy_limit)
                 row = counts.setdefault(slowdown, {})
                 row[v.status] = row.get(v.status, 0) + 1
     return counts
@@ -248,7 +248,7 @@ def simulate(args: argparse.Namespace) -> None:
             base = _pooled([reps[r] for r in chosen[:m]], 0.0, paired)
             reference = Reference(value=base.value, tolerance=args.tolerance)
             used = m + n
-            verdict = V.judge(
+            verdict = V.higher_is_better(
                 _pooled([reps[r] for r in chosen[m:used]], slowdown, paired),
                 reference,
                 "simulate",
@@ -259,7 +259,7 @@ def simulate(args: argparse.Namespace) -> None:
                 if verdict.status != V.REGRESSED:
                     break
                 used += n
-                verdict = V.judge(
+                verdict = V.higher_is_better(
                     _pooled([reps[r] for r in chosen[m:used]], slowdown, paired),
                     reference,
                     "simulate",

@@ -290,7 +290,7 @@ values = st.floats(min_value=0.05, max_value=2.0)
 def test_inside_tolerance_never_regresses(base, tol, where, half, bnoise):
     value = base * (1 - tol + 2 * tol * where)
     est = stats.Estimate(value=value, low=value * (1 - half), high=value * (1 + half))
-    verdict = V.judge(est, Reference(value=base, tolerance=tol), "c", baseline_noise=bnoise)
+    verdict = V.higher_is_better(est, Reference(value=base, tolerance=tol), "c", baseline_noise=bnoise)
     assert verdict.status in (V.OK, V.NOISY) and not verdict.failed
 
 
@@ -300,7 +300,7 @@ def test_outside_tolerance_and_noise_always_regresses(base, tol, drop, share):
     value = low * (1 - drop)
     room = low / value - 1  # the widest band that still leaves value * (1 + band) below the limit
     est = stats.Estimate(value=value, low=value * (1 - share * room), high=value * (1 + share * room))
-    verdict = V.judge(est, Reference(value=base, tolerance=tol), "c")
+    verdict = V.higher_is_better(est, Reference(value=base, tolerance=tol), "c")
     assert verdict.status == V.REGRESSED and verdict.failed
     assert verdict.message.startswith(f"efficiency {value:.3f} is below baseline {base:.3f}")
 
@@ -309,7 +309,7 @@ def test_outside_tolerance_and_noise_always_regresses(base, tol, drop, share):
 def test_huge_spread_inside_the_band_is_noisy(base, tol, where, half):
     value = base * (1 - tol + 2 * tol * where)
     est = stats.Estimate(value=value, low=value * (1 - min(half, 0.99)), high=value * (1 + half))
-    verdict = V.judge(est, Reference(value=base, tolerance=tol), "c", noisy_limit=0.1)
+    verdict = V.higher_is_better(est, Reference(value=base, tolerance=tol), "c", noisy_limit=0.1)
     assert verdict.status == V.NOISY and not verdict.failed and verdict.failed_strict()
 
 
@@ -330,7 +330,7 @@ def test_constant_steps_give_an_exact_efficiency(step, n, world):
 
 def test_too_few_steps_cannot_bound_themselves():
     assert stats.median_ci([1.0, 2.0]).half_width_rel == math.inf
-    verdict = V.judge(stats.median_ci([1.0, 2.0]), Reference(value=1.5, tolerance=0.1), "c")
+    verdict = V.higher_is_better(stats.median_ci([1.0, 2.0]), Reference(value=1.5, tolerance=0.1), "c")
     assert verdict.status == V.NOISY
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scalegate.judge import CaseRecord, Conduct, LaunchRecord, Overrides, judge, timing
+from scalegate.judge import CaseRecord, Conduct, LaunchRecord, Overrides, judge, references
 from scalegate.record import baselines
 from scalegate.record.runfiles import load_run
 
@@ -117,7 +117,7 @@ def test_a_baseline_from_another_host_widens_the_band_by_the_spread_between_host
     here = judge(record(*shifted, conduct=Conduct(max_launches=4)), loose)  # same host ("" = the recording one)
     assert here.status == "regressed"
     there = judge(record(*shifted, host="vm#00000002", conduct=Conduct(max_launches=4)), loose)
-    assert there.status == "noisy" and there.sequential["host_spread"] == timing.HOST_SPREAD
+    assert there.status == "noisy" and there.sequential["host_spread"] == references.HOST_SPREAD
     assert there.next_launches == 0  # neither verdict reachable in 4 launches: launching them would only spend time
     assert "no verdict is reachable within 4 launches" in there.message
     assert "recorded on another host (vm#00000001, this is vm#00000002): hosts' levels spread ±9.5%" in there.message

@@ -23,20 +23,14 @@ from pathlib import Path
 from scalegate.cli import bisect, gate, record_baselines
 from scalegate.contract.errors import ScalegateError
 from scalegate.history import cli as history_cli
-from scalegate.record import baselines, runfiles
+from scalegate.record import baselines, merge, runfiles
 
 ROOT = Path(__file__).resolve().parents[1]
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _cases(run: str) -> list[dict]:
-    cases = runfiles.load_run(Path(run))
-    if not cases:
-        raise ScalegateError(
-            f"{run} holds no case results (*.json with case_id and status)",
-            "pass a run directory written by `pytest scaling_tests`, e.g. results/latest",
-        )
-    return cases
+    return merge.cases(run)
 
 
 def _baseline(cases: list[dict], path: str | None, directory: str | None):
@@ -88,29 +82,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def merged_runs(runs: list[str]) -> list[dict]:
-    """One case per key: with several runs, the median launch, its noise the spread between launches."""
-    from scalegate.figures import stats
-    from scalegate.record import update
-
-    every = [case for run in runs for case in _cases(run)]
-    update.refuse_unsound(every)  # one bad launch taints the whole set
-    if len(runs) == 1:
-        return every
-    by_key: dict[str, list[dict]] = {}
-    for case in every:
-        by_key.setdefault(case["key"], []).append(case)
-    out = []
-    for group in by_key.values():
-        timed = [c for c in group if c.get("efficiency") is not None and c.get("result")]
-        merged = dict(stats.merge_launches(timed) if len(timed) == len(group) else group[-1])
-        local = [v for c in group for v in (c.get("launch_local_efficiencies") or ())]
-        if local:  # every run's launches: their spread is the sequential gate's sigma
-            merged["launch_local_efficiencies"] = local
-        out.append(merged)
-    return out
-
-
 def cmd_update(args: argparse.Namespace) -> int:
     from scalegate.record import update
 
@@ -121,7 +92,7 @@ def cmd_update(args: argparse.Namespace) -> int:
                 f"e.g. --{name.replace('_', '-')} 0.1",
             )
     for line in update.update_from_run(
-        merged_runs(args.run), Path(args.baseline_dir), args.tolerance, args.local_tolerance
+        merge.merged_runs(args.run), Path(args.baseline_dir), args.tolerance, args.local_tolerance
     ):
         print(line)
     return EXIT_OK

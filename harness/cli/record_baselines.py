@@ -75,8 +75,8 @@ def run_rounds(rounds: int, user_args: list[str], results_dir: Path) -> list[Pat
 
 
 def main(args: argparse.Namespace, user_args: list[str]) -> int:
-    from scalegate.cli.main import merged_runs
     from scalegate.record import update
+    from scalegate.record.merge import merged_runs
 
     if not 1 <= args.rounds <= 100:
         raise ScalegateError(f"--rounds {args.rounds} is not in 1..100", "10-20 rounds give the gate a steady sigma")

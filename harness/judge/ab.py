@@ -29,6 +29,7 @@ from scalegate.judge import estimates, sequential
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord
 from scalegate.judge.outcome import AB, Overrides
+from scalegate.judge.references import efficiency_tolerance
 from scalegate.judge.timing import MIN_SIGMA_LAUNCHES, Timing
 from scalegate.record.baselines import BaselineFile
 
@@ -74,13 +75,6 @@ def pairs(record: CaseRecord, base: CaseRecord) -> list[tuple[float, float]]:
     return out
 
 
-def detect_of(record: CaseRecord, overrides: Overrides) -> float:
-    for value in (overrides.tolerance, record.conduct.tolerance, record.tolerances.get("efficiency")):
-        if value is not None and 0 < value < 1:
-            return value
-    return sequential.Design().detect
-
-
 def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, overrides: Overrides) -> Timing:
     found_pairs = pairs(record, base)
     if not found_pairs:
@@ -98,7 +92,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
         sigma, source = SIGMA_FLOOR, f"the floor of A/B rounds on these VMs (above {source})"
     if len(logs) >= OWN_SPREAD_ROUNDS and statistics.stdev(logs) > sigma:
         sigma, source = statistics.stdev(logs), f"the {len(logs)} rounds' own spread, above {source}"
-    detect, conduct = detect_of(record, overrides), record.conduct
+    detect, conduct = efficiency_tolerance(record, overrides, baseline), record.conduct
     design = sequential.Design(
         detect=detect,
         alpha=conduct.alpha,

@@ -10,24 +10,8 @@ from scalegate.figures.stats import Estimate
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord, LaunchRecord
 from scalegate.judge.outcome import MetricVerdict, Overrides
-from scalegate.record.baselines import BaselineFile, Reference
-
-
-def reference(
-    baseline: BaselineFile | None, record: CaseRecord, metric: str, overrides: Overrides | None = None
-) -> Reference | None:
-    """The baseline's value, its tolerance replaced by the command line (efficiency only: the caller's, else the
-    one the run was made with), else the test's marker."""
-    ref = baseline.reference(record.key, metric) if baseline else None
-    if ref is None:
-        return None
-    command_line = overrides.tolerance if overrides and overrides.tolerance is not None else record.conduct.tolerance
-    tolerance = (
-        command_line
-        if command_line is not None and metric in ("efficiency", "local_efficiency")
-        else record.tolerances.get("efficiency" if metric == "local_efficiency" else metric)
-    )
-    return ref if tolerance is None else Reference(value=ref.value, tolerance=tolerance)
+from scalegate.judge.references import host_spread, reference
+from scalegate.record.baselines import BaselineFile
 
 
 def memory(record: CaseRecord, launch: LaunchRecord, baseline: BaselineFile | None) -> list[MetricVerdict]:
@@ -125,7 +109,7 @@ def throughput(
     if "throughput" not in record.tolerances or estimate is None:
         return []
     ref = reference(baseline, record, "throughput")
-    found = V.judge(estimate, ref, record.where, noisy_limit=overrides.noisy_limit, metric="throughput")
+    found = V.higher_is_better(estimate, ref, record.where, noisy_limit=overrides.noisy_limit, metric="throughput")
     return [MetricVerdict(metric="throughput", status=found.status, message=found.message)]
 
 
@@ -143,11 +127,9 @@ def mfu(
     measured = record.peak_source.startswith("measured")
     if ref is None or estimate is None or baseline is None or (measured and "mfu" not in record.tolerances):
         return []
-    from scalegate.judge.timing import host_spread  # timing imports this module
-
     noise = float(baseline.cases.get(record.key, {}).get("noise_rel", 0.0) or 0.0)
     spread, recorded = host_spread(baseline, record)
-    found = V.judge(
+    found = V.higher_is_better(
         estimate,
         ref,
         record.where,

@@ -26,7 +26,7 @@ import statistics
 from scalegate.contract import metrics
 from scalegate.figures import peaks, stats
 from scalegate.figures.stats import Estimate
-from scalegate.judge import ab, budgets, estimates, timing
+from scalegate.judge import ab, budgets, estimates, references, timing
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord
 from scalegate.judge.outcome import AB, LOCAL, SEVERITY, MetricVerdict, Outcome, Overrides
@@ -124,7 +124,16 @@ def _verdict(
         sequential=state,
         next_launches=more,
         needs_reference=needs_reference,
+        tolerance=_tolerance_used(record, gate, baseline, overrides),
     )
+
+
+def _tolerance_used(record: CaseRecord, gate: str, baseline: BaselineFile | None, overrides: Overrides) -> float | None:
+    """The efficiency tolerance the timing verdict was decided with (references.py), for the table and compare."""
+    if gate in (LOCAL, AB):
+        return references.efficiency_tolerance(record, overrides, baseline)
+    ref = references.reference(baseline, record, "efficiency", overrides)
+    return ref.tolerance if ref is not None else None
 
 
 def _quarantine(outcome: Outcome, baseline: BaselineFile | None, overrides: Overrides) -> Outcome:
@@ -187,7 +196,7 @@ def _estimates(
             local_ci=(pooled_local.low, pooled_local.high) if math.isfinite(pooled_local.high) else None,
         )
     values.update(_flops(record))
-    ref = budgets.reference(baseline, record, "efficiency")
+    ref = references.reference(baseline, record, "efficiency")
     entry = timing.local_baseline(baseline, record)
     base_local = float(entry["value"]) if entry else None
     if base is not None:  # both sides as the A/B test sees them: geometric means over the rounds both measured

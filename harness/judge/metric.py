@@ -10,8 +10,8 @@ noise (both are single measurements), combined in quadrature:
   reaches back into it: the run cannot tell. Reported; it fails only under ``--scaling-strict``;
 - ``ok`` otherwise. A value inside the tolerance band is never ``regressed``.
 
-Deterministic metrics (bytes on the wire, memory) have no noise band: ``judge_upper`` gates them
-tightly against baseline * (1 + tolerance).
+Deterministic metrics (bytes on the wire, memory) have no noise band: ``budgets.py`` gates them tightly against
+baseline * (1 + tolerance).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def band_rel(estimate: Estimate, baseline_noise: float = 0.0) -> float:
     return math.sqrt(estimate.half_width_rel**2 + baseline_noise**2)
 
 
-def judge(
+def higher_is_better(
     estimate: Estimate,
     reference: Reference | None,
     where: str,
@@ -90,25 +90,6 @@ def judge(
             status=NOISY, message=f"{metric} {value:.3f} is below {base} but within its noise {band}; rerun to confirm"
         )
     return Verdict(status=OK, message=f"{metric} {value:.3f} within {base} {band}")
-
-
-def judge_upper(value: float, reference: Reference | None, metric: str, where: str, unit: str = "") -> Verdict:
-    """A deterministic 'lower is better' metric (bytes per step, peak memory): no noise band."""
-    if reference is None:
-        return Verdict(status=NO_BASELINE, message=f"no {metric} baseline for {where}")
-    limit = reference.value * (1 + reference.tolerance)
-    text = (
-        f"{metric} {value:.4g}{unit} vs baseline {reference.value:.4g}{unit} (tolerance {reference.tolerance:.0%}) "
-        f"[{where}]"
-    )
-    if value > limit:
-        return Verdict(
-            status=REGRESSED,
-            message=f"{metric} {value:.4g}{unit} is above baseline "
-            f"{reference.value:.4g}{unit} (tolerance {reference.tolerance:.0%}) "
-            f"[{where}]",
-        )
-    return Verdict(status=OK, message=text)
 
 
 TOLERANCE_METRICS = ("efficiency", "throughput", "mfu", "peak_memory_bytes", "bytes_per_step", "final_loss")

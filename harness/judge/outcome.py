@@ -83,6 +83,7 @@ class Outcome:
     problems: tuple[str, ...] = ()
     oversubscribed: bool = False
     tolerances: dict[str, float] = field(default_factory=dict)  # @pytest.mark.scaling_tolerance overrides
+    tolerance: float | None = None  # the efficiency tolerance the timing verdict used (harness/judge/references.py)
     quarantined: str = ""  # the baseline's quarantine of the case (reason, until): reported, never failing
     # filled in by the session, not by the judge: the median launch and its resources, for records and plots
     result: "CaseResult | None" = None

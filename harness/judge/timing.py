@@ -16,9 +16,9 @@ from typing import Any
 from scalegate.figures.stats import Estimate
 from scalegate.judge import metric as V
 from scalegate.judge import sequential
-from scalegate.judge.budgets import reference
 from scalegate.judge.evidence import CaseRecord
 from scalegate.judge.outcome import CLASSIC, LOCAL, Overrides
+from scalegate.judge.references import efficiency_tolerance, host_spread, reference
 from scalegate.record.baselines import BaselineFile
 
 DEFAULT_SIGMA = 0.05  # a local baseline recorded from too few launches to measure its own spread
@@ -26,11 +26,6 @@ MIN_SIGMA_LAUNCHES = 3
 # Between-session movement of a case's local efficiency on the same kind of machine, beyond its spread
 # within a session: docs/detection.md (fifth and sixth sets) measured this on the 2-core VMs.
 DRIFT = 0.01
-# Between hosts of one profile a case's local efficiency has a level of its own: on two 2-core VMs the canaries'
-# medians differed by 4.6%, 8.2% and 12.3% (ddp, deepspeed-zero2, fsdp on cnn 1x2, 20 and 32 launches; rms 9.4%
-# in ln; docs/detection.md, sixth set). A baseline recorded on another host (or before a reboot) is judged with
-# this spread added, shared by every launch; an entry's own "host_sigma" (measured on a team's nodes) replaces it.
-HOST_SPREAD = 0.095
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,23 +43,10 @@ def local_baseline(baseline: BaselineFile | None, record: CaseRecord) -> dict[st
     return entry if isinstance(entry, dict) and entry.get("value") else None
 
 
-def host_spread(baseline: BaselineFile, record: CaseRecord) -> tuple[float, str]:
-    """The spread between hosts to add, and where the baseline was recorded; (0, host) on the recording host."""
-    case = baseline.cases.get(record.key, {})
-    recorded = str((case.get("provenance") or {}).get("host_id") or "")
-    if not record.host or recorded == record.host:
-        return 0.0, recorded
-    entry = case.get("local_efficiency") or {}
-    return float(
-        entry.get("host_sigma") or HOST_SPREAD
-    ), recorded or f"{(case.get('provenance') or {}).get('hostname', '?')} (no host id)"
-
-
 def local(record: CaseRecord, values: list[float], baseline: BaselineFile, overrides: Overrides) -> Timing:
     entry = local_baseline(baseline, record)
     assert entry is not None
-    ref = reference(baseline, record, "local_efficiency", overrides)
-    detect = ref.tolerance if ref is not None and 0 < ref.tolerance < 1 else sequential.Design().detect
+    detect = efficiency_tolerance(record, overrides, baseline)
     launches = int(entry.get("launches") or 1)
     sigma = float(entry["sigma"]) if entry.get("sigma") and launches >= MIN_SIGMA_LAUNCHES else DEFAULT_SIGMA
     conduct = record.conduct
@@ -172,7 +154,7 @@ def classic(
     noise = (baseline.cases.get(record.key, {}).get("noise_rel", 0.0) if baseline and ref else 0.0) or 0.0
     spread, recorded = host_spread(baseline, record) if baseline and ref else (0.0, "")
     # a baseline from another host: its level differs by the spread between hosts too (HOST_SPREAD)
-    found = V.judge(
+    found = V.higher_is_better(
         estimate,
         ref,
         record.where,

@@ -136,8 +136,6 @@ def judge_case(
     wire = (case.get("resources") or {}).get("wire") or {}
     ci = outcome.efficiency_ci
     ref_metric = next((m for m in outcome.metrics if m.metric in ("efficiency", "local_efficiency")), None)
-    run_tolerance = ((case.get("record") or {}).get("conduct") or {}).get("tolerance")  # the run's --scaling-tolerance
-    tolerance_used = _tolerance(baseline, outcome, tolerance if tolerance is not None else run_tolerance)
     return Row(
         case_id=outcome.case_id,
         key=outcome.key,
@@ -147,7 +145,7 @@ def judge_case(
         efficiency_low=ci[0] if ci else None,
         efficiency_high=ci[1] if ci and math.isfinite(ci[1]) else None,
         baseline_efficiency=outcome.baseline_efficiency,
-        tolerance=tolerance_used,
+        tolerance=outcome.tolerance,  # what the judge used (harness/judge/references.py)
         peak_mib=max(peaks) / 2**20 if peaks else None,
         bytes_per_step=wire.get("bytes_per_step"),
         status=outcome.status,
@@ -162,16 +160,6 @@ def judge_case(
         messages=[line for line in outcome.message.splitlines()[:1] if outcome.status != V.OK]
         or ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []),
     )
-
-
-def _tolerance(baseline: BaselineFile | None, outcome: Outcome, override: float | None) -> float | None:
-    metric = "local_efficiency" if outcome.gate in (LOCAL, AB) else "efficiency"
-    if override is not None:
-        return override
-    if outcome.tolerances.get("efficiency") is not None:
-        return outcome.tolerances["efficiency"]
-    ref = baseline.reference(outcome.key, metric) if baseline else None
-    return ref.tolerance if ref else None
 
 
 def compare(
