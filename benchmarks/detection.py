@@ -344,9 +344,9 @@ def replay(args: argparse.Namespace) -> None:
 
 def _parity_rows(rows: list[dict], args: argparse.Namespace, budget: int) -> None:
     """Parity's sequential test replayed: launches drawn without replacement, each one's paired ratio handed to
-    ``scalegate.parity.decide`` until it decides or the budget is spent (no baseline: ratio 1 is exact)."""
-    from scalegate import parity
+    ``scalegate.parity_judge.decide`` until it decides or the budget is spent (no baseline: ratio 1 is exact)."""
     from scalegate.figures import stats
+    from scalegate.judge import parity as parity_judge
     from scalegate.judge import sequential
 
     rng = random.Random(args.seed)
@@ -358,7 +358,7 @@ def _parity_rows(rows: list[dict], args: argparse.Namespace, budget: int) -> Non
         for _ in range(args.trials):
             order = rng.sample(ratios, min(budget, len(ratios)))
             for n in range(1, len(order) + 1):
-                found = parity.decide(order[:n], parity.THROUGHPUT_TOLERANCE, design)
+                found = parity_judge.decide(order[:n], parity_judge.THROUGHPUT_TOLERANCE, design)
                 if found.decided:
                     break
             counts[found.status] += 1

@@ -21,8 +21,10 @@ from scalegate import hookspec, parity, workloads
 from scalegate.contract import cards
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import Outcome, metric, sequential
+from scalegate.judge import parity as parity_judge
 from scalegate.launch import warm
 from scalegate.plan import catalog, hostinfo, marker, matrix, options
+from scalegate.plan import parity as parity_plan
 from scalegate.record import baselines, run_status, runfiles, update
 from scalegate.report import table
 from scalegate.session import ScalingSession, run_id
@@ -114,7 +116,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _generate(metafunc: pytest.Metafunc) -> None:
     if "parity_case" in metafunc.fixturenames:  # scaling_tests/test_parity.py: front end vs raw PyTorch
         state = metafunc.config.stash[SESSION]
-        pairs = parity.build(state.options, state.host)
+        pairs = parity_plan.build(state.options, state.host)
         metafunc.parametrize(
             "parity_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in pairs], indirect=True
         )
@@ -166,11 +168,11 @@ def scaling_case(request: pytest.FixtureRequest) -> CaseRunner:
 
 @pytest.fixture
 def parity_case(request: pytest.FixtureRequest) -> parity.ParityRunner:
-    case: parity.ParityCase = request.param
+    case: parity_plan.ParityCase = request.param
     if case.skip:
         pytest.skip(case.skip)
     state = request.config.stash[SESSION]
-    tolerance = state.options.tolerance if state.options.tolerance is not None else parity.THROUGHPUT_TOLERANCE
+    tolerance = state.options.tolerance if state.options.tolerance is not None else parity_judge.THROUGHPUT_TOLERANCE
     opts = state.options  # the same sequential test as the efficiency gate: its budget, alpha and beta
     design = sequential.Design(max_launches=opts.max_launches, alpha=opts.alpha, beta=opts.beta)
     return parity.ParityRunner(

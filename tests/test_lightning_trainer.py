@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from scalegate import parity, strategies
+from scalegate import strategies
 from scalegate.checks import agreement, tolerances
 from scalegate.contract import cards
 from scalegate.contract.errors import SpecError
@@ -19,6 +19,7 @@ from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.launch import run_case
 from scalegate.plan import availability, hostinfo
+from scalegate.plan import parity as parity_plan
 from scalegate.plan.options import Options
 
 FP32 = tolerances.for_dtype("fp32")
@@ -87,9 +88,11 @@ def options(strategies_: tuple[str, ...]) -> Options:
 
 def test_trainer_strategies_run_when_named_and_parity_follows():
     assert not any(n.startswith("lightning-") for n in _all_strategies())
-    ids = [case.id for case in parity.build(options(("lightning-ddp",)), hostinfo.detect())]
+    ids = [case.id for case in parity_plan.build(options(("lightning-ddp",)), hostinfo.detect())]
     assert ids == ["parity-fabric-ddp-vs-ddp-cnn-1x2", "parity-lightning-ddp-vs-ddp-cnn-1x2"]
-    assert [c.id for c in parity.build(options(("ddp",)), hostinfo.detect())] == ["parity-fabric-ddp-vs-ddp-cnn-1x2"]
+    assert [c.id for c in parity_plan.build(options(("ddp",)), hostinfo.detect())] == [
+        "parity-fabric-ddp-vs-ddp-cnn-1x2"
+    ]
 
 
 def _all_strategies() -> tuple[str, ...]:

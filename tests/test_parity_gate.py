@@ -17,9 +17,12 @@ from scalegate.contract.errors import SpecError
 from scalegate.contract.results import RankResult, aggregate
 from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.figures import stats
+from scalegate.judge import parity as parity_judge
 from scalegate.judge import sequential
 from scalegate.plan import hostinfo, matrix
+from scalegate.plan import parity as parity_plan
 from scalegate.plan.options import Options
+from scalegate.report import compare
 
 CASE = "parity-fabric-ddp-vs-ddp-cnn-1x2"
 STEPS, WARMUP = 8, 2
@@ -48,21 +51,21 @@ def options() -> Options:
 
 
 def runner(tmp_path: Path, faults: Faults) -> parity.ParityRunner:
-    case = parity.build(options(), hostinfo.detect())[0]
-    case = parity.ParityCase(id=case.id, spec=case.spec.replace(faults=faults), oversubscribed=case.oversubscribed)
+    case = parity_plan.build(options(), hostinfo.detect())[0]
+    case = parity_plan.ParityCase(id=case.id, spec=case.spec.replace(faults=faults), oversubscribed=case.oversubscribed)
     return parity.ParityRunner(case=case, out_dir=tmp_path / "parity")
 
 
 # --- cases ------------------------------------------------------------------------------------------
 def test_a_parity_case_is_one_launch_of_the_candidate_with_the_baseline_as_companion():
-    [case] = parity.build(options(), hostinfo.detect())
+    [case] = parity_plan.build(options(), hostinfo.detect())
     assert case.id == CASE and (case.candidate, case.baseline) == ("fabric-ddp", "ddp")
     assert (case.spec.strategy, case.spec.companion, case.spec.local_steps) == ("fabric-ddp", "ddp", 0)
     assert CaseSpec.from_dict(json.loads(json.dumps(case.spec.to_dict()))) == case.spec
 
 
 def test_an_unknown_companion_is_refused_where_strategies_are_resolved():
-    spec = parity.build(options(), hostinfo.detect())[0].spec.replace(companion="dpp")
+    spec = parity_plan.build(options(), hostinfo.detect())[0].spec.replace(companion="dpp")
     with pytest.raises(SpecError) as err:
         matrix.skip_reason(spec, hostinfo.detect())
     assert "fabric-ddp-cnn-1x2: companion unknown strategy 'dpp'" in str(err.value)
@@ -83,27 +86,27 @@ def ratio(value: float, half: float = 0.06) -> stats.Estimate:
 
 def test_a_clean_launch_decides_ok_at_once_and_a_shortfall_needs_three_launches():
     design = sequential.Design(max_launches=6)
-    assert parity.decide([ratio(1.0)], 0.10, design).status == sequential.OK
-    first = parity.decide([ratio(0.85)], 0.10, design)
+    assert parity_judge.decide([ratio(1.0)], 0.10, design).status == sequential.OK
+    first = parity_judge.decide([ratio(0.85)], 0.10, design)
     assert first.status == sequential.UNDECIDED and first.llr >= first.upper  # a lone slow launch is confirmed
-    assert parity.decide([ratio(0.85), ratio(0.86)], 0.10, design).status == sequential.UNDECIDED  # back to back
-    assert parity.decide([ratio(0.85), ratio(0.86), ratio(0.85)], 0.10, design).status == sequential.REGRESSED
-    assert parity.decide([ratio(0.9)], 0.25, design).status == sequential.OK  # --scaling-tolerance 0.25
+    assert parity_judge.decide([ratio(0.85), ratio(0.86)], 0.10, design).status == sequential.UNDECIDED  # back to back
+    assert parity_judge.decide([ratio(0.85), ratio(0.86), ratio(0.85)], 0.10, design).status == sequential.REGRESSED
+    assert parity_judge.decide([ratio(0.9)], 0.25, design).status == sequential.OK  # --scaling-tolerance 0.25
     # a real overhead under half the tolerance is acceptable: fabric-ddp on resnet read 0.915-0.961 in CI
     overhead = [ratio(0.94), ratio(0.93), ratio(0.95), ratio(0.94)]
-    assert parity.decide(overhead, 0.10, design).status != sequential.REGRESSED
+    assert parity_judge.decide(overhead, 0.10, design).status != sequential.REGRESSED
 
 
 def test_halfway_stays_undecided_and_the_pooled_ratio_keeps_every_launch():
     halfway = [ratio(0.95, half=0.12) for _ in range(4)]
-    assert parity.decide(halfway, 0.10, sequential.Design(max_launches=4)).status == sequential.UNDECIDED
-    both = parity.pooled([ratio(0.9), ratio(1.0)])
+    assert parity_judge.decide(halfway, 0.10, sequential.Design(max_launches=4)).status == sequential.UNDECIDED
+    both = parity_judge.pooled([ratio(0.9), ratio(1.0)])
     assert both.value == pytest.approx(math.sqrt(0.9)) and both.low < both.value < both.high
-    assert parity.pooled([ratio(0.9)]) == ratio(0.9)
+    assert parity_judge.pooled([ratio(0.9)]) == ratio(0.9)
 
 
 def test_a_noisy_parity_outcome_fails_only_when_strict():
-    noisy = parity.ParityOutcome(case_id=CASE, problems=(), status="noisy", timing_note="undecided")
+    noisy = parity_judge.ParityOutcome(case_id=CASE, problems=(), status="noisy", timing_note="undecided")
     assert not noisy.failed and "parity is undecided" in noisy.message
     strict = dataclasses.replace(noisy, strict=True)
     assert strict.failed and "(--scaling-strict)" in strict.message
@@ -128,7 +131,7 @@ def test_a_clean_parity_case_passes_with_both_front_ends_in_one_launch(suite, tm
     data = json.loads(record.read_text())
     assert data["problems"] == [] and data["max_loss_diff"] == 0.0  # the same DDP underneath: bitwise
     assert (data["candidate"], data["baseline"], data["interleaved"]) == ("fabric-ddp", "ddp", True)
-    assert data["tolerance"] == parity.THROUGHPUT_TOLERANCE == 0.1
+    assert data["tolerance"] == parity_judge.THROUGHPUT_TOLERANCE == 0.1
     assert data["step_ratios"]["n"] == STEPS and len(data["step_ratios"]["values"]) == STEPS
     assert data["ratio_ci"][0] <= data["ratio"] <= data["ratio_ci"][1]
     # one launch, holding both: every rank recorded the companion's steps beside its own
@@ -161,12 +164,21 @@ def test_a_slowed_candidate_fails_throughput_parity_naming_both_and_the_toleranc
     assert outcome.status == "regressed" and len(outcome.launch_ratios) == 3  # a shortfall is confirmed by two more
     assert outcome.ratio_ci[1] < 0.9
     assert json.loads((tmp_path / "parity" / f"{CASE}.json").read_text())["problems"] == [problem]
+    # compare judges it again from the launches the file keeps, with the same judge: the same verdict
+    [again] = compare.parity_rows(tmp_path)
+    assert (again["status"], list(again["problems"]), tuple(again["launch_ratios"])) == (
+        "regressed",
+        [problem],
+        outcome.launch_ratios,
+    )
+    [lenient] = compare.parity_rows(tmp_path, tolerance=0.9)  # a 90% shortfall allowed: nothing to report
+    assert not lenient["problems"] and lenient["status"] != "regressed"
 
 
 @pytest.mark.slow
 def test_a_wrong_candidate_fails_loss_parity_naming_the_rank_and_step(tmp_path):
     outcome = runner(tmp_path, Faults(grad_scale=2.0)).run()  # rank 0 of the candidate updates with 2x gradients
-    assert outcome.failed and outcome.max_loss_diff > parity.LOSS_ATOL
+    assert outcome.failed and outcome.max_loss_diff > parity_judge.LOSS_ATOL
     [problem] = outcome.problems  # no throughput verdict on a run that computes something else
     assert re.match(
         rf"loss parity failed \[{CASE}\] rank [01] step \d+: fabric-ddp loss [\d.]+ vs ddp loss [\d.]+, "

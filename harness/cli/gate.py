@@ -77,37 +77,11 @@ def pytest_argv(
     ]
 
 
-def _parity_rows(run_dir: Path) -> list[dict]:
-    rows = []
-    for path in sorted((run_dir / "parity").glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(data, dict) and "case_id" in data:
-            rows.append(data)
-    return rows
-
-
-def _parity_markdown(rows: list[dict]) -> str:
-    if not rows:
-        return ""
-    lines = ["", "| parity | ratio | launches | verdict |", "|---|--:|--:|---|"]
-    for row in rows:
-        problems = row.get("problems") or []
-        status = row.get("status") or ("failed" if problems else "ok")
-        icon = {"ok": "✅", "noisy": "⚠️"}.get(status, "❌" if problems else "➖")
-        text = problems[0].splitlines()[0] if problems else status
-        ratio = f"{row['ratio']:.3f}" if isinstance(row.get("ratio"), (int, float)) else "–"
-        lines.append(f"| `{row['case_id']}` | {ratio} | {row.get('launches', 1)} | {icon} {text} |")
-    return "\n".join(lines) + "\n"
-
-
 def judge_run(run_dir: Path, baseline_dir: Path | None = None, base_dir: Path | None = None) -> tuple[int, str, dict]:
     """(exit code, markdown, json) for a finished run, through the one judge; ``base_dir``: the base commit's
     merged cases of an A/B run, which the run is judged against (the stored baseline then lends its spreads)."""
     cases = runfiles.load_run(run_dir)
-    parity = _parity_rows(run_dir)
+    parity = compare.parity_rows(run_dir)
     if not cases and not parity:
         raise ScalegateError(f"{run_dir} holds no case results", "check the selection (-k, --scaling-*) selects cases")
     profile = (cases[0].get("profile") if cases else None) or "?"
@@ -118,7 +92,7 @@ def judge_run(run_dir: Path, baseline_dir: Path | None = None, base_dir: Path | 
     else:
         rows = compare.compare(cases, baseline, base=runfiles.load_run(base_dir))
         title = f"PR gate (A/B): {run_dir.parent.name} against {compare.base_name(base_dir)}, measured in the same run"
-    text = compare.markdown(rows, title) + _parity_markdown(parity)
+    text = compare.markdown(rows, title) + compare.parity_markdown(parity)
     failed = any(r.failed() for r in rows) or any(p.get("problems") for p in parity)
     data = compare.to_json(rows, str(run_dir), baseline)
     data["parity"] = [

@@ -58,13 +58,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
         else "no baseline for " + cases[0].get("profile", "?")
     )
     title = f"{Path(args.run).resolve().name} vs {against}"
-    text = compare.markdown(rows, title, args.strict)
+    parity = compare.parity_rows(Path(args.run), strict=args.strict)  # re-judged from their launches as well
+    text = compare.markdown(rows, title, args.strict) + compare.parity_markdown(parity)
     print(text, end="")
     if args.markdown:
         Path(args.markdown).write_text(text)
     if args.json:
-        Path(args.json).write_text(json.dumps(compare.to_json(rows, args.run, baseline, args.strict), indent=2) + "\n")
-    return EXIT_REGRESSION if any(r.failed(args.strict) for r in rows) else EXIT_OK
+        data = compare.to_json(rows, args.run, baseline, args.strict)
+        data["parity"] = [{k: p.get(k) for k in ("case_id", "status", "ratio", "problems", "launches")} for p in parity]
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    failed = any(r.failed(args.strict) for r in rows) or any(p.get("failed") for p in parity)
+    return EXIT_REGRESSION if failed else EXIT_OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -13,7 +13,6 @@ that turn a card into a skip reason are ``harness/plan/availability.py``.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 from scalegate.contract.errors import SpecError
@@ -139,7 +138,5 @@ def names() -> list[str]:
 
 def card(name: str) -> StrategyCard:
     if name not in CARDS:
-        near = difflib.get_close_matches(name, CARDS, n=1)
-        hint = (f"did you mean {near[0]!r}? " if near else "") + f"pick one of: {', '.join(CARDS)}"
-        raise SpecError(f"unknown strategy {name!r}", hint)
+        raise SpecError(f"unknown strategy {name!r}", f"pick one of: {', '.join(CARDS)}")
     return CARDS[name]

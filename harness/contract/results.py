@@ -111,6 +111,16 @@ class CaseResult:
         data["case_id"] = self.spec.case_id
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CaseResult":
+        """What ``to_dict`` wrote, read back (a parity file's launches, re-judged by ``compare``)."""
+        fields = {f.name for f in dataclasses.fields(cls)} - {"spec", "ranks"}
+        return cls(
+            spec=CaseSpec.from_dict(data["spec"]),
+            ranks=[RankResult(**r) for r in data["ranks"]],
+            **{k: v for k, v in data.items() if k in fields},
+        )
+
 
 def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.0) -> CaseResult:
     """Combine every rank's measurements: a step lasts as long as its slowest rank."""

@@ -16,12 +16,23 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract.errors import BaselineError
-from scalegate.judge import AB, LOCAL, SEVERITY, CaseRecord, Outcome, Overrides, judge
+from scalegate.contract.results import CaseResult
+from scalegate.judge import AB, LOCAL, SEVERITY, CaseRecord, Outcome, Overrides, judge, parity, sequential
 from scalegate.judge import metric as V
 from scalegate.record import baselines
 from scalegate.record.baselines import BaselineFile
 
-__all__ = ["SEVERITY", "Row", "compare", "judge_case", "load_baseline_file", "markdown", "to_json"]
+__all__ = [
+    "SEVERITY",
+    "Row",
+    "compare",
+    "judge_case",
+    "load_baseline_file",
+    "markdown",
+    "parity_markdown",
+    "parity_rows",
+    "to_json",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,3 +256,46 @@ def to_json(rows: list[Row], run: str, baseline: BaselineFile | None, strict: bo
         "failed": sum(r.failed(strict) for r in rows),
         "cases": [dict(asdict(r), delta=r.delta, failed=r.failed(strict)) for r in rows],
     }
+
+
+def parity_rows(run_dir: Path, strict: bool = False, tolerance: float | None = None) -> list[dict[str, Any]]:
+    """Every parity case of a run, judged again by ``judge/parity.py`` from the launches its file keeps (a file
+    without them, or whose case never launched, is read as written)."""
+    rows = []
+    for path in sorted((run_dir / "parity").glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(data, dict) or "case_id" not in data:
+            continue
+        launches = data.get("launch_results") or []
+        if launches:
+            call = parity.ParityCall(
+                case_id=data["case_id"],
+                candidate=data["candidate"],
+                baseline=data["baseline"],
+                topology=(data.get("spec") or {}).get("topology", ""),
+                tolerance=tolerance if tolerance is not None else data.get("tolerance", parity.THROUGHPUT_TOLERANCE),
+                design=sequential.Design(**(data.get("design") or {})),
+                oversubscribed=bool(data.get("oversubscribed")),
+                strict=strict,
+            )
+            outcome, _ = parity.verdict(call, [CaseResult.from_dict(r) for r in launches])
+            data = {**data, **asdict(outcome), "failed": outcome.failed, "launches": len(outcome.launch_ratios)}
+        rows.append(data)
+    return rows
+
+
+def parity_markdown(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    lines = ["", "| parity | ratio | launches | verdict |", "|---|--:|--:|---|"]
+    for row in rows:
+        problems = row.get("problems") or []
+        status = row.get("status") or ("failed" if problems else "ok")
+        icon = {"ok": "✅", "noisy": "⚠️"}.get(status, "❌" if problems else "➖")
+        text = problems[0].splitlines()[0] if problems else status
+        ratio = f"{row['ratio']:.3f}" if isinstance(row.get("ratio"), (int, float)) else "–"
+        lines.append(f"| `{row['case_id']}` | {ratio} | {row.get('launches', 1)} | {icon} {text} |")
+    return "\n".join(lines) + "\n"
