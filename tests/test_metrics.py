@@ -84,22 +84,6 @@ def test_launches_judged_together_take_the_median_and_the_spread_between_them():
     assert agreeing.half_width_rel == pytest.approx(0.10 / 2)  # never tighter than the steps' own noise / sqrt(N)
 
 
-def test_paired_steps_cancel_a_phase_shared_by_both_steps_of_a_pair():
-    import numpy as np
-
-    from scalegate.figures.stats import efficiency_estimate, paired_efficiency_estimate
-
-    rng = np.random.default_rng(1)
-    phase = np.where(np.arange(40) < 20, 1.0, 1.3)  # the machine slows by 30% half-way through
-    case = list(0.030 * phase * rng.normal(1, 0.01, 40))
-    ref = list(0.020 * phase * rng.normal(1, 0.01, 40))
-    paired = paired_efficiency_estimate(case, 64, ref, 32, 2)
-    assert paired.value == pytest.approx(2 / 3, rel=0.15)
-    assert paired.half_width_rel < 0.03 < efficiency_estimate(case, 64, ref, 32, 2).half_width_rel
-    with pytest.raises(ValueError, match="40 case steps but 3 paired reference steps"):
-        paired_efficiency_estimate(case, 64, ref[:3], 32, 2)
-
-
 def test_paired_ratio_is_the_trimmed_geometric_mean_of_the_pairs_with_a_seeded_interval():
     from scalegate.figures.stats import paired_ratio_estimate
 

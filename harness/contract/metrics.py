@@ -51,8 +51,3 @@ def efficiency(speedup_value: float, world_size: int) -> float:
     if world_size < 1:
         raise ValueError(f"world size must be >= 1, got {world_size}")
     return speedup_value / world_size
-
-
-def combined_noise(*relative: float) -> float:
-    """Relative noise of a ratio of independent measurements (first-order propagation)."""
-    return math.sqrt(sum(r * r for r in relative))

@@ -100,35 +100,6 @@ def efficiency_estimate(
     return Estimate(value=value, low=min(low, value), high=max(high, value))
 
 
-def paired_efficiency_estimate(
-    case_steps_s: Sequence[float],
-    case_batch: int,
-    ref_steps_s: Sequence[float],
-    ref_batch: int,
-    world_size: int,
-    *,
-    resamples: int = RESAMPLES,
-    seed: int = 0,
-) -> Estimate:
-    """Efficiency from paired steps: reference step i ran right after case step i, in the same launch
-    (the ``--scaling-paired`` experiment, commit 27da3b0, reverted; benchmarks/detection.py replays its data).
-
-    The same as ``efficiency_estimate``, except that the bootstrap resamples *pairs*, so a machine phase
-    that slowed both steps of a pair moves the two medians together and does not widen the interval.
-    """
-    if len(case_steps_s) != len(ref_steps_s):
-        raise ValueError(f"{len(case_steps_s)} case steps but {len(ref_steps_s)} paired reference steps")
-    value = _efficiency(case_steps_s, case_batch, ref_steps_s, ref_batch, world_size)
-    if len(case_steps_s) < MIN_VALUES:
-        return Estimate(value=value, low=0.0, high=math.inf)
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(case_steps_s), size=(resamples, len(case_steps_s)))
-    case_med = np.median(np.asarray(case_steps_s, dtype=float)[picks], axis=1)
-    ref_med = np.median(np.asarray(ref_steps_s, dtype=float)[picks], axis=1)
-    low, high = _interval((case_batch / case_med) / (ref_batch / ref_med) / world_size, CONFIDENCE)
-    return Estimate(value=value, low=min(low, value), high=max(high, value))
-
-
 TRIM = 0.2  # the paired ratio's trimmed mean drops this share of log ratios at each end
 
 
@@ -192,12 +163,6 @@ def pooled_estimate(launches: Sequence[Estimate]) -> Estimate:
     return Estimate(value=center, low=center * (1 - half), high=center * (1 + half))
 
 
-def mad_rel(values: Sequence[float]) -> float:
-    """MAD relative to the median: the spread one stalled step cannot inflate."""
-    center = median(values)
-    return mad(values) / center if center > 0 else math.inf
-
-
 def merge_launches(cases: list[dict]) -> dict:
     """Several launches of one case as one baseline: the median launch, its interval widened to the
     spread between launches (1.96 MAD-sigmas), which on a shared machine dwarfs the spread within one.
@@ -214,11 +179,3 @@ def merge_launches(cases: list[dict]) -> dict:
     middle["efficiency_ci"] = [value * (1 - half), value * (1 + half)]
     middle["launches"] = len(cases)
     return middle
-
-
-def launch_noise(case: dict) -> float:
-    """The relative half-width a baseline records as its noise (see ``merge_launches``)."""
-    ci, value = case.get("efficiency_ci"), case.get("efficiency")
-    if not ci or not value:
-        return 0.0
-    return max(value - ci[0], ci[1] - value) / value

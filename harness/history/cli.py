@@ -25,7 +25,7 @@ EXIT_OK, EXIT_REGRESSION = 0, 1
 
 
 def db_path(args: argparse.Namespace) -> Path:
-    return Path(args.db or os.environ.get("SCALEGATE_HISTORY_DB") or "results/history.sqlite")
+    return Path(args.db or os.environ.get("SCALEGATE_HISTORY_DB") or store.DEFAULT_PATH)
 
 
 def cmd_add(args: argparse.Namespace) -> int:

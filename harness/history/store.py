@@ -66,8 +66,7 @@ class Point:
     value: float
 
 
-def default_path(root: Path) -> Path:
-    return root / "results" / "history.sqlite"
+DEFAULT_PATH = Path("results") / "history.sqlite"  # under the directory the command runs in
 
 
 def _bad(path: Path, why: str) -> ScalegateError:
