@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from scalegate.contract import metrics
 from scalegate.figures.stats import Estimate, pooled_estimate
-from scalegate.judge.metric import IMPROVED, NO_BASELINE, NOISY, REGRESSED, judge
+from scalegate.judge.metric import IMPROVED, NO_BASELINE, NOISY, REGRESSED, higher_is_better
 from scalegate.record.baselines import Reference
 
 pos = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
@@ -16,7 +16,7 @@ pos = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
 
 def judge_efficiency(value, noise, reference, where):
     """The session's verdict for an efficiency measured with a symmetric relative interval ±noise."""
-    return judge(Estimate(value=value, low=value * (1 - noise), high=value * (1 + noise)), reference, where)
+    return higher_is_better(Estimate(value=value, low=value * (1 - noise), high=value * (1 + noise)), reference, where)
 
 
 def test_definitions():
