@@ -30,7 +30,7 @@ from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord
 from scalegate.judge.outcome import AB, Overrides
 from scalegate.judge.references import efficiency_tolerance
-from scalegate.judge.timing import MIN_SIGMA_LAUNCHES, Timing
+from scalegate.judge.timing import MIN_SIGMA_LAUNCHES, Timing, decided
 from scalegate.record.baselines import BaselineFile
 
 DEFAULT_SIGMA = 0.05  # one launch's spread of ln(local efficiency) where nothing was recorded
@@ -103,46 +103,18 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
         sigma_floor=SIGMA_FLOOR,
     )
     found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
-    state = {
-        "llr": round(found.llr, 3),
-        "upper": round(found.upper, 3),
-        "lower": round(found.lower, 3),
-        "change": round(found.change, 4),
-        "sigma": round(found.sigma, 4),
-        "sigma_source": source,
-        "detect": detect,
-        "alpha": design.alpha,
-        "beta": design.beta,
-        "max_launches": design.max_launches,
-        "rounds": len(ratios),
-    }
+    state = sequential.state(found, design, sigma_source=source, rounds=len(ratios))
     head = math.exp(statistics.mean(math.log(h) for h, _ in found_pairs))
     other = math.exp(statistics.mean(math.log(b) for _, b in found_pairs))
     over = (
         f"{len(ratios)} round{'s' if len(ratios) > 1 else ''} (head/base "
         f"{', '.join(f'{h:.3f}/{b:.3f}' for h, b in found_pairs)})"
     )
-    test = (
-        f"A/B sequential test: a {detect:.0%} drop caught with probability {1 - design.beta:.0%}, false alarms "
-        f"{design.alpha:.0%}; paired spread ±{found.sigma:.1%}, {source}"
-    )
+    test = f"A/B sequential test: {sequential.power(design)}; paired spread ±{found.sigma:.1%}, {source}"
     where = f"[{record.where}, A/B against the base commit]"
-    if found.status == sequential.REGRESSED:
-        return Timing(
-            gate=AB,
-            status=V.REGRESSED,
-            sequential=state,
-            message=f"local efficiency {head:.3f} is {-found.change:.1%} below the base commit's {other:.3f} "
-            f"over {over}: a {detect:.0%} drop explains it better than no change ({test}) {where}",
-        )
-    if found.status == sequential.OK:
-        return Timing(
-            gate=AB,
-            status=V.OK,
-            sequential=state,
-            message=f"local efficiency {head:.3f} within the base commit's {other:.3f} ({found.change:+.1%} "
-            f"over {over}; {test}) {where}",
-        )
+    done = decided(AB, found, state, head, f"the base commit's {other:.3f}", over, test, where)
+    if done is not None:
+        return done
     more = len(ratios) < design.max_launches
     tail = (
         "undecided, launching both again"

@@ -274,22 +274,6 @@ def _outcome(
         timing_note=note,
         status=status,
         launch_ratios=tuple(r.value for r in ratios),
-        sequential=_state(found, design),
+        sequential={} if found is None else sequential.state(found, design),
         strict=call.strict,
     )
-
-
-def _state(found: sequential.Decision | None, design: sequential.Design) -> dict[str, Any]:
-    if found is None:
-        return {}
-    return {
-        "llr": round(found.llr, 3),
-        "upper": round(found.upper, 3),
-        "lower": round(found.lower, 3),
-        "change": round(found.change, 4),
-        "sigma": round(found.sigma, 4),
-        "detect": design.detect,
-        "alpha": design.alpha,
-        "beta": design.beta,
-        "max_launches": design.max_launches,
-    }

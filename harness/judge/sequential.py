@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 OK, REGRESSED, UNDECIDED = "ok", "regressed", "undecided"
 
@@ -77,6 +77,27 @@ class Decision:
     @property
     def decided(self) -> bool:
         return self.status != UNDECIDED
+
+
+def state(found: Decision, design: Design, **extra: Any) -> dict[str, Any]:
+    """The test's state when it stopped, as a case file records it (timing, A/B and parity verdicts alike)."""
+    return {
+        "llr": round(found.llr, 3),
+        "upper": round(found.upper, 3),
+        "lower": round(found.lower, 3),
+        "change": round(found.change, 4),
+        "sigma": round(found.sigma, 4),
+        "detect": design.detect,
+        "alpha": design.alpha,
+        "beta": design.beta,
+        "max_launches": design.max_launches,
+        **extra,
+    }
+
+
+def power(design: Design) -> str:
+    """What the test promises, in the words every verdict message uses."""
+    return f"a {design.detect:.0%} drop caught with probability {1 - design.beta:.0%}, false alarms {design.alpha:.0%}"
 
 
 def decidable(

@@ -38,6 +38,36 @@ class Timing:
     sequential: dict[str, Any] = field(default_factory=dict)
 
 
+def decided(
+    gate: str,
+    found: sequential.Decision,
+    state: dict[str, Any],
+    value: float,
+    against: str,
+    over: str,
+    test: str,
+    where: str,
+) -> Timing | None:
+    """The local (or A/B) efficiency's decided verdicts, worded alike; None while the test is undecided."""
+    detect = state["detect"]
+    if found.status == sequential.REGRESSED:
+        return Timing(
+            gate=gate,
+            status=V.REGRESSED,
+            sequential=state,
+            message=f"local efficiency {value:.3f} is {-found.change:.1%} below {against} over {over}: a "
+            f"{detect:.0%} drop explains it better than no change ({test}) {where}",
+        )
+    if found.status == sequential.OK:
+        return Timing(
+            gate=gate,
+            status=V.OK,
+            sequential=state,
+            message=f"local efficiency {value:.3f} within {against} ({found.change:+.1%} over {over}; {test}) {where}",
+        )
+    return None
+
+
 def local_baseline(baseline: BaselineFile | None, record: CaseRecord) -> dict[str, Any] | None:
     entry = (baseline.cases.get(record.key, {}) if baseline else {}).get("local_efficiency")
     return entry if isinstance(entry, dict) and entry.get("value") else None
@@ -59,23 +89,11 @@ def local(record: CaseRecord, values: list[float], baseline: BaselineFile, overr
         drift=(DRIFT**2 + spread**2) ** 0.5,
     )
     found = sequential.decide(values, float(entry["value"]), sigma, launches, design)
-    state = {
-        "llr": round(found.llr, 3),
-        "upper": round(found.upper, 3),
-        "lower": round(found.lower, 3),
-        "change": round(found.change, 4),
-        "sigma": round(found.sigma, 4),
-        "baseline_launches": launches,
-        "detect": detect,
-        "alpha": design.alpha,
-        "beta": design.beta,
-        "max_launches": design.max_launches,
-        "host_spread": spread,
-    }
+    state = sequential.state(found, design, baseline_launches=launches, host_spread=spread)
     base = f"baseline {float(entry['value']):.3f}"
     over = f"{len(values)} launch{'es' if len(values) > 1 else ''} ({', '.join(f'{v:.3f}' for v in values)})"
     test = (
-        f"sequential test: a {detect:.0%} drop caught with probability {1 - design.beta:.0%}, false alarms {design.alpha:.0%}; "
+        f"sequential test: {sequential.power(design)}; "
         f"launch spread ±{found.sigma:.1%} from {launches} baseline launch{'es' if launches > 1 else ''}"
         + (
             f"; recorded on another host ({recorded}, this is {record.host}): hosts' levels spread ±{spread:.1%}"
@@ -97,22 +115,9 @@ def local(record: CaseRecord, values: list[float], baseline: BaselineFile, overr
         else ""
     )
     value = sum(values) / len(values)
-    if found.status == sequential.REGRESSED:
-        return Timing(
-            gate=LOCAL,
-            status=V.REGRESSED,
-            sequential=state,
-            message=f"local efficiency {value:.3f} is {-found.change:.1%} below {base} over {over}: a "
-            f"{detect:.0%} drop explains it better than no change ({test}) [{record.where}]",
-        )
-    if found.status == sequential.OK:
-        return Timing(
-            gate=LOCAL,
-            status=V.OK,
-            sequential=state,
-            message=f"local efficiency {value:.3f} within {base} ({found.change:+.1%} over {over}; "
-            f"{test}) [{record.where}]",
-        )
+    done = decided(LOCAL, found, state, value, base, over, test, f"[{record.where}]")
+    if done is not None:
+        return done
     if len(values) < design.max_launches and not sequential.decidable(
         values, float(entry["value"]), sigma, launches, design
     ):
