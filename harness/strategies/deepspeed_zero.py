@@ -113,6 +113,19 @@ def _full_shape(param):
     return getattr(param, "ds_shape", param.shape)  # stage 3 leaves an empty local tensor in param
 
 
+class GatheredDeepSpeed:
+    """Full gradients and parameters of a DeepSpeed-managed ``model``, for the agreement checks: the front ends
+    that hand their model to DeepSpeed (Fabric's and the Trainer's) share this, as ``SummonedFsdp`` for FSDP."""
+
+    model: Any
+
+    def full_gradients(self) -> dict[str, Any]:
+        return gathered_gradients(self.model)
+
+    def full_parameters(self) -> dict[str, Any]:
+        return gathered_parameters(self.model)
+
+
 class DeepSpeedZero1(DeepSpeedZero):
     name = "deepspeed-zero1"
     stage = 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from scalegate.strategies.base import Strategy
+from scalegate.strategies.deepspeed_zero import GatheredDeepSpeed
 
 
 class SummonedFsdp:
@@ -87,16 +88,6 @@ class FabricFSDP(SummonedFsdp, FabricStrategy):
         return self.wrapped._forward_module  # Fabric's FullyShardedDataParallel (use_orig_params=True)
 
 
-class FabricDeepSpeed(FabricStrategy):
+class FabricDeepSpeed(GatheredDeepSpeed, FabricStrategy):
     name = "fabric-deepspeed"
     fabric_strategy = "deepspeed"  # Lightning's default: ZeRO stage 2, the client optimizer allowed
-
-    def full_gradients(self) -> dict[str, Any]:
-        from scalegate.strategies.deepspeed_zero import gathered_gradients
-
-        return gathered_gradients(self.model)
-
-    def full_parameters(self) -> dict[str, Any]:
-        from scalegate.strategies.deepspeed_zero import gathered_parameters
-
-        return gathered_parameters(self.model)

@@ -39,6 +39,7 @@ import torch
 
 from scalegate.contract.errors import SpecError
 from scalegate.strategies.base import Strategy
+from scalegate.strategies.deepspeed_zero import GatheredDeepSpeed
 from scalegate.strategies.fabric import SummonedFsdp
 
 
@@ -256,19 +257,9 @@ class LightningFSDP(SummonedFsdp, LightningTrainerStrategy):
         return self.trainer.strategy.model  # FullyShardedDataParallel around the module (use_orig_params=True)
 
 
-class LightningDeepSpeed(LightningTrainerStrategy):
+class LightningDeepSpeed(GatheredDeepSpeed, LightningTrainerStrategy):
     name = "lightning-deepspeed"
     trainer_strategy = "deepspeed"  # Lightning's default: ZeRO stage 2
-
-    def full_gradients(self) -> dict[str, Any]:
-        from scalegate.strategies.deepspeed_zero import gathered_gradients
-
-        return gathered_gradients(self.model)
-
-    def full_parameters(self) -> dict[str, Any]:
-        from scalegate.strategies.deepspeed_zero import gathered_parameters
-
-        return gathered_parameters(self.model)
 
     def state_bytes(self) -> dict[str, int]:
         # Lightning's DeepSpeedStrategy hands the Trainer the engine's ZeRO optimizer (``trainer.optimizers``):
