@@ -10,6 +10,8 @@
 # The partition is OverSubscribe=EXCLUSIVE so every job gets the whole node (all its CPUs), as
 # GPU clusters usually hand out nodes; config and state live under $SLURM_LOCAL_DIR.
 set -euo pipefail
+# shellcheck source=slurm/common.sh
+. "$(dirname "$0")/common.sh"
 
 DIR=${SLURM_LOCAL_DIR:-/var/lib/scalegate-slurm}
 CONF=/etc/slurm/slurm.conf
@@ -38,23 +40,7 @@ write_config() {
 # Written by slurm/local-cluster.sh: one machine is controller and its only compute node.
 ClusterName=scalegate
 SlurmctldHost=$HOST
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-ReturnToService=2
-StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
-SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
-SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
+$(slurm_conf_common "$DIR")
 NodeName=$HOST CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=local Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE
 CONF
@@ -67,7 +53,6 @@ CONF
   chmod 0400 /etc/munge/munge.key; chmod 0700 /etc/munge
 }
 
-pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 start() {
   install_packages

@@ -11,6 +11,8 @@
 # it coexists with slurm/local-cluster.sh's one-node cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=slurm/common.sh
+. slurm/common.sh
 DIR=${SLURM_TWO_NODE_DIR:-/var/lib/scalegate-slurm2}
 export SLURM_CONF=$DIR/slurm.conf
 RATE=${SCALEGATE_LINK_RATE:-1gbit}
@@ -54,37 +56,21 @@ config() {
   cat > "$SLURM_CONF" <<CONF
 ClusterName=scalegate2
 SlurmctldHost=sg0(${ADDR[0]})
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool-%n
-SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd-%n.pid
-SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd-%n.log
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
+$(slurm_conf_common "$DIR" -%n)
 NodeName=sg0 NodeAddr=${ADDR[0]} CPUs=1 RealMemory=4000
 NodeName=sg1 NodeAddr=${ADDR[1]} CPUs=1 RealMemory=4000
 PartitionName=two Nodes=sg[0-1] Default=YES MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE
 CONF
 }
 
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 start() {
   slurm/local-cluster.sh start >/dev/null  # packages and munged (its one-node cluster is harmless)
   network
   config
-  alive "$DIR/slurmctld.pid" || { log "starting slurmctld in sg0"; as_node 0 slurmctld; }
+  pid_alive "$DIR/slurmctld.pid" || { log "starting slurmctld in sg0"; as_node 0 slurmctld; }
   for i in 0 1; do
-    alive "$DIR/slurmd-${NODES[$i]}.pid" || { log "starting slurmd ${NODES[$i]}"; as_node "$i" slurmd -N "${NODES[$i]}"; }
+    pid_alive "$DIR/slurmd-${NODES[$i]}.pid" || { log "starting slurmd ${NODES[$i]}"; as_node "$i" slurmd -N "${NODES[$i]}"; }
   done
   for _ in $(seq 60); do
     if [ "$(as_node 0 sinfo -h -N -o %t 2>/dev/null | grep -c idle)" = 2 ]; then as_node 0 sinfo; return 0; fi
@@ -95,7 +81,7 @@ start() {
 
 stop() {
   for f in "$DIR"/slurmd-*.pid "$DIR/slurmctld.pid"; do
-    alive "$f" && kill "$(cat "$f")" && log "stopped $(basename "$f" .pid)"
+    pid_alive "$f" && kill "$(cat "$f")" && log "stopped $(basename "$f" .pid)"
   done
   sleep 1
   for n in "$HUB" "$(ns 0)" "$(ns 1)"; do ip netns delete "$n" 2>/dev/null || true; done
