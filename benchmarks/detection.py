@@ -52,6 +52,7 @@ from scalegate.launch import run_case, warm  # noqa: E402
 from scalegate.plan import options
 from scalegate.record import update  # noqa: E402
 from scalegate.record.baselines import BaselineFile  # noqa: E402
+from tests.repos import SLOW_DDP
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed-zero2")
 SLOWDOWNS = (0.0, 0.093, 0.111)
@@ -372,22 +373,6 @@ def _parity_rows(rows: list[dict], args: argparse.Namespace, budget: int) -> Non
             f"{counts[sequential.UNDECIDED] / n:.1%} | {counts[sequential.OK] / n:.1%} | "
             f"{statistics.mean(spent):.2f}, {max(spent)} |"
         )
-
-
-SLOW_DDP = """
-import os
-if os.environ.get("SLOW_DDP_MS"):
-    import time
-    import torch.nn.parallel
-
-    _forward = torch.nn.parallel.DistributedDataParallel.forward
-
-    def forward(self, *args, **kwargs):
-        time.sleep(float(os.environ["SLOW_DDP_MS"]) / 1000)
-        return _forward(self, *args, **kwargs)
-
-    torch.nn.parallel.DistributedDataParallel.forward = forward
-"""
 
 
 def gate_runs(args: argparse.Namespace) -> None:

@@ -41,10 +41,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import detection  # noqa: E402
 
-from scalegate.cli import gate, worktree
+from scalegate.cli import gate
 from scalegate.judge import CaseRecord, Conduct, estimates, judge  # noqa: E402
 from scalegate.plan import hostinfo  # noqa: E402
 from scalegate.record import baselines
+from tests.repos import checkout_repo, commit_change, slow_commit
 
 STATUSES = ("regressed", "noisy", "ok")
 
@@ -163,35 +164,13 @@ def _print_row(
     )
 
 
-SLOW_LINE = "        loss = loss_fn(self.wrapped(inputs), targets)\n"
-
-
 def _throwaway(work: Path, slow_ms: float) -> tuple[Path, str, str]:
     """A copy of this checkout as a repository of two commits: (its path, the base's hash, the slowed head's)."""
     repo = work / "repo"
     if repo.exists():
         subprocess.run(["rm", "-rf", str(repo)], check=True)
-    worktree.copy_checkout(ROOT, repo)
-
-    def git(*a: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=d", "-c", "user.email=d@d", *a],
-            cwd=repo,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-qm", "base")
-    base = git("rev-parse", "HEAD")
-    ddp = repo / "harness/strategies/ddp.py"
-    ddp.write_text(
-        ddp.read_text().replace(SLOW_LINE, f"        __import__('time').sleep({slow_ms / 1000!r})\n" + SLOW_LINE)
-    )
-    git("commit", "-qam", f"head: DDP's step waits {slow_ms:g} ms on the host")
-    return repo, base, git("rev-parse", "HEAD")
+    base = checkout_repo(repo)
+    return repo, base, commit_change(repo, f"head: DDP's step waits {slow_ms:g} ms on the host", slow_commit(slow_ms))
 
 
 def gate_runs(args: argparse.Namespace) -> None:

@@ -9,10 +9,9 @@ import sys
 
 import pytest
 
-from scalegate.cli import bisect, worktree
+from scalegate.cli import bisect
 from scalegate.contract.errors import ScalegateError
-from tests.conftest import ROOT
-from tests.test_gate import SLOW_COMMIT
+from tests.repos import SLOW_COMMIT, checkout_repo, commit_change
 
 
 def test_the_selection_leaves_parity_out_and_needs_a_case():
@@ -36,32 +35,12 @@ def test_a_step_is_bad_on_a_regression_good_when_all_ok_else_skipped():
 
 def _history(where):
     """base, a neutral commit, the slow one, another neutral one: (their hashes in order)."""
-    worktree.copy_checkout(ROOT, where)
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=where,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-qm", "base")
-    path, line, added = SLOW_COMMIT
-    for name, change in (
-        ("a README line", None),
-        ("DDP's step waits 12 ms", (line, added + line)),
-        ("another README line", None),
-    ):
-        if change is None:
-            (where / "README.md").write_text((where / "README.md").read_text() + f"\n{name}\n")
-        else:
-            (where / path).write_text((where / path).read_text().replace(*change))
-        git("commit", "-qam", name)
-    return git("rev-list", "--reverse", "HEAD").split()
+    return [
+        checkout_repo(where),
+        commit_change(where, "a README line"),
+        commit_change(where, "DDP's step waits 12 ms", SLOW_COMMIT),
+        commit_change(where, "another README line"),
+    ]
 
 
 @pytest.mark.slow

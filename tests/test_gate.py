@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from scalegate.cli import worktree
 from tests.conftest import ROOT
+from tests.repos import SLOW_COMMIT, SLOW_DDP, checkout_repo, commit_change
 
 pytestmark = pytest.mark.slow
 
@@ -124,22 +124,6 @@ def test_require_baseline_fails_a_machine_without_one(tmp_path, suite):
     assert "no baseline for single-cnn-1x1:tiny on" in run.stdout
 
 
-# A slowdown from outside the project: a sitecustomize on PYTHONPATH that makes every DDP forward sleep,
-# as a pull request that slowed the training framework would. Not the harness's own fault injection.
-SLOW_DDP = """
-import os
-if os.environ.get("SLOW_DDP_MS"):
-    import time
-    import torch.nn.parallel
-
-    _forward = torch.nn.parallel.DistributedDataParallel.forward
-
-    def forward(self, *args, **kwargs):
-        time.sleep(float(os.environ["SLOW_DDP_MS"]) / 1000)
-        return _forward(self, *args, **kwargs)
-
-    torch.nn.parallel.DistributedDataParallel.forward = forward
-"""
 GATE_CASE = [
     "-k",
     "ddp-cnn-1x2 or single-cnn-1x1",
@@ -226,33 +210,10 @@ def test_the_gate_command_fails_a_slowdown_applied_from_outside(tmp_path, suite)
     assert again.returncode == 1 and "❌ regressed" in again.stdout  # compare re-judges the gate's merged record
 
 
-# A pull request that slows DDP: a commit of a throwaway copy of this repository makes every DDP step wait on the
-# host, as a synchronous check added to the training step would. The base commit is the same tree without it.
-SLOW_COMMIT = (
-    "harness/strategies/ddp.py",
-    "        loss = loss_fn(self.wrapped(inputs), targets)\n",
-    "        __import__('time').sleep(0.012)  # the PR's synchronous host-side check\n",
-)
-
-
 def throwaway_repo(where):
-    """This checkout's files (tracked and untracked-but-not-ignored) as a fresh repository of two commits:
-    the base, and a head that slows DDP's step."""
-    worktree.copy_checkout(ROOT, where)
-
-    def git(*args):
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=where, check=True, capture_output=True
-        )
-
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-qm", "base")
-    path, line, added = SLOW_COMMIT
-    source = (where / path).read_text()
-    assert line in source, "the DDP strategy changed: update SLOW_COMMIT"
-    (where / path).write_text(source.replace(line, added + line))
-    git("commit", "-qam", "head: a synchronous check in DDP's step")
+    """This checkout as a fresh repository of two commits: the base, and a head that slows DDP's step."""
+    checkout_repo(where)
+    commit_change(where, "head: a synchronous check in DDP's step", SLOW_COMMIT)
     return where
 
 

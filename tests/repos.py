@@ -1,0 +1,84 @@
+"""Throwaway git repositories and outside slowdowns, shared by the gate's tests and its benchmarks.
+
+A test of the PR gate needs a repository with history: this checkout's files copied into a fresh repository
+(``checkout_repo``), a base commit, and heads that change one line (``commit_change``). ``SLOW_COMMIT`` is the
+change the gate must catch: DDP's step waits on the host, as a synchronous check a PR could add would.
+``SLOW_DDP`` is a slowdown from outside the project (a sitecustomize), not the harness's own fault injection.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from scalegate.cli import worktree
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (file, the line the change goes before, the change)
+SLOW_COMMIT = (
+    "harness/strategies/ddp.py",
+    "        loss = loss_fn(self.wrapped(inputs), targets)\n",
+    "        __import__('time').sleep(0.012)  # the PR's synchronous host-side check\n",
+)
+
+# On PYTHONPATH as sitecustomize.py, with SLOW_DDP_MS set: every DDP forward sleeps that long.
+SLOW_DDP = """
+import os
+if os.environ.get("SLOW_DDP_MS"):
+    import time
+    import torch.nn.parallel
+
+    _forward = torch.nn.parallel.DistributedDataParallel.forward
+
+    def forward(self, *args, **kwargs):
+        time.sleep(float(os.environ["SLOW_DDP_MS"]) / 1000)
+        return _forward(self, *args, **kwargs)
+
+    torch.nn.parallel.DistributedDataParallel.forward = forward
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    """git in ``repo`` with a throwaway identity; its stdout."""
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip()
+
+
+def checkout_repo(where: Path) -> str:
+    """This checkout's files (tracked and untracked-but-not-ignored) as a fresh repository of one commit, "base";
+    its hash."""
+    worktree.copy_checkout(ROOT, where)
+    git(where, "init", "-q")
+    git(where, "add", "-A")
+    git(where, "commit", "-qm", "base")
+    return git(where, "rev-parse", "HEAD")
+
+
+def commit_change(repo: Path, message: str, change: tuple[str, str, str] | None = None) -> str:
+    """One more commit: ``change`` (file, line, text put before the line), or a README line; its hash."""
+    if change is None:
+        (repo / "README.md").write_text((repo / "README.md").read_text() + f"\n{message}\n")
+    else:
+        path, line, added = change
+        source = (repo / path).read_text()
+        assert line in source, f"{path} changed: update the change this test makes"
+        (repo / path).write_text(source.replace(line, added + line))
+    git(repo, "commit", "-qam", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def slow_commit(sleep_ms: float) -> tuple[str, str, str]:
+    """``SLOW_COMMIT`` with another wait."""
+    path, line, _ = SLOW_COMMIT
+    return (
+        path,
+        line,
+        f"        __import__('time').sleep({sleep_ms / 1000!r})  # the PR's synchronous host-side check\n",
+    )
