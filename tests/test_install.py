@@ -1,0 +1,123 @@
+"""What ``pip install`` puts into a user's environment: one import name, ``scalegate``, and nothing that clobbers
+another project's package (PyPI's ``fixtures``, testing-cabal's, is the name the repository's fixtures/ folder
+once installed over).
+
+The repository keeps its folders (harness/, fixtures/: DESIGN.md); pyproject.toml maps harness/ to ``scalegate``
+and harness/workloads is a link to ../fixtures, so the workloads install as ``scalegate.workloads``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def _listed_packages() -> set[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return set(config["tool"]["setuptools"]["packages"])
+
+
+def test_every_package_of_the_tree_is_listed_for_the_wheel():
+    found = {"scalegate", "scalegate.workloads"} | {
+        "scalegate." + ".".join(p.parent.relative_to(ROOT / "harness").parts)
+        for p in (ROOT / "harness").rglob("__init__.py")
+        if p.parent != ROOT / "harness"
+    }
+    assert found == _listed_packages(), "add the new package to [tool.setuptools] packages in pyproject.toml"
+
+
+def test_the_workloads_link_points_at_the_fixtures_folder():
+    link = ROOT / "harness" / "workloads"
+    assert link.is_symlink() and link.resolve() == (ROOT / "fixtures").resolve()
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    [built] = out.glob("scalegate-*.whl")
+    return built
+
+
+def test_the_wheel_installs_one_top_level_name_with_the_workloads_inside(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"scalegate"}, f"the wheel installs top-level {sorted(tops)}"
+    assert "scalegate/workloads/cnn.py" in names and "scalegate/plugin.py" in names  # the link was followed
+    assert not any(n.startswith(("harness/", "fixtures/")) for n in names)
+
+
+def test_installing_scalegate_beside_pypi_fixtures_leaves_it_working(wheel, tmp_path):
+    """A target holding testing-cabal's ``fixtures`` (copied from this environment, where the test extras installed
+    it), then the scalegate wheel into the same target: ``fixtures.Fixture`` is still there."""
+    dist = importlib.metadata.distribution("fixtures")  # installed by setup.sh's test extras: never skipped in CI
+    source = Path(dist.locate_file("fixtures"))
+    target = tmp_path / "site"
+    target.mkdir()
+    subprocess.run(["cp", "-r", str(source), str(target)], check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    probe = (
+        "import fixtures, scalegate.workloads as w; "
+        "assert hasattr(fixtures, 'Fixture'), fixtures.__file__; "
+        "print(fixtures.__file__, w.__file__)"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    fixtures_file, workloads_file = ran.stdout.split()
+    assert fixtures_file.startswith(str(target / "fixtures")) and workloads_file.startswith(str(target / "scalegate"))
+
+
+def test_this_environment_imports_pypi_fixtures_outside_the_repository(tmp_path):
+    """The suite's own environment has both installed; from any directory but the repository's root,
+    ``import fixtures`` is testing-cabal's and scalegate's workloads are ``scalegate.workloads``."""
+    probe = "import fixtures, scalegate.workloads as w; fixtures.Fixture; print(w.BUILTIN and 'ok')"
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and ran.stdout.strip() == "ok", ran.stderr[-2000:]
+
+
+def test_no_code_imports_the_folder_names():
+    """``harness`` and ``fixtures`` are folders, not import names: an import by those names would load a second,
+    unrelated copy of the modules (from the repository root on sys.path) beside ``scalegate``'s."""
+    offenders = []
+    for path in [
+        *ROOT.glob("harness/**/*.py"),
+        *ROOT.glob("fixtures/*.py"),
+        *ROOT.glob("tests/*.py"),
+        *ROOT.glob("scaling_tests/*.py"),
+        *ROOT.glob("benchmarks/*.py"),
+        *ROOT.glob("examples/**/*.py"),
+    ]:
+        if "workloads" in path.relative_to(ROOT).parts[:2] and path.parts[-3] == "harness":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            stripped = line.strip()
+            if stripped.startswith(("import harness", "from harness", "import fixtures", "from fixtures")):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {stripped}")
+    assert not offenders, offenders
