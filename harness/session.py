@@ -27,6 +27,7 @@ from scalegate.judge import metric as V
 from scalegate.judge.evidence import from_results
 from scalegate.launch import emulated, run_case, warm
 from scalegate.launch import slurm as slurm_agent
+from scalegate.plan import cluster
 from scalegate.plan.hostinfo import HostInfo, commit
 from scalegate.plan.matrix import Case
 from scalegate.plan.options import Options
@@ -36,7 +37,7 @@ from scalegate.report import tensorboard
 
 def run_id() -> str:
     """Shared by pytest-xdist workers (they inherit the controller's environment)."""
-    agent = slurm_agent.detect()
+    agent = cluster.detect()
     if agent is not None:  # every node of the allocation must name the same run
         os.environ["SCALEGATE_RUN_ID"] = agent.run_id
     if not os.environ.get("SCALEGATE_RUN_ID"):
@@ -51,7 +52,7 @@ class ScalingSession:
     run_dir: Path
     baseline: baselines.BaselineFile | None
     references: dict[tuple, list[CaseResult] | LaunchError] = field(default_factory=dict)
-    slurm: slurm_agent.SlurmEnv | None = field(default_factory=slurm_agent.detect)  # agent mode under srun
+    slurm: cluster.SlurmEnv | None = field(default_factory=cluster.detect)  # agent mode under srun
     agents: warm.AgentPool | None = None  # --scaling-launcher warm: the session's warm torchrun agent
 
     @property

@@ -8,6 +8,7 @@ import psutil
 import pytest
 
 from scalegate import workloads
+from scalegate.contract import units
 from scalegate.contract.errors import LaunchError, SpecError
 from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.launch import emulated, netns
@@ -130,11 +131,11 @@ def test_without_namespaces_nodes_run_on_loopback_and_say_links_not_shaped(tmp_p
 
 @pytest.mark.parametrize("text", ["1gbit", "200mbit", "2.5gbit", "100kbit"])
 def test_link_rates_in_tc_syntax_parse(text):
-    assert emulated.parse_rate(text) > 0
+    assert units.parse_rate(text) > 0
 
 
 @pytest.mark.parametrize("text", ["fast", "1 gbit", "0mbit", "100MB", ""])
 def test_a_bad_link_rate_names_the_option(text):
     with pytest.raises(SpecError) as info:
-        emulated.parse_rate(text)
+        units.parse_rate(text)
     assert "--scaling-link-rate" in str(info.value) and "HINT" in str(info.value)

@@ -17,7 +17,6 @@ the result says ``links not shaped`` with the reason: never a silent pretence.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 from dataclasses import dataclass, replace
@@ -25,28 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract import affinity
-from scalegate.contract.errors import LaunchError, SpecError
+from scalegate.contract.errors import LaunchError
 from scalegate.contract.results import CaseResult, RankResult, aggregate
 from scalegate.contract.spec import CaseSpec
+from scalegate.contract.units import parse_rate
 from scalegate.launch import hang, netns, process
 from scalegate.launch.local import LocalLauncher, first_failure
 
 SUBNET = "198.18.0"  # RFC 2544 benchmarking range; lives only inside the case's namespaces
 IFNAME = "eth0"
 MASTER_PORT = 29500  # each case has namespaces of its own, so a fixed port cannot collide
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$")
-_UNIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
-
-
-def parse_rate(text: str) -> float:
-    """``1gbit`` -> 1e9 bits/s; raises SpecError naming the option otherwise."""
-    match = _RATE.match(text.strip().lower())
-    if not match or float(match.group(1)) <= 0:
-        raise SpecError(
-            f"--scaling-link-rate={text!r} is not a tc rate like 1gbit, 200mbit, 10gbit",
-            "write a positive number followed by bit, kbit, mbit, gbit or tbit",
-        )
-    return float(match.group(1)) * _UNIT[match.group(2)]
 
 
 def node_address(node: int) -> str:
