@@ -11,7 +11,7 @@ import pytest
 
 from scalegate.contract.errors import SpecError
 from scalegate.contract.topology import Topology
-from scalegate.launch import slurm
+from scalegate.launch import Settings, slurm
 from scalegate.plan import cluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,8 +90,8 @@ def test_the_agent_command_is_a_static_rendezvous_on_the_first_host(tmp_path):
         topology="2x4",
         micro_batch=workloads.preset("cnn", "tiny").micro_batch,
     )
-    env = cluster.detect(STEP)
-    argv = slurm.command(spec, env, tmp_path / "spec.json", tmp_path / "out", tmp_path / "logs")
+    launcher = slurm.SlurmLauncher(Settings(slurm=cluster.detect(STEP)))
+    argv = launcher.command(launcher.job(spec, tmp_path / "spec.json", tmp_path / "out", tmp_path / "logs"))
     joined = " ".join(argv)
     assert "--master-addr gpu07" in joined and "--node-rank 1" in joined and "--nnodes 2" in joined
     assert f"--master-port {slurm.case_port('4242', '0', 'ddp-cnn-2x4')}" in joined
