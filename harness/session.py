@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalegate import workloads
+from scalegate import launch, workloads
 from scalegate.checks import agreement, sharding
 from scalegate.contract import atomic
 from scalegate.contract.errors import LaunchError, ScalegateError
@@ -25,8 +25,8 @@ from scalegate.figures import peaks, resources, stragglers
 from scalegate.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judge
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import from_results
-from scalegate.launch import emulated, run_case, warm
-from scalegate.launch import slurm as slurm_agent
+from scalegate.launch import warm
+from scalegate.plan import cluster
 from scalegate.plan.hostinfo import HostInfo, commit
 from scalegate.plan.matrix import Case
 from scalegate.plan.options import Options
@@ -36,7 +36,7 @@ from scalegate.report import tensorboard
 
 def run_id() -> str:
     """Shared by pytest-xdist workers (they inherit the controller's environment)."""
-    agent = slurm_agent.detect()
+    agent = cluster.detect()
     if agent is not None:  # every node of the allocation must name the same run
         os.environ["SCALEGATE_RUN_ID"] = agent.run_id
     if not os.environ.get("SCALEGATE_RUN_ID"):
@@ -51,7 +51,7 @@ class ScalingSession:
     run_dir: Path
     baseline: baselines.BaselineFile | None
     references: dict[tuple, list[CaseResult] | LaunchError] = field(default_factory=dict)
-    slurm: slurm_agent.SlurmEnv | None = field(default_factory=slurm_agent.detect)  # agent mode under srun
+    slurm: cluster.SlurmEnv | None = field(default_factory=cluster.detect)  # agent mode under srun
     agents: warm.AgentPool | None = None  # --scaling-launcher warm: the session's warm torchrun agent
 
     @property
@@ -102,15 +102,15 @@ class ScalingSession:
         return spec.replace(checkpoint_dir=str((self.run_dir / spec.case_id / "checkpoint").resolve()))
 
     def _launch(self, spec: CaseSpec) -> CaseResult:
+        """One launch, by the launcher ``launch.choose`` names: a SLURM node's agent for a multi-node case under
+        srun (node 0's: the others go through ``_run_other_node``), emulated nodes elsewhere, and for a
+        single-node case the ``--scaling-launcher`` one, also under srun."""
         spec = self._windows(spec)
-        case_dir = self.run_dir / spec.case_id
-        if self.slurm is not None and spec.topo.multi_node:  # node 0's agent (others: _run_other_node)
-            return slurm_agent.run_agent(spec, case_dir, self.slurm, data_dir=self.options.data_dir)  # type: ignore[return-value]
-        if spec.topo.multi_node:
-            return emulated.run_case(spec, case_dir, link_rate=self.options.link_rate, data_dir=self.options.data_dir)
-        return run_case(
-            spec, case_dir, data_dir=self.options.data_dir, agents=self.agents
-        )  # single node, also under srun
+        name = launch.choose(spec, self.slurm, self.options.launcher)
+        settings = launch.Settings(
+            data_dir=self.options.data_dir, link_rate=self.options.link_rate, agents=self.agents, slurm=self.slurm
+        )
+        return launch.get(name)(settings).run(spec, self.run_dir / spec.case_id)  # type: ignore[return-value]
 
     def _run_other_node(self, case: Case) -> Outcome:
         """Nodes 1.. of a SLURM allocation run their agent; node 0 judges, writes and records."""
@@ -124,12 +124,7 @@ class ScalingSession:
                 message=f"node {node} has no part in a {spec.topo.nodes}-node case; node 0 reports it",
             )
         try:
-            slurm_agent.run_agent(
-                self._windows(spec),
-                self.run_dir / spec.case_id,
-                self.slurm,  # type: ignore[arg-type]
-                data_dir=self.options.data_dir,
-            )
+            self._launch(spec)  # a multi-node case (node 1.. has a part), so the slurm launcher: None here
         except ScalegateError as exc:
             return Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
         return Outcome(

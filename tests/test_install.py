@@ -11,11 +11,11 @@ from __future__ import annotations
 import importlib.metadata
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.conftest import ROOT
 

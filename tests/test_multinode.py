@@ -8,9 +8,12 @@ import psutil
 import pytest
 
 from scalegate import workloads
+from scalegate.contract import units
 from scalegate.contract.errors import LaunchError, SpecError
+from scalegate.contract.results import CaseResult
 from scalegate.contract.spec import CaseSpec, Faults
-from scalegate.launch import emulated, netns
+from scalegate.launch import Settings, netns
+from scalegate.launch.emulated import EmulatedLauncher
 
 NO_NETNS = netns.available()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +32,10 @@ def spec_2x1(**changes) -> CaseSpec:
         timeout_s=240.0,
     )
     return CaseSpec(**{**base, **changes})
+
+
+def run_emulated(spec: CaseSpec, case_dir, link_rate: str = "1gbit") -> CaseResult:
+    return EmulatedLauncher(Settings(link_rate=link_rate)).run(spec, case_dir)
 
 
 def mine() -> list[str]:
@@ -52,7 +59,7 @@ def _descends_from_me(proc: psutil.Process) -> bool:
 
 @pytest.mark.skipif(NO_NETNS is not None, reason=f"emulated nodes need network namespaces: {NO_NETNS}")
 def test_two_emulated_nodes_train_over_a_shaped_link_and_leave_nothing(tmp_path):
-    result = emulated.run_case(spec_2x1(), tmp_path / "case", link_rate="200mbit")
+    result = run_emulated(spec_2x1(), tmp_path / "case", link_rate="200mbit")
     launch = result.launch
     assert launch["launcher"] == "emulated" and launch["shaped"] is True and launch["rate"] == "200mbit"
     assert launch["addresses"] == ["198.18.0.1", "198.18.0.2"]
@@ -69,7 +76,7 @@ def test_two_emulated_nodes_train_over_a_shaped_link_and_leave_nothing(tmp_path)
 @pytest.mark.skipif(NO_NETNS is not None, reason=f"emulated nodes need network namespaces: {NO_NETNS}")
 def test_a_timed_out_case_kills_every_agent_and_removes_its_namespaces(tmp_path):
     with pytest.raises(LaunchError) as info:  # injected fault: far too short a timeout
-        emulated.run_case(spec_2x1(timeout_s=3.0), tmp_path / "case", link_rate="1gbit")
+        run_emulated(spec_2x1(timeout_s=3.0), tmp_path / "case", link_rate="1gbit")
     assert "timed out after 3s" in str(info.value) and "HINT" in str(info.value)
     assert mine() == []
     assert no_workers_left()
@@ -79,7 +86,7 @@ def test_a_timed_out_case_kills_every_agent_and_removes_its_namespaces(tmp_path)
 @pytest.mark.skipif(NO_NETNS is not None, reason=f"emulated nodes need network namespaces: {NO_NETNS}")
 def test_a_hung_rank_on_emulated_nodes_is_named_before_everything_is_killed(tmp_path):
     with pytest.raises(LaunchError) as info:  # injected fault: rank 1 (node 1) stops at step 2
-        emulated.run_case(
+        run_emulated(
             spec_2x1(timeout_s=30.0, faults=Faults(hang_rank=1, hang_step=2)), tmp_path / "case", link_rate="1gbit"
         )
     message = str(info.value)
@@ -96,8 +103,8 @@ def test_ctrl_c_during_a_case_removes_its_namespaces_and_processes(tmp_path):
     import time
 
     code = (
-        "import sys; from pathlib import Path; from tests.test_multinode import spec_2x1;"
-        "from scalegate.launch import emulated; emulated.run_case(spec_2x1(), Path(sys.argv[1]))"
+        "import sys; from pathlib import Path; from tests.test_multinode import run_emulated, spec_2x1;"
+        "run_emulated(spec_2x1(), Path(sys.argv[1]))"
     )
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "case")], cwd=ROOT)
     try:
@@ -122,7 +129,7 @@ def _of(pid: int) -> list[str]:
 
 def test_without_namespaces_nodes_run_on_loopback_and_say_links_not_shaped(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALEGATE_NO_NETNS", "1")  # what a non-root user or a box without iproute2 gets
-    result = emulated.run_case(spec_2x1(), tmp_path / "case")
+    result = run_emulated(spec_2x1(), tmp_path / "case")
     assert result.launch["shaped"] is False
     assert result.launch["note"].startswith("links not shaped: network namespaces disabled")
     assert {r.node_rank for r in result.ranks} == {0, 1}
@@ -130,11 +137,11 @@ def test_without_namespaces_nodes_run_on_loopback_and_say_links_not_shaped(tmp_p
 
 @pytest.mark.parametrize("text", ["1gbit", "200mbit", "2.5gbit", "100kbit"])
 def test_link_rates_in_tc_syntax_parse(text):
-    assert emulated.parse_rate(text) > 0
+    assert units.parse_rate(text) > 0
 
 
 @pytest.mark.parametrize("text", ["fast", "1 gbit", "0mbit", "100MB", ""])
 def test_a_bad_link_rate_names_the_option(text):
     with pytest.raises(SpecError) as info:
-        emulated.parse_rate(text)
+        units.parse_rate(text)
     assert "--scaling-link-rate" in str(info.value) and "HINT" in str(info.value)

@@ -28,7 +28,7 @@ from scalegate.contract.errors import LaunchError
 from scalegate.contract.spec import CaseSpec, Faults, parse_fault
 from scalegate.contract.topology import Topology
 from scalegate.launch import hang, netns, run_case
-from scalegate.launch.local import first_failure
+from scalegate.launch.base import first_failure
 from scalegate.plan import availability
 from scalegate.record import baselines, run_status
 

@@ -11,7 +11,8 @@ import pytest
 
 from scalegate.contract.errors import SpecError
 from scalegate.contract.topology import Topology
-from scalegate.launch import slurm
+from scalegate.launch import Settings, slurm
+from scalegate.plan import cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,13 +39,13 @@ STEP = {
     ],
 )
 def test_nodelists_expand_like_scontrol_show_hostnames(text, hosts):
-    assert slurm.expand_nodelist(text) == hosts
+    assert cluster.expand_nodelist(text) == hosts
 
 
 @pytest.mark.parametrize("text", ["", "node[1-", "node[a-b]", "node]1["])
 def test_a_malformed_nodelist_is_an_error_with_a_hint(text):
     with pytest.raises(SpecError) as info:
-        slurm.expand_nodelist(text)
+        cluster.expand_nodelist(text)
     assert "HINT" in str(info.value)
 
 
@@ -56,26 +57,26 @@ def test_the_port_is_the_same_everywhere_differs_per_case_and_avoids_ephemeral_p
 
 
 def test_detection_reads_the_step_environment():
-    env = slurm.detect(STEP)
+    env = cluster.detect(STEP)
     assert env is not None and env.node_id == 1 and env.nodes == ("gpu07", "gpu08") and env.master == "gpu07"
     assert env.cpus_on_node == 16 and env.gpus_on_node == 4 and env.run_id == "slurm-4242.0"
-    assert slurm.detect({}) is None
-    assert slurm.detect({k: v for k, v in STEP.items() if k != "SLURM_STEP_ID"}) is None  # batch script, not srun
+    assert cluster.detect({}) is None
+    assert cluster.detect({k: v for k, v in STEP.items() if k != "SLURM_STEP_ID"}) is None  # batch script, not srun
 
 
 def test_more_than_one_task_per_node_is_refused_with_a_hint():
     with pytest.raises(SpecError) as info:
-        slurm.detect({**STEP, "SLURM_STEP_NUM_TASKS": "8"})
+        cluster.detect({**STEP, "SLURM_STEP_NUM_TASKS": "8"})
     assert "--ntasks-per-node=1" in str(info.value)
 
 
 def test_cases_beyond_the_allocation_skip_with_the_same_reason_on_every_node():
-    envs = [slurm.detect({**STEP, "SLURM_NODEID": str(i)}) for i in range(2)]
-    reasons = {slurm.skip_reason(Topology.parse("4x1"), "cpu", e) for e in envs}
+    envs = [cluster.detect({**STEP, "SLURM_NODEID": str(i)}) for i in range(2)]
+    reasons = {cluster.skip_reason(Topology.parse("4x1"), "cpu", e) for e in envs}
     assert reasons == {"topology 4x1 needs 4 nodes, the SLURM allocation has 2"}
-    assert slurm.skip_reason(Topology.parse("2x8"), "cuda", envs[0]).startswith("topology 2x8 needs 8 processes")
-    assert slurm.skip_reason(Topology.parse("2x4"), "cuda", envs[0]) is None
-    assert slurm.skip_reason(Topology.parse("9x9"), "cpu", None) is None  # not under srun: not SLURM's call
+    assert cluster.skip_reason(Topology.parse("2x8"), "cuda", envs[0]).startswith("topology 2x8 needs 8 processes")
+    assert cluster.skip_reason(Topology.parse("2x4"), "cuda", envs[0]) is None
+    assert cluster.skip_reason(Topology.parse("9x9"), "cpu", None) is None  # not under srun: not SLURM's call
 
 
 def test_the_agent_command_is_a_static_rendezvous_on_the_first_host(tmp_path):
@@ -89,8 +90,8 @@ def test_the_agent_command_is_a_static_rendezvous_on_the_first_host(tmp_path):
         topology="2x4",
         micro_batch=workloads.preset("cnn", "tiny").micro_batch,
     )
-    env = slurm.detect(STEP)
-    argv = slurm.command(spec, env, tmp_path / "spec.json", tmp_path / "out", tmp_path / "logs")
+    launcher = slurm.SlurmLauncher(Settings(slurm=cluster.detect(STEP)))
+    argv = launcher.command(launcher.job(spec, tmp_path / "spec.json", tmp_path / "out", tmp_path / "logs"))
     joined = " ".join(argv)
     assert "--master-addr gpu07" in joined and "--node-rank 1" in joined and "--nnodes 2" in joined
     assert f"--master-port {slurm.case_port('4242', '0', 'ddp-cnn-2x4')}" in joined

@@ -17,7 +17,8 @@ from scalegate.contract.errors import SpecError
 from scalegate.contract.results import RankResult, aggregate
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
-from scalegate.launch import LocalLauncher, run_case
+from scalegate.launch import Job, run_case
+from scalegate.launch.local import TorchrunLauncher
 from scalegate.launch.process import free_port, run
 from scalegate.plan import availability
 from scalegate.workloads.base import Preset, Workload
@@ -155,10 +156,18 @@ def test_strategy_agrees_with_a_single_process_on_two_ranks(strategy, tmp_path):
 def test_hsdp_on_two_nodes_of_one_rank_agrees_with_a_single_process(tmp_path):
     spec = small_spec("hsdp", "2x1")
     spec_path, out = spec.write(tmp_path / "spec.json"), tmp_path / "ranks"
-    launcher, port = LocalLauncher(), free_port()
+    launcher, port = TorchrunLauncher(), free_port()
 
     def agent(node_rank: int):
-        argv = launcher.command(spec, spec_path, out, port, tmp_path / f"logs{node_rank}", node_rank=node_rank)
+        job = Job(
+            spec=spec,
+            spec_path=spec_path,
+            out_dir=out,
+            log_dir=tmp_path / f"logs{node_rank}",
+            port=port,
+            node_rank=node_rank,
+        )
+        argv = launcher.command(job)
         return run(
             argv, log_path=tmp_path / f"agent{node_rank}.log", timeout_s=spec.timeout_s, env=launcher.environment(spec)
         )

@@ -17,7 +17,8 @@ from scalegate.contract.parallel_dims import ParallelDims
 from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.figures.resources import wire
-from scalegate.launch import emulated, run_case
+from scalegate.launch import Settings, run_case
+from scalegate.launch.emulated import EmulatedLauncher
 from scalegate.plan.hostinfo import detect
 from scalegate.plan.matrix import skip_reason
 
@@ -80,7 +81,7 @@ def test_a_broken_tp_promise_is_named_with_its_bytes(tmp_path):
 
 
 def test_fsdp_on_top_of_tp_across_two_emulated_nodes_agrees_and_shards_a_quarter(tmp_path):
-    result = emulated.run_case(gpt("fsdp-tp", "2x2"), tmp_path / "case", link_rate="1gbit")
+    result = EmulatedLauncher(Settings(link_rate="1gbit")).run(gpt("fsdp-tp", "2x2"), tmp_path / "case")
     assert agreement.agreement(result) is None and agreement.loss_curve(result) is None
     assert sharding.check(result) is None
     assert all(r.extra["tp"]["held"]["params"] == r.extra["tp"]["full_params_bytes"] // 4 for r in result.ranks)

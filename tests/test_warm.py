@@ -32,7 +32,7 @@ from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.contract.topology import Topology
 from scalegate.figures import resources
 from scalegate.launch import hang, netns, run_case, warm
-from scalegate.launch.local import LocalLauncher
+from scalegate.launch.base import Job
 from scalegate.launch.wirecount import ENV_DISABLE
 from scalegate.plan import availability
 
@@ -282,7 +282,10 @@ def test_a_server_that_cannot_start_says_why_and_its_cases_launch_cold(tmp_path,
     token = uuid.uuid4().hex
     broken = new_pool(token, tmp_path)
     monkeypatch.setattr(warm, "modules_for", lambda _spec: frozenset({"scalegate_no_such_module"}))
-    args = LocalLauncher().torchrun_args(spec(), tmp_path / "spec.json", tmp_path / "out", 29500, tmp_path / "logs")
+    job = Job(
+        spec=spec(), spec_path=tmp_path / "spec.json", out_dir=tmp_path / "out", log_dir=tmp_path / "logs", port=29500
+    )
+    args = warm.WarmLauncher().command(job)
     with pytest.raises(warm.AgentUnavailable) as info:
         broken.run(spec(), args, log_path=tmp_path / "launcher.log", timeout_s=60, env={})
     why = info.value.message

@@ -12,12 +12,11 @@ sends across its link over the measured steps.
 Where namespaces cannot be made (not root, no iproute2) the nodes run as N loopback agents and
 the result says ``links not shaped`` with the reason: never a silent pretence.
 
-    run_case(spec, case_dir, link_rate="1gbit") -> CaseResult   # result.launch has the link facts
+    EmulatedLauncher(Settings(link_rate="1gbit")).run(spec, case_dir) -> CaseResult  # result.launch: link facts
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 from dataclasses import dataclass, replace
@@ -25,28 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract import affinity
-from scalegate.contract.errors import LaunchError, SpecError
-from scalegate.contract.results import CaseResult, RankResult, aggregate
+from scalegate.contract.errors import LaunchError
+from scalegate.contract.results import CaseResult, RankResult
 from scalegate.contract.spec import CaseSpec
+from scalegate.contract.units import parse_rate
 from scalegate.launch import hang, netns, process
-from scalegate.launch.local import LocalLauncher, first_failure
+from scalegate.launch.base import Job, Launcher, collect, first_failure, register_launcher
 
 SUBNET = "198.18.0"  # RFC 2544 benchmarking range; lives only inside the case's namespaces
 IFNAME = "eth0"
 MASTER_PORT = 29500  # each case has namespaces of its own, so a fixed port cannot collide
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$")
-_UNIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
-
-
-def parse_rate(text: str) -> float:
-    """``1gbit`` -> 1e9 bits/s; raises SpecError naming the option otherwise."""
-    match = _RATE.match(text.strip().lower())
-    if not match or float(match.group(1)) <= 0:
-        raise SpecError(
-            f"--scaling-link-rate={text!r} is not a tc rate like 1gbit, 200mbit, 10gbit",
-            "write a positive number followed by bit, kbit, mbit, gbit or tbit",
-        )
-    return float(match.group(1)) * _UNIT[match.group(2)]
 
 
 def node_address(node: int) -> str:
@@ -101,55 +88,118 @@ def build_fabric(scope: netns.Scope, n_nodes: int, rate: str, case_tag: str) -> 
     return Fabric(hub=hub, nodes=tuple(nodes), rate=rate)
 
 
-def run_case(
-    spec: CaseSpec,
-    case_dir: Path,
-    link_rate: str = "1gbit",
-    launcher: LocalLauncher | None = None,
-    data_dir: str | None = None,
-) -> CaseResult:
-    """Run a multi-node case as emulated nodes; always remove what was built."""
-    parse_rate(link_rate)
-    case_dir.mkdir(parents=True, exist_ok=True)
-    spec_path = spec.write(case_dir / "spec.json")
-    reason = netns.available()
-    netns.cleanup_stale()  # leftovers of a killed earlier session
-    base = launcher or LocalLauncher()
-    if reason is not None:
-        port = process.free_port()
-        env = {"SCALEGATE_WIRE_UNAVAILABLE": f"links not shaped: {reason}"}
-        plans = [
-            (replace(base, master_addr="127.0.0.1"), [], {**env, affinity.ENV: cpus}) for cpus in _cpu_slices(spec)
-        ]
-        result = _run_agents(spec, case_dir, spec_path, plans, port, data_dir)
+@dataclass(frozen=True)
+class _Node:
+    """How one emulated node's agent starts: the rendezvous address it dials, its namespace, its environment."""
+
+    master_addr: str
+    prefix: list[str]  # ``ip netns exec <node>``, or nothing for a loopback agent
+    env: dict[str, str]
+
+
+@register_launcher("emulated")
+class EmulatedLauncher(Launcher):
+    """A multi-node case on one machine: one cold torchrun agent per emulated node (``Settings.link_rate``)."""
+
+    def command(self, job: Job) -> list[str]:
+        return self.torchrun(job)  # ``run`` puts each node's agent in its namespace
+
+    def run(self, spec: CaseSpec, case_dir: Path) -> CaseResult:
+        """Run a multi-node case as emulated nodes; always remove what was built."""
+        link_rate = self.settings.link_rate
+        parse_rate(link_rate)
+        case_dir.mkdir(parents=True, exist_ok=True)
+        spec_path = spec.write(case_dir / "spec.json")
+        reason = netns.available()
+        netns.cleanup_stale()  # leftovers of a killed earlier session
+        if reason is not None:
+            env = {"SCALEGATE_WIRE_UNAVAILABLE": f"links not shaped: {reason}"}
+            nodes = [_Node("127.0.0.1", [], {**env, affinity.ENV: cpus}) for cpus in _cpu_slices(spec)]
+            result = self._run_agents(spec, case_dir, spec_path, nodes, process.free_port())
+            return _with_link(
+                result,
+                {
+                    "launcher": "emulated",
+                    "shaped": False,
+                    "rate": None,
+                    "note": f"links not shaped: {reason}; nodes ran as loopback agents",
+                },
+            )
+        with netns.Scope() as scope:
+            fabric = build_fabric(scope, spec.topo.nodes, link_rate, spec.case_id.replace("-", "")[:24])
+            # The wire counter (harness/measure/wire.py) reads eth0: only what crosses the node's link.
+            env = {"GLOO_SOCKET_IFNAME": IFNAME, "SCALEGATE_WIRE_IFACE": IFNAME}
+            nodes = [
+                _Node(node_address(0), netns.exec_prefix(ns), {**env, affinity.ENV: cpus})
+                for ns, cpus in zip(fabric.nodes, _cpu_slices(spec))
+            ]
+            result = self._run_agents(spec, case_dir, spec_path, nodes, MASTER_PORT)
         return _with_link(
             result,
             {
                 "launcher": "emulated",
-                "shaped": False,
-                "rate": None,
-                "note": f"links not shaped: {reason}; nodes ran as loopback agents",
+                "shaped": True,
+                "rate": link_rate,
+                "addresses": [node_address(i) for i in range(spec.topo.nodes)],
+                "nodes": link_bytes(result.ranks),
             },
         )
-    with netns.Scope() as scope:
-        fabric = build_fabric(scope, spec.topo.nodes, link_rate, spec.case_id.replace("-", "")[:24])
-        # The wire counter (harness/measure/wire.py) reads eth0: only what crosses the node's link.
-        env = {"GLOO_SOCKET_IFNAME": IFNAME, "SCALEGATE_WIRE_IFACE": IFNAME}
-        plans = [
-            (replace(base, master_addr=node_address(0)), netns.exec_prefix(ns), {**env, affinity.ENV: cpus})
-            for ns, cpus in zip(fabric.nodes, _cpu_slices(spec))
-        ]
-        result = _run_agents(spec, case_dir, spec_path, plans, MASTER_PORT, data_dir)
-    return _with_link(
-        result,
-        {
-            "launcher": "emulated",
-            "shaped": True,
-            "rate": link_rate,
-            "addresses": [node_address(i) for i in range(spec.topo.nodes)],
-            "nodes": link_bytes(result.ranks),
-        },
-    )
+
+    def _run_agents(self, spec: CaseSpec, case_dir: Path, spec_path: Path, nodes: list[_Node], port: int) -> CaseResult:
+        """Start one agent per node, wait for all; on failure or timeout kill every agent's tree."""
+        out_dir = case_dir / "ranks"
+        procs: list[subprocess.Popen] = []
+        logs = []
+        start = time.perf_counter()
+        try:
+            for node_rank, node in enumerate(nodes):
+                job = Job(
+                    spec=spec,
+                    spec_path=spec_path,
+                    out_dir=out_dir,
+                    log_dir=case_dir / "logs" / f"node{node_rank}",
+                    port=port,
+                    node_rank=node_rank,
+                    master_addr=node.master_addr,
+                )
+                log = open(case_dir / f"launcher-node{node_rank}.log", "ab")
+                logs.append(log)
+                procs.append(
+                    subprocess.Popen(
+                        node.prefix + self.command(job),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env={**self.environment(spec), **node.env},
+                        start_new_session=True,
+                    )
+                )
+            codes = _wait_all(procs, start + spec.timeout_s)
+            if codes is None:  # a hang: heartbeats and every node's rank stacks, before anything is killed
+                diagnosis = [
+                    hang.diagnose(p.pid, out_dir, spec.world_size, case_dir) for p in procs if p.poll() is None
+                ]
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    process.kill_tree(proc)
+            for log in logs:
+                log.close()
+        wall = time.perf_counter() - start
+        if codes is None:
+            raise LaunchError(
+                f"{spec.case_id} timed out after {spec.timeout_s:.0f}s; every node's agent was killed\n"
+                + "\n".join(diagnosis),
+                f"raise --scaling-timeout or lower --scaling-link-rate's load; logs under {case_dir}",
+            )
+        failed = [(node, code) for node, code in enumerate(codes) if code != 0]
+        if failed:
+            node, code = failed[0]
+            raise LaunchError(
+                f"{spec.case_id} failed: node {node}'s torchrun agent exited with {code}\n" + _failure(case_dir, node),
+                f"logs per node under {case_dir}",
+            )
+        return collect(spec, out_dir, wall)
 
 
 def _cpu_slices(spec: CaseSpec) -> list[str]:
@@ -178,59 +228,6 @@ def link_bytes(ranks: list[RankResult]) -> list[dict[str, Any]]:
 
 def _with_link(result: CaseResult, launch: dict[str, Any]) -> CaseResult:
     return replace(result, launch={**result.launch, **launch})
-
-
-def _run_agents(
-    spec: CaseSpec, case_dir: Path, spec_path: Path, plans: list, port: int, data_dir: str | None
-) -> CaseResult:
-    """Start one agent per node, wait for all; on failure or timeout kill every agent's tree."""
-    out_dir = case_dir / "ranks"
-    procs: list[subprocess.Popen] = []
-    logs = []
-    start = time.perf_counter()
-    try:
-        for node, (launcher, prefix, extra_env) in enumerate(plans):
-            argv = prefix + launcher.command(
-                spec, spec_path, out_dir, port, case_dir / "logs" / f"node{node}", node_rank=node
-            )
-            env = {**launcher.environment(spec, data_dir), **extra_env}
-            log = open(case_dir / f"launcher-node{node}.log", "ab")
-            logs.append(log)
-            procs.append(
-                subprocess.Popen(
-                    argv,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    start_new_session=True,
-                )
-            )
-        codes = _wait_all(procs, start + spec.timeout_s)
-        if codes is None:  # a hang: heartbeats and every node's rank stacks, before anything is killed
-            diagnosis = [hang.diagnose(p.pid, out_dir, spec.world_size, case_dir) for p in procs if p.poll() is None]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                process.kill_tree(proc)
-        for log in logs:
-            log.close()
-    wall = time.perf_counter() - start
-    if codes is None:
-        raise LaunchError(
-            f"{spec.case_id} timed out after {spec.timeout_s:.0f}s; every node's agent was killed\n"
-            + "\n".join(diagnosis),
-            f"raise --scaling-timeout or lower --scaling-link-rate's load; logs under {case_dir}",
-        )
-    failed = [(node, code) for node, code in enumerate(codes) if code != 0]
-    if failed:
-        node, code = failed[0]
-        raise LaunchError(
-            f"{spec.case_id} failed: node {node}'s torchrun agent exited with {code}\n" + _failure(case_dir, node),
-            f"logs per node under {case_dir}",
-        )
-    ranks = [RankResult.read(out_dir / f"rank{r}.json") for r in range(spec.world_size)]
-    return aggregate(spec, ranks, launch_wall_s=wall)
 
 
 def _failure(case_dir: Path, node: int) -> str:

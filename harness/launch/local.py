@@ -1,163 +1,109 @@
-"""Local launcher: one torchrun agent on this machine, static rendezvous on a free port."""
+"""The cold launcher (``--scaling-launcher torchrun``): a fresh torchrun agent per launch on this machine,
+static rendezvous on a free loopback port, in a private network namespace that counts its bytes on the wire.
+
+    TorchrunLauncher(Settings(data_dir=...)).run(spec, case_dir) -> CaseResult
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from scalegate.contract.errors import LaunchError
-from scalegate.contract.results import CaseResult, RankResult, aggregate
+from scalegate.contract.results import CaseResult
 from scalegate.contract.spec import CaseSpec
-from scalegate.launch import hang, process, warm, wirecount
-
-
-@dataclass(frozen=True, kw_only=True)
-class LocalLauncher:
-    python: str = sys.executable
-    master_addr: str = "127.0.0.1"
-
-    def command(
-        self, spec: CaseSpec, spec_path: Path, out_dir: Path, port: int, log_dir: Path, node_rank: int = 0
-    ) -> list[str]:
-        return [
-            self.python,
-            "-m",
-            "torch.distributed.run",
-            *self.torchrun_args(spec, spec_path, out_dir, port, log_dir, node_rank),
-        ]
-
-    def torchrun_args(
-        self, spec: CaseSpec, spec_path: Path, out_dir: Path, port: int, log_dir: Path, node_rank: int = 0
-    ) -> list[str]:
-        """torchrun's arguments: a cold ``python -m torch.distributed.run`` or the warm agent takes them."""
-        topo = spec.topo
-        return [
-            "--nnodes",
-            str(topo.nodes),
-            "--node-rank",
-            str(node_rank),
-            "--nproc-per-node",
-            str(topo.per_node),
-            "--master-addr",
-            self.master_addr,
-            "--master-port",
-            str(port),
-            "--max-restarts",
-            "0",
-            "--monitor-interval",
-            "0.1",
-            "--log-dir",
-            str(log_dir),
-            "--redirects",
-            "3",
-            "-m",
-            "scalegate.worker",
-            str(spec_path),
-            str(out_dir),
-        ]
-
-    def environment(self, spec: CaseSpec, data_dir: str | None = None) -> dict[str, str]:
-        env = dict(os.environ)
-        env["OMP_NUM_THREADS"] = str(spec.cpu_threads)
-        env["PYTHONUNBUFFERED"] = "1"
-        env.pop("TORCHELASTIC_ERROR_FILE", None)  # torchrun sets one per rank; an inherited one would clash
-        if data_dir:
-            env["SCALEGATE_DATA_DIR"] = data_dir
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        return env
-
+from scalegate.launch import hang, process, wirecount
+from scalegate.launch.base import Job, Launcher, collect, first_failure, rank_logs, register_launcher
 
 PORT_ATTEMPTS = 3  # a free port can be taken between our probe and torchrun's bind (pytest -n 2)
 
 
-def run_case(
-    spec: CaseSpec,
-    case_dir: Path,
-    launcher: LocalLauncher | None = None,
-    data_dir: str | None = None,
-    agents: "warm.AgentPool | None" = None,
-) -> CaseResult:
-    """Launch the case, wait for it within its timeout, and aggregate every rank's result.
+@dataclass
+class Launch:
+    """One launch of a single-node case: its own directory, its spec file, and a hang's diagnosis."""
 
-    With ``agents`` the session's warm torchrun agent forks the ranks of a single-node case
-    (harness/launch/warm.py); without, or where that agent cannot start (the result's ``launch["note"]``
-    then says why), a fresh ``torchrun`` starts. A hang is diagnosed (heartbeats, every rank's stack)
-    before the tree is killed; a crash reports the first failing rank's traceback; either way the error
-    lists every rank's log.
-    """
-    launcher = launcher or LocalLauncher()
-    case_dir = claim(case_dir)
-    spec_path = spec.write(case_dir / "spec.json")
-    out_dir = case_dir / "ranks"
-    diagnosis: list[str] = []
+    spec: CaseSpec
+    case_dir: Path
+    spec_path: Path
+    out_dir: Path
+    diagnosis: list[str] = field(default_factory=list)
 
-    def on_timeout(pid: int) -> None:
-        diagnosis.append(hang.diagnose(pid, out_dir, spec.world_size, case_dir))
-
-    def warm_launch(port: int, log_dir: Path) -> process.Completed:
-        args = launcher.torchrun_args(spec, spec_path, out_dir, port, log_dir)
-        return agents.run(
-            spec,
-            args,
-            log_path=case_dir / "launcher.log",
-            timeout_s=spec.timeout_s,  # type: ignore[union-attr]
-            env=launcher.environment(spec, data_dir),
-            on_timeout=on_timeout,
+    @classmethod
+    def claim(cls, spec: CaseSpec, case_dir: Path) -> Launch:
+        case_dir = claim(case_dir)
+        return cls(
+            spec=spec, case_dir=case_dir, spec_path=spec.write(case_dir / "spec.json"), out_dir=case_dir / "ranks"
         )
 
-    launched, note = "torchrun", ""
-    if agents is not None and not spec.topo.multi_node:
-        try:
-            done, launched = _with_port_retries(case_dir, warm_launch), "warm"
-        except warm.AgentUnavailable as exc:  # the launcher's failure, not the case's: launch it cold
-            note = f"launched with a cold torchrun: {exc.message}"
-        except warm.AgentDied as exc:
-            raise LaunchError(f"{spec.case_id}: {exc.message}\n{rank_logs(case_dir)}", exc.hint) from None
-    if launched == "torchrun":
+    def job(self, port: int, log_dir: Path) -> Job:
+        return Job(spec=self.spec, spec_path=self.spec_path, out_dir=self.out_dir, log_dir=log_dir, port=port)
+
+    def on_timeout(self, pid: int) -> None:
+        """Heartbeats and every rank's stack, while the tree is still alive to be looked at."""
+        self.diagnosis.append(hang.diagnose(pid, self.out_dir, self.spec.world_size, self.case_dir))
+
+
+@register_launcher("torchrun")
+class TorchrunLauncher(Launcher):
+    """A cold ``python -m torch.distributed.run`` per launch (~6 s before the first step)."""
+
+    def command(self, job: Job) -> list[str]:
+        return self.torchrun(job)
+
+    def run(self, spec: CaseSpec, case_dir: Path) -> CaseResult:
+        """Launch the case, wait for it within its timeout, and aggregate every rank's result.
+
+        A hang is diagnosed (heartbeats, every rank's stack) before the tree is killed; a crash reports the
+        first failing rank's traceback; either way the error lists every rank's log.
+        """
+        launch = Launch.claim(spec, case_dir)
+        return self.finish(launch, self.cold(launch), {"launcher": "torchrun"})
+
+    def cold(self, launch: Launch) -> process.Completed:
+        """A fresh torchrun, also where a subclass's ``command`` is something else (the warm agent's arguments)."""
+        spec = launch.spec
         with wirecount.private_network(spec) as (prefix, wire_env):  # its own loopback counts its bytes
 
-            def cold_launch(port: int, log_dir: Path) -> process.Completed:
-                argv = prefix + launcher.command(spec, spec_path, out_dir, port, log_dir)
+            def once(port: int, log_dir: Path) -> process.Completed:
                 return process.run(
-                    argv,
-                    log_path=case_dir / "launcher.log",
+                    prefix + self.torchrun(launch.job(port, log_dir)),
+                    log_path=launch.case_dir / "launcher.log",
                     timeout_s=spec.timeout_s,
-                    env={**launcher.environment(spec, data_dir), **wire_env},
-                    on_timeout=on_timeout,
+                    env={**self.environment(spec), **wire_env},
+                    on_timeout=launch.on_timeout,
                 )
 
-            done = _with_port_retries(case_dir, cold_launch)
-    if done.timed_out:
-        raise LaunchError(
-            f"{spec.case_id} hung: no result after {spec.timeout_s:.0f}s, so every process was "
-            f"killed\n{''.join(diagnosis)}\n{rank_logs(case_dir)}",
-            "the rank(s) that stopped first are named above, with their stacks; "
-            "raise --scaling-timeout only if the case is merely slow",
-        )
-    if done.returncode != 0:
-        raise LaunchError(
-            f"{spec.case_id} failed (torchrun exit code {done.returncode})\n"
-            f"{first_failure(case_dir)}\n{rank_logs(case_dir)}",
-            f"full logs under {case_dir}",
-        )
-    try:
-        ranks = [RankResult.read(out_dir / f"rank{r}.json") for r in range(spec.world_size)]
-        result = aggregate(spec, ranks, launch_wall_s=done.wall_s)
-    except LaunchError as exc:
-        raise LaunchError(
-            f"{spec.case_id}: every rank exited 0, but {exc.message}\n{rank_logs(case_dir)}", exc.hint
-        ) from None
-    how = {"launcher": launched, **({"note": note} if note else {})}
-    return dataclasses.replace(result, launch={**result.launch, **how})
+            return with_port_retries(launch.case_dir, once)
+
+    @staticmethod
+    def finish(launch: Launch, done: process.Completed, how: dict[str, Any]) -> CaseResult:
+        """The case's result, with ``how`` it launched in ``result.launch``; a hang or a crash raises LaunchError."""
+        spec, case_dir = launch.spec, launch.case_dir
+        if done.timed_out:
+            raise LaunchError(
+                f"{spec.case_id} hung: no result after {spec.timeout_s:.0f}s, so every process was "
+                f"killed\n{''.join(launch.diagnosis)}\n{rank_logs(case_dir)}",
+                "the rank(s) that stopped first are named above, with their stacks; "
+                "raise --scaling-timeout only if the case is merely slow",
+            )
+        if done.returncode != 0:
+            raise LaunchError(
+                f"{spec.case_id} failed (torchrun exit code {done.returncode})\n"
+                f"{first_failure(case_dir)}\n{rank_logs(case_dir)}",
+                f"full logs under {case_dir}",
+            )
+        try:
+            result = collect(spec, launch.out_dir, done.wall_s)
+        except LaunchError as exc:
+            raise LaunchError(
+                f"{spec.case_id}: every rank exited 0, but {exc.message}\n{rank_logs(case_dir)}", exc.hint
+            ) from None
+        return dataclasses.replace(result, launch={**result.launch, **how})
 
 
-def _with_port_retries(case_dir: Path, launch: Callable[[int, Path], process.Completed]) -> process.Completed:
+def with_port_retries(case_dir: Path, launch: Callable[[int, Path], process.Completed]) -> process.Completed:
     """``launch(port, log_dir)`` again, on a fresh port and log directory, while it loses its port to another
     process (torchrun's bind comes after our probe)."""
     for attempt in range(PORT_ATTEMPTS):
@@ -189,33 +135,3 @@ def port_clash(log: Path) -> bool:
     except OSError:
         return False
     return "eaddrinuse" in last or "address already in use" in last
-
-
-def rank_logs(case_dir: Path) -> str:
-    logs = sorted(case_dir.glob("logs*/**/*.log"))
-    listed = "\n".join(f"  {p}" + ("" if p.stat().st_size else " (empty)") for p in logs) or "  (none)"
-    return f"rank logs:\n{listed}\n  {case_dir / 'launcher.log'}"
-
-
-def first_failure(case_dir: Path, tail_lines: int = 30) -> str:
-    """The first failing rank's traceback: the earliest torchrun error file, else the launcher log's tail."""
-    failures = []
-    for error_file in case_dir.glob("logs*/**/error.json"):
-        try:
-            message = json.loads(error_file.read_text())["message"]
-            if isinstance(message, dict):
-                trace = message.get("extraInfo", {}).get("py_callstack", "")
-                stamp = float(message.get("extraInfo", {}).get("timestamp", 0) or 0)
-            else:
-                trace, stamp = str(message), 0.0
-            # torchelastic stamps whole seconds: a rank that lost its peer often shares the crashing rank's
-            # second, so the file's own time (ns) breaks the tie
-            failures.append((stamp, error_file.stat().st_mtime_ns, str(error_file), error_file.parent.name, trace))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
-    if failures:  # later failures are usually other ranks losing their peer
-        _, _, path, rank, trace = min(failures)
-        return f"first failing rank (local {rank}) traceback, from {path}:\n{trace}".rstrip()
-    log = case_dir / "launcher.log"
-    lines = log.read_text(errors="replace").splitlines()[-tail_lines:] if log.exists() else []
-    return "launcher log tail:\n" + "\n".join(lines)

@@ -9,7 +9,7 @@ forkserver, ranks: one process group) on a timeout, on Ctrl-C, when it dies duri
 the end of the session.
 
 A server that cannot start (an import fails, no answer within ``START_TIMEOUT_S``) raises
-``AgentUnavailable``; ``run_case`` then launches that case with a cold torchrun and says so in the
+``AgentUnavailable``; ``WarmLauncher`` then launches that case with a cold torchrun and says so in the
 result, and the pool does not try the same server again this session. A crash in the ranks is the
 case's own failure and is reported as on the cold path.
 
@@ -39,8 +39,11 @@ from pathlib import Path
 from typing import Callable
 
 from scalegate.contract.errors import LaunchError
+from scalegate.contract.results import CaseResult
 from scalegate.contract.spec import CaseSpec
 from scalegate.launch import netns, process, wirecount
+from scalegate.launch.base import Job, rank_logs, register_launcher
+from scalegate.launch.local import Launch, TorchrunLauncher, with_port_retries
 
 START_TIMEOUT_S = 180.0  # importing torch, DeepSpeed and Lightning on a loaded 2-core machine
 EXIT_WAIT_S = 5.0  # an idle server exits at the end of its input; a busy or stuck one is killed after this
@@ -68,9 +71,10 @@ def modules_for(spec: CaseSpec) -> frozenset[str]:
     from scalegate import workloads
     from scalegate.contract import cards
 
+    # the strategy's card, not the strategy: the launching side never imports the ranks' code
     used = [cards.card(name) for name in filter(None, (spec.strategy, spec.companion))]
     # a user's workload (spec.workload) is imported here, from the spec's import_paths, as each rank will
-    return frozenset({*(p for s in used for p in s.packages), *workloads.resolve(spec).packages})
+    return frozenset({*(p for c in used for p in c.packages), *workloads.resolve(spec).packages})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -299,6 +303,42 @@ def server_environment() -> dict[str, str]:
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.pop("TORCHELASTIC_ERROR_FILE", None)
     return env
+
+
+@register_launcher("warm")
+class WarmLauncher(TorchrunLauncher):
+    """``--scaling-launcher warm`` (the default): the session's warm agent forks a single-node case's ranks (~2 s a
+    launch). It is a torchrun launcher because it falls back to one: without a pool (``Settings.agents``), for a
+    multi-node case, or where the agent cannot start (``result.launch["note"]`` then says why)."""
+
+    def command(self, job: Job) -> list[str]:
+        return self.torchrun_args(job)  # the agent runs torchrun's own main on these
+
+    def run(self, spec: CaseSpec, case_dir: Path) -> CaseResult:
+        agents = self.settings.agents
+        if agents is None or spec.topo.multi_node:
+            return super().run(spec, case_dir)
+        launch = Launch.claim(spec, case_dir)
+
+        def once(port: int, log_dir: Path) -> process.Completed:
+            return agents.run(
+                spec,
+                self.command(launch.job(port, log_dir)),
+                log_path=launch.case_dir / "launcher.log",
+                timeout_s=spec.timeout_s,
+                env=self.environment(spec),
+                on_timeout=launch.on_timeout,
+            )
+
+        done: process.Completed | None = None
+        how: dict[str, str] = {"launcher": "warm"}
+        try:
+            done = with_port_retries(launch.case_dir, once)
+        except AgentUnavailable as exc:  # the launcher's failure, not the case's: launch it cold
+            how = {"launcher": "torchrun", "note": f"launched with a cold torchrun: {exc.message}"}
+        except AgentDied as exc:
+            raise LaunchError(f"{spec.case_id}: {exc.message}\n{rank_logs(launch.case_dir)}", exc.hint) from None
+        return self.finish(launch, self.cold(launch) if done is None else done, how)
 
 
 _POOLS: list[AgentPool] = []

@@ -9,8 +9,7 @@ from scalegate.contract import cards
 from scalegate.contract.errors import SpecError
 from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.contract.topology import Topology
-from scalegate.launch import slurm as slurm_agent
-from scalegate.plan import availability
+from scalegate.plan import availability, cluster
 from scalegate.plan.hostinfo import HostInfo
 from scalegate.plan.options import Options
 
@@ -100,7 +99,7 @@ def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
     if host.device == "cuda" and topo.per_node > host.devices_per_node:
         return f"topology {topo} needs {topo.per_node} GPUs per node, this node has {host.devices_per_node}"
     # Under srun the allocation decides; elsewhere multi-node cases run as emulated nodes.
-    return slurm_agent.skip_reason(topo, host.device, slurm_agent.detect())
+    return cluster.skip_reason(topo, host.device, cluster.detect())
 
 
 def _outside_matrix(spec: CaseSpec, matrix: str) -> str | None:

@@ -331,7 +331,7 @@ def _names(option: str, text: str, known: list[str], catalog: "Catalog | None" =
 
 
 def _link_rate(text: str) -> str:
-    from scalegate.launch.emulated import parse_rate  # raises a SpecError naming the option
+    from scalegate.contract.units import parse_rate  # raises a SpecError naming the option
 
     parse_rate(text)
     return text.strip().lower()
