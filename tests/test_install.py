@@ -121,3 +121,11 @@ def test_no_code_imports_the_folder_names():
             if stripped.startswith(("import harness", "from harness", "import fixtures", "from fixtures")):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {stripped}")
     assert not offenders, offenders
+
+
+def test_the_architecture_page_shows_the_layers_the_linter_checks():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    [layers] = [c["layers"] for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    shown = page.split("<!-- layers:")[1].split("```")[1].strip().splitlines()
+    assert shown == layers, "docs/architecture.md's layers differ from pyproject.toml's import-linter contract"
