@@ -365,3 +365,19 @@ def test_faulthandler_fallback_when_py_spy_cannot_attach(tmp_path, monkeypatch):
         proc.wait()
     assert text.startswith("(faulthandler)") and "stuck_here" in text
     assert "stuck_here" in hang._innermost(text)
+
+
+def test_a_faulthandler_dump_is_read_at_the_main_thread_not_the_first_one_listed():
+    """Where py-spy cannot attach (no ptrace in the container), the rank's own faulthandler dump is read: it names
+    threads only by ident, and a sampler thread often comes first."""
+    dump = (
+        "(faulthandler)\n"
+        "Thread 0x00007f00000000aa (most recent call first):\n"
+        '  File "/x/harness/measure/memory.py", line 80 in _run\n\n'
+        "Current thread 0x00007f00000000bb (most recent call first):\n"
+        '  File "/x/torch/distributed/distributed_c10d.py", line 2800 in all_reduce\n'
+        '  File "/x/train.py", line 10 in step\n'
+    )
+    assert "distributed_c10d" in hang._innermost(dump, 0x7F00000000BB)  # the heartbeat's main thread
+    assert "distributed_c10d" in hang._innermost(dump)  # else the thread that took the signal
+    assert "memory.py" in hang._innermost(dump, 0x7F00000000AA)

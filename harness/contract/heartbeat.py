@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +38,18 @@ class Writer:
         self.fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.rank = rank
         self.pid = os.getpid()
+        self.thread = threading.main_thread().ident or 0  # names the main thread in a faulthandler dump
 
     def beat(self, step: int, phase: str) -> None:
         record = json.dumps(
-            {"rank": self.rank, "pid": self.pid, "step": step, "phase": phase[:64], "time": time.time()}
+            {
+                "rank": self.rank,
+                "pid": self.pid,
+                "step": step,
+                "phase": phase[:64],
+                "time": time.time(),
+                "thread": self.thread,
+            }
         )
         try:
             os.pwrite(self.fd, record.ljust(RECORD_BYTES).encode()[:RECORD_BYTES], 0)
@@ -55,6 +64,7 @@ class Beat:
     step: int
     phase: str
     time: float
+    thread: int = 0  # the main thread's ident: faulthandler's dumps name threads only by it
 
     def describe(self, now: float) -> str:
         where = f"step {self.step}" if self.step >= 0 else "before the first step"
@@ -70,6 +80,7 @@ def read(out_dir: Path, rank: int) -> Beat | None:
             step=int(data["step"]),
             phase=str(data["phase"]),
             time=float(data["time"]),
+            thread=int(data.get("thread", 0)),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -8,6 +8,7 @@ cannot attach (no ptrace), the rank is sent SIGUSR1 and its faulthandler writes 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -87,7 +88,8 @@ def diagnose(root_pid: int, out_dir: Path, world_size: int, case_dir: Path) -> s
         label = f"rank {rank}" if rank is not None else "rank ? (no heartbeat)"
         text = stack(pid, out_dir, rank)
         dumps.append(f"--- {label}, pid {pid} ---\n{text}")
-        innermost = _innermost(text)
+        beat = beats.get(rank) if rank is not None else None
+        innermost = _innermost(text, beat.thread if beat is not None else 0)
         if innermost:
             lines.append(f"{label} innermost Python frame: {innermost}")
             if "torch/" not in innermost:  # the others wait inside torch for it (a collective, backward)
@@ -102,15 +104,23 @@ def diagnose(root_pid: int, out_dir: Path, world_size: int, case_dir: Path) -> s
     return "\n".join(lines)
 
 
-def _innermost(dump: str) -> str:
-    """The innermost frame of the main thread (py-spy prints innermost first, as does faulthandler)."""
+def _innermost(dump: str, thread: int = 0) -> str:
+    """The innermost frame of the main thread (py-spy prints innermost first, as does faulthandler). py-spy names
+    it ``MainThread``; faulthandler only by its ident (``thread``, from the rank's heartbeat), else its block is
+    the one it calls the current thread (the signal's), else the first."""
     lines = dump.splitlines()
+    ident = f"0x{thread:016x}" if thread else None
     start = next((i for i, line in enumerate(lines) if "MainThread" in line), 0)
+    if not start and ident:
+        start = next((i for i, line in enumerate(lines) if ident in line and "thread" in line.lower()), 0)
+    if not start:
+        start = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), 0)
     for line in lines[start + 1 if start else 0 :]:
         text = line.strip()
         if not text or text.startswith(
             ("Process ", "Python v", "Thread ", "(faulthandler)", "Current thread", "Stack (")
         ):
             continue
-        return text
+        frame = re.match(r'File "(.+)", line (\d+) in (\S+)', text)  # faulthandler's, in py-spy's words
+        return f"{frame.group(3)} ({frame.group(1)}:{frame.group(2)})" if frame else text
     return ""
