@@ -50,7 +50,7 @@ def spec(project: Path | None, **changes) -> CaseSpec:
 def resolve_elsewhere(the_spec: CaseSpec, cwd: Path) -> subprocess.CompletedProcess:
     """``scalegate.workloads.resolve`` in a fresh interpreter, in another directory, with only scalegate on its path."""
     code = (
-        "import json, sys\nfrom scalegate import workloads\nfrom scalegate.contract.spec import CaseSpec\nfrom scalegate.contract.errors import SpecError\n"
+        "import json, sys\nimport scalegate.workloads\nfrom scalegate.contract.spec import CaseSpec\nfrom scalegate.contract.errors import SpecError\n"
         "try:\n    print(scalegate.workloads.resolve(CaseSpec.from_dict(json.loads(sys.argv[1]))).__qualname__)\n"
         "except SpecError as exc:\n    print(exc)\n"
     )

@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.cli import worktree
+from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (harness/cli/ -> the root)
 GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's meanings
 # The predicate git bisect runs at each commit: this scalegate's own step(), whatever the commit under test holds.
 STEP = (
-    f"import sys; sys.path.insert(0, {str(ROOT)!r}); from scalegate import bisect; sys.exit(bisect.step(sys.argv[1:]))"
+    f"import sys; sys.path.insert(0, {str(checkout.path_entry(ROOT))!r}); from scalegate.cli import bisect; "
+    "sys.exit(bisect.step(sys.argv[1:]))"
 )
 
 

@@ -30,11 +30,12 @@ import time
 from pathlib import Path
 
 from scalegate.cli import gate_rounds, worktree
+from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
 from scalegate.record import baselines, runfiles
 from scalegate.report import compare
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (harness/cli/ -> the root)
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 # The default matrix's topologies: the strategies on 1x2 and single on 1x1 (an explicit "1x1,1x2" would also run
 # ddp-cnn-1x1 and the like, which have no baseline and would fail the required-baseline gate).
@@ -147,7 +148,9 @@ def main(args: argparse.Namespace, user_args: list[str]) -> int:
 
 def _in_session(user_args: list[str], results_dir: Path) -> tuple[Path | None, list[int]]:
     """One pytest session on every node; its sequential relaunches follow each other (gaterounds' docstring)."""
-    done = subprocess.run(pytest_argv(user_args, results_dir), cwd=ROOT, env=dict(os.environ))
+    done = subprocess.run(
+        pytest_argv(user_args, results_dir), cwd=ROOT, env=checkout.environment(dict(os.environ), ROOT)
+    )
     if os.environ.get("SLURM_NODEID", "0") not in ("", "0"):
         return None, [done.returncode]
     return gate_rounds.check_run(done.returncode, results_dir, "the gate"), [done.returncode]
@@ -155,7 +158,11 @@ def _in_session(user_args: list[str], results_dir: Path) -> tuple[Path | None, l
 
 def _parity(user_args: list[str], gate_dir: Path, tree: Path) -> tuple[Path | None, int]:
     """Parity in a session of its own (both front ends interleaved in each launch: no base needed)."""
-    done = subprocess.run(pytest_argv(user_args, gate_dir / "parity", TESTS[1:]), cwd=tree, env=dict(os.environ))
+    done = subprocess.run(
+        pytest_argv(user_args, gate_dir / "parity", TESTS[1:]),
+        cwd=tree,
+        env=checkout.environment(dict(os.environ), tree),
+    )
     if done.returncode == 5:  # the selection has no parity case
         return None, 0
     return gate_rounds.check_run(done.returncode, gate_dir / "parity", "the gate's parity session"), done.returncode

@@ -25,7 +25,7 @@ from scalegate.contract.errors import ScalegateError
 from scalegate.history import cli as history_cli
 from scalegate.record import baselines, merge, runfiles
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (harness/cli/ -> the root)
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
 

@@ -27,9 +27,10 @@ import sys
 import time
 from pathlib import Path
 
+from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (harness/cli/ -> the root)
 TESTS = ["scaling_tests"]
 # One launch per case per round: relaunches would put consecutive launches back into the baseline.
 ROUND = ["--scaling-launches", "1", "--scaling-max-launches", "1", "--scaling-confirm", "0"]
@@ -59,7 +60,9 @@ def run_rounds(rounds: int, user_args: list[str], results_dir: Path) -> list[Pat
     for i in range(rounds):
         round_dir = results_dir / f"round-{i + 1:02d}"
         started = time.time()
-        done = subprocess.run(round_argv(user_args, round_dir), cwd=ROOT, env=dict(os.environ))
+        done = subprocess.run(
+            round_argv(user_args, round_dir), cwd=ROOT, env=checkout.environment(dict(os.environ), ROOT)
+        )
         if done.returncode in PYTEST_BAD_INPUT:
             raise ScalegateError(
                 f"round {i + 1} of {rounds}: the scaling suite could not run (pytest exit code "

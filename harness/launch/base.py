@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, TypeVar
 
+from scalegate.contract import checkout
 from scalegate.contract.errors import LaunchError, SpecError
 from scalegate.contract.results import CaseResult, RankResult, aggregate
 from scalegate.contract.spec import CaseSpec
@@ -119,9 +120,7 @@ class Launcher(abc.ABC):
         env.pop("TORCHELASTIC_ERROR_FILE", None)  # torchrun sets one per rank; an inherited one would clash
         if self.settings.data_dir:
             env["SCALEGATE_DATA_DIR"] = self.settings.data_dir
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        return env
+        return checkout.environment(env)  # the ranks import the scalegate this session imported
 
 
 _REGISTRY: dict[str, type[Launcher]] = {}

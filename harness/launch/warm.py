@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from scalegate.contract import checkout
 from scalegate.contract.errors import LaunchError
 from scalegate.contract.results import CaseResult
 from scalegate.contract.spec import CaseSpec
@@ -297,9 +298,7 @@ class AgentPool:
 def server_environment() -> dict[str, str]:
     """This process's environment, the checkout on PYTHONPATH (the server imports the harness), one thread:
     each launch's own settings (threads, data directory, wire counter) travel with its request."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = checkout.environment(dict(os.environ))  # the server imports the scalegate this session imported
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.pop("TORCHELASTIC_ERROR_FILE", None)
     return env

@@ -97,7 +97,7 @@ class Catalog:
     def _paths(self, root: str) -> tuple[str, ...]:
         # the module's own sys.path entry, then the rootdir: a module found beside conftest.py may import
         # its siblings through the rootdir pytest put on sys.path
-        return tuple(dict.fromkeys((root, *self.search_paths)))
+        return tuple(dict.fromkeys(p for p in (root, *self.search_paths) if p))
 
     def _add(self, cls: "type[Workload]", entry: Registered) -> Registered:
         known = self._entries.get(entry.name)
