@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scalegate import hookspec, parity, strategies, workloads
+from scalegate import hookspec, parity, strategies
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import Outcome, metric, sequential
 from scalegate.launch import warm
@@ -56,9 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.hook.pytest_scaling_workloads.get_hookimpls(), search_paths=[str(config.rootpath)]
         )
         config.stash[CATALOG] = known
-        opts = options.parse(
-            config.getoption, Path(config.rootpath), strategies.names(), workloads.names(), catalog=known
-        )
+        # each value was checked as pytest read it (harness/plan/option_types.py); parse checks them together
+        opts = options.parse(config.option, Path(config.rootpath), strategies.names(), known)
         host = hostinfo.detect()
         baseline = baselines.load(opts.baseline_dir, host.profile)
     except ScalegateError as exc:

@@ -90,9 +90,9 @@ def test_trainer_strategies_run_when_named_and_parity_follows():
 
 
 def _all_strategies() -> tuple[str, ...]:
-    from scalegate.plan.options import _names
+    from scalegate.plan.options import _strategies
 
-    return _names("--scaling-strategies", "all", strategies.names())
+    return _strategies("all", strategies.names())
 
 
 # --- bad input --------------------------------------------------------------------------------------
