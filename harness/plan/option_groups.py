@@ -2,7 +2,8 @@
 
 As pytest-benchmark declares its display options once for its plugin and its CLI, each group here takes the
 ``addoption`` to call (pytest's ``group.addoption`` or argparse's ``add_argument``) and the prefix of its names.
-The plugin declares every group with ``scaling-`` (``add_scaling_options``). Every value is checked by its ``type=``
+The plugin declares every group with ``scaling-`` (``add_scaling_options``); the CLI's commands that write
+baselines declare ``add_recorded_tolerance_options`` with no prefix. Every value is checked by its ``type=``
 callable (plan/option_types.py) as it is read; plan/options.py builds the frozen ``Options`` from them.
 """
 
@@ -365,3 +366,19 @@ def add_scaling_options(addoption: AddOption, prefix: str = "scaling-") -> None:
     """Every group the pytest plugin declares (plan/options.py reads them back by their ``scaling_`` names)."""
     for add_group in PLUGIN_GROUPS:
         add_group(addoption, prefix=prefix)
+
+
+def add_recorded_tolerance_options(addoption: AddOption, prefix: str = "") -> None:
+    """The tolerances a command writes into new baselines: ``update-baselines`` and ``record-baselines``."""
+    addoption(
+        f"--{prefix}tolerance",
+        type=t.fraction(f"--{prefix}tolerance"),
+        default=RECORDED_TOLERANCE,
+        help="efficiency tolerance to record (default: %(default)s)",
+    )
+    addoption(
+        f"--{prefix}local-tolerance",
+        type=t.fraction(f"--{prefix}local-tolerance"),
+        default=RECORDED_TOLERANCE,
+        help="the drop the sequential gate must catch, recorded with the local efficiency (default: %(default)s)",
+    )
