@@ -17,7 +17,7 @@ throughput relative to the baseline's), estimated per launch as exp of the 20%-t
 a seeded bootstrap 95% interval (``scalegate.figures.stats.paired_ratio_estimate``). The verdict is the gate's
 sequential test (``harness/judge/sequential.py``) over launches: an overhead of at most half the tolerance (``decide``; the reference is exact: there is
 no baseline to estimate, both front ends ran in the same steps) against a shortfall of the tolerance
-(``THROUGHPUT_TOLERANCE``, 10%, unless ``--scaling-tolerance`` overrides it), sigma the launches' own
+(``--scaling-parity-tolerance``, 10% by default), sigma the launches' own
 standard error from their intervals. The case launches again while undecided, up to
 ``--scaling-max-launches``; a shortfall is confirmed by at least three launches; still undecided at the
 budget is ``noisy`` (reported, failing only under ``--scaling-strict``). Measured on the 2-core VMs
@@ -48,7 +48,7 @@ from scalegate.judge import sequential
 from scalegate.launch import run_case
 from scalegate.plan import matrix
 from scalegate.plan.hostinfo import HostInfo
-from scalegate.plan.options import Options
+from scalegate.plan.options import PARITY_TOLERANCE, Options
 
 if TYPE_CHECKING:
     from scalegate.launch import warm
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 PAIRS = (("fabric-ddp", "ddp"), ("lightning-ddp", "ddp"))
 TOPOLOGIES = ("1x2",)
 LOSS_ATOL = 1e-6  # fp32, same seed and data: any larger difference is a different computation
-THROUGHPUT_TOLERANCE = 0.10
+THROUGHPUT_TOLERANCE = PARITY_TOLERANCE  # --scaling-parity-tolerance's default
 
 
 @dataclass(frozen=True, kw_only=True)

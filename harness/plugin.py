@@ -170,13 +170,12 @@ def parity_case(request: pytest.FixtureRequest) -> parity.ParityRunner:
     if case.skip:
         pytest.skip(case.skip)
     state = request.config.stash[SESSION]
-    tolerance = state.options.tolerance if state.options.tolerance is not None else parity.THROUGHPUT_TOLERANCE
     opts = state.options  # the same sequential test as the efficiency gate: its budget, alpha and beta
     design = sequential.Design(max_launches=opts.max_launches, alpha=opts.alpha, beta=opts.beta)
     return parity.ParityRunner(
         case=case,
         out_dir=state.run_dir / "parity",
-        tolerance=tolerance,
+        tolerance=opts.parity_tolerance,
         data_dir=opts.data_dir,
         agents=state.agents,
         design=design,

@@ -26,6 +26,7 @@ PROFILE_STEPS = 3  # --scaling-profile's default window: enough steps to see one
 LOCAL_STEPS = 40
 MAX_LAUNCHES = 4
 ALPHA, BETA = 0.01, 0.05
+PARITY_TOLERANCE = 0.10  # a front end (fabric-ddp, lightning-ddp) may fall this far below ddp's throughput
 RECORDED_TOLERANCE = 0.10  # written into new baselines: 5% raised false alarms on the 2-core VMs (detection.md)
 DTYPES = ("fp32", "bf16")
 SCALING_MODES = ("weak", "strong", "both")
@@ -193,6 +194,13 @@ def add_gate_options(addoption: AddOption, prefix: str = "scaling-") -> None:
         type=t.fraction(f"--{prefix}tolerance"),
         default=None,
         help="efficiency tolerance as a fraction; overrides the baseline's own (default: the baseline's)",
+    )
+    addoption(
+        f"--{prefix}parity-tolerance",
+        type=t.fraction(f"--{prefix}parity-tolerance"),
+        default=PARITY_TOLERANCE,
+        help="parity (harness/parity.py): how far a front end's throughput may fall below ddp's in the same launch, "
+        "as a fraction (default: %(default)s)",
     )
     addoption(f"--{prefix}strict", action="store_true", help="also fail cases whose timing is too noisy to judge")
     addoption(

@@ -26,6 +26,7 @@ from scalegate.plan.option_groups import (
     LOCAL_STEPS,
     MATRICES,
     MAX_LAUNCHES,
+    PARITY_TOLERANCE,
     PROFILE_STEPS,
     add_scaling_options,
 )
@@ -41,6 +42,7 @@ __all__ = [  # the defaults are re-exported: benchmarks and tests read them here
     "LOCAL_STEPS",
     "MATRICES",
     "MAX_LAUNCHES",
+    "PARITY_TOLERANCE",
     "PROFILE_STEPS",
     "Options",
     "add_options",
@@ -96,6 +98,7 @@ class Options:
     max_launches: int = MAX_LAUNCHES  # sequential verdicts: the launch budget per case
     alpha: float = ALPHA
     beta: float = BETA
+    parity_tolerance: float = PARITY_TOLERANCE  # --scaling-parity-tolerance: parity's throughput shortfall
     # the workloads that are not built in (harness/plan/catalog.py): how every case's ranks find them again
     workloads: tuple[Registered, ...] = ()
 
@@ -135,6 +138,7 @@ def parse(values: argparse.Namespace, rootdir: Path, strategy_names: Sequence[st
         compile=v.scaling_compile,
         tp_sequence_parallel=v.scaling_tp_sequence_parallel,
         tolerance=v.scaling_tolerance,
+        parity_tolerance=v.scaling_parity_tolerance,
         strict=v.scaling_strict,
         confirm=v.scaling_confirm,
         launches=v.scaling_launches,
