@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from scalegate import hookspec, parity, workloads
+from scalegate import hookspec, parity
 from scalegate.contract import cards
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import Outcome, metric, sequential
-from scalegate.judge import parity as parity_judge
 from scalegate.launch import warm
 from scalegate.plan import catalog, hostinfo, marker, matrix, options
 from scalegate.plan import parity as parity_plan
@@ -59,7 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.hook.pytest_scaling_workloads.get_hookimpls(), search_paths=[str(config.rootpath)]
         )
         config.stash[CATALOG] = known
-        opts = options.parse(config.getoption, Path(config.rootpath), cards.names(), workloads.names(), catalog=known)
+        # each value was checked as pytest read it (harness/plan/option_types.py); parse checks them together
+        opts = options.parse(config.option, Path(config.rootpath), cards.names(), known)
         host = hostinfo.detect()
         baseline = baselines.load(opts.baseline_dir, host.profile)
     except ScalegateError as exc:
@@ -172,13 +172,12 @@ def parity_case(request: pytest.FixtureRequest) -> parity.ParityRunner:
     if case.skip:
         pytest.skip(case.skip)
     state = request.config.stash[SESSION]
-    tolerance = state.options.tolerance if state.options.tolerance is not None else parity_judge.THROUGHPUT_TOLERANCE
     opts = state.options  # the same sequential test as the efficiency gate: its budget, alpha and beta
     design = sequential.Design(max_launches=opts.max_launches, alpha=opts.alpha, beta=opts.beta)
     return parity.ParityRunner(
         case=case,
         out_dir=state.run_dir / "parity",
-        tolerance=tolerance,
+        tolerance=opts.parity_tolerance,
         data_dir=opts.data_dir,
         agents=state.agents,
         design=design,

@@ -368,14 +368,15 @@ def test_the_history_tracks_checkpoint_seconds_per_gb_lower_is_better():
 def test_the_resume_fault_is_a_command_line_switch_that_needs_the_option():
     from scalegate.contract.errors import SpecError
     from scalegate.contract.spec import parse_fault
+    from scalegate.plan.option_types import faults
     from scalegate.plan.options import _faults
 
     assert parse_fault("checkpoint-skip-optimizer") == {"checkpoint_skip_optimizer": 1}
     assert Faults(**parse_fault("checkpoint-skip-optimizer")).checkpoint_skip_optimizer is True
     with pytest.raises(SpecError, match="takes no arguments, got 'rank=1'"):
         parse_fault("checkpoint-skip-optimizer:rank=1")
-    given = {"--scaling-inject-fault": ["checkpoint-skip-optimizer"], "--scaling-update-baselines": False}
+    given = [faults("--scaling-inject-fault")("checkpoint-skip-optimizer")]  # as argparse reads the option
     with pytest.raises(SpecError, match="does nothing without --scaling-checkpoint") as caught:
-        _faults(given.__getitem__)
+        _faults(given, checkpoint=False, update_baselines=False)
     assert caught.value.hint == "add --scaling-checkpoint"
-    assert _faults({**given, "--scaling-checkpoint": True}.__getitem__) == (("checkpoint_skip_optimizer", 1),)
+    assert _faults(given, checkpoint=True, update_baselines=False) == (("checkpoint_skip_optimizer", 1),)

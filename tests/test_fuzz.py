@@ -1,11 +1,13 @@
 """Fuzzing the parsers and the baseline loader: any input gives a value or the documented error.
 
-``Topology.parse`` and ``parse_fault`` raise only ``SpecError``; ``options.parse`` only ``SpecError``
-(which the plugin turns into a usage error); ``baselines.load`` only ``BaselineError``.
+``Topology.parse`` and ``parse_fault`` raise only ``SpecError``; the options' ``type=`` checks only argparse's
+error with a HINT, and ``options.parse`` only ``SpecError`` (pytest and the plugin turn both into a usage
+error); ``baselines.load`` only ``BaselineError``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import tempfile
@@ -14,12 +16,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalegate import strategies, workloads
+from scalegate import strategies
 from scalegate.contract import SCHEMA_VERSION
 from scalegate.contract.errors import BaselineError, SpecError
 from scalegate.contract.spec import parse_fault
 from scalegate.contract.topology import Topology
-from scalegate.plan import options
+from scalegate.plan import catalog, option_groups, options
 from scalegate.record import baselines
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -55,23 +57,24 @@ def test_parse_fault_returns_fields_or_spec_error(text):
     assert fields and all(isinstance(v, int) and v >= 0 for v in fields.values())
 
 
-def _defaults() -> dict[str, object]:
-    """Every --scaling-* option's default, as the plugin registers them (others' options included)."""
-    found: dict[str, object] = {}
-
-    class Group:
-        def addoption(self, name, **kwargs):
-            found[name] = kwargs.get("default")
-
-    class Parser:
-        def getgroup(self, *args, **kwargs):
-            return Group()
-
-    options.add_options(Parser())
-    return found
+CATALOG = catalog.Catalog()  # the built-in workloads, as the plugin's catalog holds them
 
 
-DEFAULTS = _defaults()
+def _namespace(overrides: dict[str, object]) -> argparse.Namespace:
+    """The overrides as a command line, read by a parser declaring the plugin's option groups."""
+    argv: list[str] = []
+    for name, value in overrides.items():
+        if isinstance(value, bool):
+            argv += [name] if value else []
+        elif isinstance(value, list):
+            argv += [f"{name}={item}" for item in value]
+        elif value is not None:
+            argv.append(f"{name}={value}")
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    option_groups.add_scaling_options(parser.add_argument)
+    return parser.parse_args(argv)
+
+
 NUMBER = st.one_of(st.integers(-5, 10**6), st.floats(allow_nan=True, allow_infinity=True))
 OVERRIDES = st.fixed_dictionaries(
     {},
@@ -102,10 +105,14 @@ OVERRIDES = st.fixed_dictionaries(
 
 @SETTINGS
 @given(OVERRIDES)
-def test_options_parse_returns_valid_options_or_spec_error(overrides):
-    values = {**DEFAULTS, **overrides}
+def test_options_parse_returns_valid_options_or_a_usage_error(overrides):
     try:
-        opts = options.parse(values.__getitem__, Path("/nonexistent"), strategies.names(), workloads.names())
+        values = _namespace(overrides)
+    except argparse.ArgumentError as exc:
+        assert "\nHINT: " in str(exc) and str(exc).startswith("argument --scaling-")
+        return
+    try:
+        opts = options.parse(values, Path("/nonexistent"), strategies.names(), CATALOG)
     except SpecError as exc:
         assert exc.hint
         return

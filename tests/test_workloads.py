@@ -281,11 +281,14 @@ def test_squad_reader_errors_name_the_file_and_hint(tmp_path):
 
 
 def test_data_dir_option_must_be_a_directory(tmp_path):
-    from scalegate.plan.options import _data_dir
+    import argparse
 
-    assert _data_dir(None) is None and _data_dir(str(tmp_path)) == str(tmp_path.resolve())
-    with pytest.raises(SpecError, match=r"(?s)--scaling-data-dir .*missing is not a directory.*HINT"):
-        _data_dir(str(tmp_path / "missing"))
+    from scalegate.plan.option_types import directory
+
+    data_dir = directory("--scaling-data-dir")  # the option's type=: relative paths become absolute for the ranks
+    assert data_dir("") is None and data_dir(str(tmp_path)) == str(tmp_path.resolve())
+    with pytest.raises(argparse.ArgumentTypeError, match=r"(?s)--scaling-data-dir .*missing is not a directory.*HINT"):
+        data_dir(str(tmp_path / "missing"))
 
 
 def test_workers_read_the_data_dir_and_report_a_missing_file(tmp_path):

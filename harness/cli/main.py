@@ -23,6 +23,7 @@ from pathlib import Path
 from scalegate.cli import bisect, gate, record_baselines
 from scalegate.contract.errors import ScalegateError
 from scalegate.history import cli as history_cli
+from scalegate.plan.option_groups import add_recorded_tolerance_options
 from scalegate.record import baselines, merge, runfiles
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (harness/cli/ -> the root)
@@ -89,12 +90,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_update(args: argparse.Namespace) -> int:
     from scalegate.record import update
 
-    for name in ("tolerance", "local_tolerance"):
-        if not 0 <= getattr(args, name) < 1:
-            raise ScalegateError(
-                f"--{name.replace('_', '-')} {getattr(args, name)} is not a fraction in [0, 1)",
-                f"e.g. --{name.replace('_', '-')} 0.1",
-            )
     for line in update.update_from_run(
         merge.merged_runs(args.run), Path(args.baseline_dir), args.tolerance, args.local_tolerance
     ):
@@ -143,13 +138,7 @@ def parser() -> argparse.ArgumentParser:
         "the baseline's noise (docs/detection.md: use 3 or more on shared machines)",
     )
     u.add_argument("--baseline-dir", default=str(ROOT / "baselines"))
-    u.add_argument("--tolerance", type=float, default=0.10, help="efficiency tolerance to record (default: 0.1)")
-    u.add_argument(
-        "--local-tolerance",
-        type=float,
-        default=0.10,
-        help="the drop the sequential gate must catch, recorded with the local efficiency (default: 0.1)",
-    )
+    add_recorded_tolerance_options(u.add_argument, prefix="")  # checked as read, as record-baselines does
     u.set_defaults(func=cmd_update)
     gate.add_parser(sub)
     record_baselines.add_parser(sub, str(ROOT / "baselines"))

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
+from scalegate.plan.option_groups import add_recorded_tolerance_options
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (harness/cli/ -> the root)
 TESTS = ["scaling_tests"]
@@ -83,12 +84,6 @@ def main(args: argparse.Namespace, user_args: list[str]) -> int:
 
     if not 1 <= args.rounds <= 100:
         raise ScalegateError(f"--rounds {args.rounds} is not in 1..100", "10-20 rounds give the gate a steady sigma")
-    for name in ("tolerance", "local_tolerance"):
-        if not 0 <= getattr(args, name) < 1:
-            raise ScalegateError(
-                f"--{name.replace('_', '-')} {getattr(args, name)} is not a fraction in [0, 1)",
-                f"e.g. --{name.replace('_', '-')} 0.1",
-            )
     results_dir = Path(args.results_dir) / time.strftime("record-%Y%m%d-%H%M%S")
     runs = run_rounds(args.rounds, user_args, results_dir)
     for line in update.update_from_run(
@@ -108,11 +103,5 @@ def add_parser(sub, baseline_dir: str) -> None:
     r.add_argument("--rounds", type=int, default=10, help="times the whole selection runs (default: %(default)s)")
     r.add_argument("--results-dir", default="results", help="the rounds go under RESULTS_DIR/record-<time>/")
     r.add_argument("--baseline-dir", default=baseline_dir)
-    r.add_argument("--tolerance", type=float, default=0.10, help="efficiency tolerance to record (default: 0.1)")
-    r.add_argument(
-        "--local-tolerance",
-        type=float,
-        default=0.10,
-        help="the drop the sequential gate must catch, recorded with the local efficiency (default: 0.1)",
-    )
+    add_recorded_tolerance_options(r.add_argument, prefix="")  # checked before the first round, not after the last
     r.set_defaults(func=None, rounds_command=True)

@@ -40,9 +40,10 @@ from scalegate.contract import metrics
 from scalegate.contract.results import CaseResult
 from scalegate.figures import stats
 from scalegate.judge import sequential
+from scalegate.plan.options import PARITY_TOLERANCE
 
 LOSS_ATOL = 1e-6  # fp32, same seed and data: any larger difference is a different computation
-THROUGHPUT_TOLERANCE = 0.10
+THROUGHPUT_TOLERANCE = PARITY_TOLERANCE  # --scaling-parity-tolerance's default
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -56,6 +56,10 @@ class Catalog:
     def names(self) -> list[str]:
         return list(self._entries)
 
+    def defaults(self) -> list[str]:
+        """What ``--scaling-models all`` runs: every workload but the built-ins that run only when named."""
+        return [n for n in self._entries if n not in _fixtures().OPT_IN]
+
     def registered(self) -> tuple[Registered, ...]:
         """The workloads that are not built in."""
         return tuple(e for e in self._entries.values() if e.ref)

@@ -12,6 +12,7 @@ import copy
 import os
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import psutil
@@ -253,14 +254,20 @@ def _local_window(
     return times
 
 
-def train(
-    spec: CaseSpec,
-    ctx: RankContext,
-    data_dir: str | None = None,
-    beat: Callable[[int, str], None] = lambda step, phase: None,
-) -> RankResult:
-    """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
-    started = time.perf_counter()
+@dataclass
+class _Setup:
+    """What a rank builds before its first step."""
+
+    workload: Any
+    model: torch.nn.Module
+    strategy: Any
+    full_state: dict[str, int]  # analytic: what one DDP replica would hold
+    reference: Reference | None  # handed to the steps, which drop it once the gradient check is done
+    companion: Any  # parity's second strategy, or None
+    compile_s: float | None
+
+
+def _setup(spec: CaseSpec, ctx: RankContext, data_dir: str | None, beat: Callable[[int, str], None]) -> _Setup:
     beat(-1, "build")
     # a user's workload is imported here from the spec's reference and directories (fixtures/loader.py)
     workload = workloads.resolve(spec)(spec.preset, spec.seed, data_dir, dims=spec.dims)
@@ -294,106 +301,202 @@ def train(
         make_optimizer_factory(spec),
         lambda other, i, faulted: _step(spec, ctx, other, workload, i, full_state, faults=faulted),
     )
-    unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
-    step_flops = flops.StepFlops(enabled=ctx.rank == 0 and reference is not None)  # harness/measure/flops.py
-    clock = ForwardClock(ctx.rank, spec.faults.straggler_rank, spec.faults.straggler_ms)  # harness/measure/clock.py
-    times: list[float] = []
-    losses: list[float] = []
-    warmup_losses: list[float] = []
-    check: dict[str, Any] = {}
-    process = psutil.Process()
-    sampler = MemorySampler(ctx.device.type, ctx.device.index, interval_s=spec.memory_interval_ms / 1000)
-    wire = WireCounter()
-    held: dict[str, int] = {}
-    for step in range(unmeasured + spec.steps):
-        beat(step, "step")
-        _inject_stop_fault(spec, ctx, step)
-        if step == unmeasured:
-            if reference is not None:
-                check["params"] = gradcheck.compare(strategy.full_parameters(), reference.parameters())
-                check["param_steps"] = unmeasured
-                check["reference_losses"] = reference.losses
-                reference = None
-            wire.start()  # barrier-aligned counter reading: the window holds exactly the measured steps
-            if ctx.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(ctx.device)
-            cpu0 = process.cpu_times()
-            sampler.__enter__()
-            ballast = _inject_memory_fault(spec)
+    return _Setup(
+        workload=workload,
+        model=model,
+        strategy=strategy,
+        full_state=full_state,
+        reference=reference,
+        companion=companion,
+        compile_s=compile_s,
+    )
 
-        def between(inputs: torch.Tensor, targets: torch.Tensor, step: int = step) -> tuple[float, bool]:
-            nonlocal held
-            _inject_grad_fault(spec, ctx, strategy)
-            if reference is not None:
-                with step_flops.counting() if step == 0 else contextlib.nullcontext():  # the single process's step
-                    ref_grads = reference.step(
-                        inputs.to(ctx.device), targets.to(ctx.device), _autocast(spec, ctx.device)
-                    )
-                if step == 0:
-                    check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
-            paused = 0.0
-            if step == unmeasured + spec.steps - 1:  # gradients exist only until the optimizer step
-                t_state = time.perf_counter()
-                held = strategy.state_bytes()
-                paused = time.perf_counter() - t_state
-            return paused, step == spec.faults.skip_step and ctx.rank == spec.faults.skip_step_rank
 
-        def main(step: int = step, between=between) -> tuple[float, float]:
-            return _step(spec, ctx, strategy, workload, step, full_state, between=between, clock=clock)
+class _Window:
+    """The measured window's instruments: bytes on the wire, peak memory, CPU time, and the injected ballast held
+    through it. Opened just before the first measured step, closed right after the last one."""
 
-        elapsed, value = companion.interleave(step, main, step >= unmeasured) if companion else main()
-        clock.keep(step >= unmeasured)
-        if step >= unmeasured:
-            times.append(elapsed)
-            losses.append(value)
-        else:
-            warmup_losses.append(value)
-    sampler.__exit__(None, None, None)
-    ballast = None  # noqa: F841 (the sampler is done: free the injected ballast before the windows after the steps)
-    cpu1 = process.cpu_times()
-    wire.stop()
-    held = model_state.peak_state(held, strategy.state_bytes())
-    first = unmeasured + spec.steps
+    def __init__(self, spec: CaseSpec, ctx: RankContext) -> None:
+        self.spec, self.ctx = spec, ctx
+        self.process = psutil.Process()
+        self.sampler = MemorySampler(ctx.device.type, ctx.device.index, interval_s=spec.memory_interval_ms / 1000)
+        self.wire = WireCounter()
+        self.ballast: torch.Tensor | None = None
+
+    def open(self) -> None:
+        self.wire.start()  # barrier-aligned counter reading: the window holds exactly the measured steps
+        if self.ctx.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.ctx.device)
+        self.cpu0 = self.process.cpu_times()
+        self.sampler.__enter__()
+        self.ballast = _inject_memory_fault(self.spec)
+
+    def close(self) -> None:
+        self.sampler.__exit__(None, None, None)
+        self.ballast = None  # the sampler is done: free the injected ballast before the windows after the steps
+        self.cpu1 = self.process.cpu_times()
+        self.wire.stop()
+
+
+class _Steps:
+    """The rank's steps: untimed first (warm-up; the gradient check on the first, against a single-process
+    reference that follows all of them), then the measured ones inside the window."""
+
+    def __init__(self, spec: CaseSpec, ctx: RankContext, setup: _Setup) -> None:
+        self.spec, self.ctx, self.setup = spec, ctx, setup
+        # only the steps hold the reference, so that it is freed before the measured window opens
+        self.reference, setup.reference = setup.reference, None
+        self.unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
+        self.step_flops = flops.StepFlops(enabled=ctx.rank == 0 and self.reference is not None)  # measure/flops.py
+        self.clock = ForwardClock(ctx.rank, spec.faults.straggler_rank, spec.faults.straggler_ms)  # measure/clock.py
+        self.times: list[float] = []
+        self.losses: list[float] = []
+        self.warmup_losses: list[float] = []
+        self.check: dict[str, Any] = {}
+        self.held: dict[str, int] = {}  # state bytes while the last step's gradients exist
+
+    def run(self, window: _Window, beat: Callable[[int, str], None]) -> None:
+        for step in range(self.unmeasured + self.spec.steps):
+            beat(step, "step")
+            _inject_stop_fault(self.spec, self.ctx, step)
+            if step == self.unmeasured:
+                self._end_reference()
+                window.open()
+            measured = step >= self.unmeasured
+            companion = self.setup.companion
+            elapsed, value = companion.interleave(step, self._main(step), measured) if companion else self._main(step)()
+            self.clock.keep(measured)
+            if measured:
+                self.times.append(elapsed)
+                self.losses.append(value)
+            else:
+                self.warmup_losses.append(value)
+
+    def _end_reference(self) -> None:
+        """After the untimed steps: compare the parameters the optimizer moved, then drop the reference."""
+        if self.reference is not None:
+            self.check["params"] = gradcheck.compare(self.setup.strategy.full_parameters(), self.reference.parameters())
+            self.check["param_steps"] = self.unmeasured
+            self.check["reference_losses"] = self.reference.losses
+            self.reference = None
+
+    def _main(self, step: int) -> Callable[[], tuple[float, float]]:
+        setup = self.setup
+
+        def main() -> tuple[float, float]:
+            return _step(
+                self.spec,
+                self.ctx,
+                setup.strategy,
+                setup.workload,
+                step,
+                setup.full_state,
+                between=lambda inputs, targets: self._between(inputs, targets, step),
+                clock=self.clock,
+            )
+
+        return main
+
+    def _between(self, inputs: torch.Tensor, targets: torch.Tensor, step: int) -> tuple[float, bool]:
+        """After forward/backward, before the optimizer step: faults, the reference's step and the gradient check,
+        and the state bytes of the last step; returns (seconds to leave out of the step, skip this rank's update)."""
+        spec, ctx, strategy = self.spec, self.ctx, self.setup.strategy
+        _inject_grad_fault(spec, ctx, strategy)
+        if self.reference is not None:
+            with self.step_flops.counting() if step == 0 else contextlib.nullcontext():  # the single process's step
+                ref_grads = self.reference.step(
+                    inputs.to(ctx.device), targets.to(ctx.device), _autocast(spec, ctx.device)
+                )
+            if step == 0:
+                self.check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
+        paused = 0.0
+        if step == self.unmeasured + spec.steps - 1:  # gradients exist only until the optimizer step
+            t_state = time.perf_counter()
+            self.held = strategy.state_bytes()
+            paused = time.perf_counter() - t_state
+        return paused, step == spec.faults.skip_step and ctx.rank == spec.faults.skip_step_rank
+
+
+def _windows_after(
+    spec: CaseSpec, ctx: RankContext, setup: _Setup, first: int, beat: Callable[[int, str], None]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The windows after the measured one, in this order (each leaves the ones before it untouched): the
+    same-launch local steps, the profiler, the checkpoint. Returns (extra results, per-step series)."""
+    strategy, workload, full_state = setup.strategy, setup.workload, setup.full_state
     extra = _local_window(spec, ctx, strategy, workload, full_state, first, beat)
     series = {k: extra.pop(k) for k in ("pair_step_times_s", "local_step_times_s") if k in extra}
     extra.update(_profile_window(spec, ctx, strategy, workload, first + 1 + spec.local_steps, beat))
     extra.update(_checkpoint_window(spec, ctx, strategy, workload, full_state, first + 1 + spec.local_steps, beat))
     extra.update(strategy.extra_results())
+    return extra, series
+
+
+def train(
+    spec: CaseSpec,
+    ctx: RankContext,
+    data_dir: str | None = None,
+    beat: Callable[[int, str], None] = lambda step, phase: None,
+) -> RankResult:
+    """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
+    started = time.perf_counter()
+    setup = _setup(spec, ctx, data_dir, beat)
+    steps = _Steps(spec, ctx, setup)
+    window = _Window(spec, ctx)
+    steps.run(window, beat)
+    window.close()
+    held = model_state.peak_state(steps.held, setup.strategy.state_bytes())
+    first = steps.unmeasured + spec.steps
+    extra, series = _windows_after(spec, ctx, setup, first, beat)
     beat(first, "teardown")
-    if companion is not None:
-        series.update(companion.result())
-        companion.teardown()
-    strategy.teardown()
+    if setup.companion is not None:
+        series.update(setup.companion.result())
+        setup.companion.teardown()
+    setup.strategy.teardown()
+    return _result(spec, ctx, setup, steps, window, held, extra, series, started)
+
+
+def _result(
+    spec: CaseSpec,
+    ctx: RankContext,
+    setup: _Setup,
+    steps: _Steps,
+    window: _Window,
+    held: dict[str, int],
+    extra: dict[str, Any],
+    series: dict[str, Any],
+    started: float,
+) -> RankResult:
+    strategy, sampler = setup.strategy, window.sampler
     return RankResult(
         rank=ctx.rank,
         world_size=ctx.world_size,
         node_rank=ctx.node_rank,
         host=socket.gethostname(),
         device=str(ctx.device),
-        step_times_s=times,
-        losses=losses,
-        warmup_losses=warmup_losses,
+        step_times_s=steps.times,
+        losses=steps.losses,
+        warmup_losses=steps.warmup_losses,
         loss_weight=strategy.loss_weight,
         peak_memory_bytes=sampler.peak_bytes,
         memory_source=sampler.source,
-        cpu_user_s=cpu1.user - cpu0.user,
-        cpu_system_s=cpu1.system - cpu0.system,
+        cpu_user_s=window.cpu1.user - window.cpu0.user,
+        cpu_system_s=window.cpu1.system - window.cpu0.system,
         wall_s=time.perf_counter() - started,
-        grad_check=check or None,
+        grad_check=steps.check or None,
         memory_interval_s=sampler.interval_s,
         memory_timeline=sampler.timeline(),
         cuda_memory=cuda_peaks(ctx.device),
         state_bytes=held,
-        full_state_bytes=full_state,
+        full_state_bytes=setup.full_state,
         shard_group=strategy.shard_group_size(),
-        wire=wire.result(spec.steps),
+        wire=window.wire.result(spec.steps),
         extra=extra,
         **series,
         **_promises(strategy, ctx),
-        **step_flops.result(),
-        tokens_per_sample=workload.tokens_per_sample(),
-        compile_s=compile_s,
-        forward_s=clock.times,
+        **steps.step_flops.result(),
+        tokens_per_sample=setup.workload.tokens_per_sample(),
+        compile_s=setup.compile_s,
+        forward_s=steps.clock.times,
     )
 
 

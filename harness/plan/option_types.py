@@ -1,0 +1,167 @@
+"""The ``type=`` callables that check each option's value as argparse reads it.
+
+Each factory takes the option's full name (``--scaling-steps``, or ``--tolerance`` in the CLI), so one check
+serves every prefix its group is declared with (plan/option_groups.py). A bad value raises
+``argparse.ArgumentTypeError`` naming the option, the value and a HINT; argparse prints it after the
+option's name, and pytest turns it into a usage error before any case is collected. Checks that need two
+options or the session's catalog are in plan/options.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+from typing import Callable, Iterable
+
+from scalegate.contract.errors import SpecError
+from scalegate.contract.spec import parse_fault
+from scalegate.contract.topology import Topology
+from scalegate.contract.units import parse_rate
+
+
+def usage(message: str, hint: str) -> argparse.ArgumentTypeError:
+    """The error a ``type=`` callable raises: the same two lines a ``ScalegateError`` prints."""
+    return argparse.ArgumentTypeError(f"{message}\nHINT: {hint}")
+
+
+def _from_spec_error(exc: SpecError) -> argparse.ArgumentTypeError:
+    return usage(exc.message, exc.hint)
+
+
+def whole(option: str, low: int | None = None, high: int | None = None, hint: str = "") -> Callable[[str], int]:
+    """An integer of at least ``low`` and at most ``high`` (``None``: no bound); ``hint`` says what to pass."""
+    hint = hint or (f"pass {option} {low} or more" if low is not None else f"e.g. {option} 1")
+    bounds = f"is not in {low}..{high}" if high is not None else f"is below {low}"
+
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise usage(f"{option}={text!r} is not a whole number", hint) from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise usage(f"{option}={value} {bounds}", hint)
+        return value
+
+    return check
+
+
+def real(option: str, accept: Callable[[float], bool], problem: str, hint: str) -> Callable[[str], float]:
+    """A number ``accept`` takes (nan and inf reach it too, so it must refuse them where they make no sense);
+    otherwise ``"{option}={value} {problem}"``."""
+
+    def check(text: str) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise usage(f"{option}={text!r} is not a number", hint) from None
+        if not accept(value):
+            raise usage(f"{option}={value} {problem}", hint)
+        return value
+
+    return check
+
+
+def fraction(option: str) -> Callable[[str], float]:
+    """A tolerance: a fraction in [0, 1)."""
+    return real(option, lambda v: 0 <= v < 1, "is not a fraction in [0, 1)", f"e.g. {option} 0.1 for 10%")
+
+
+def one_of(option: str, allowed: Iterable[str], hint: str) -> Callable[[str], str]:
+    """A word from ``allowed``, named in the message (argparse's ``choices`` would give no HINT)."""
+    allowed = tuple(allowed)
+    words = " or ".join(allowed) if len(allowed) == 2 else "one of " + ", ".join(allowed)
+
+    def check(text: str) -> str:
+        if text not in allowed:
+            raise usage(f"{option}={text!r} is not {words}", hint)
+        return text
+
+    return check
+
+
+def topologies(option: str) -> Callable[[str], tuple[str, ...] | None]:
+    """Comma-separated ``NxG`` topologies, each in its canonical spelling, repeats dropped. Empty (an unset
+    variable in a CI script) leaves the matrix's topologies."""
+
+    def check(text: str) -> tuple[str, ...] | None:
+        if not text:
+            return None
+        found = []
+        for item in text.split(","):
+            try:
+                found.append(str(Topology.parse(item)))
+            except SpecError as exc:
+                raise usage(f"{option}: {exc.message}", exc.hint) from None
+        return tuple(dict.fromkeys(found))
+
+    return check
+
+
+def directory(option: str) -> Callable[[str], str | None]:
+    """A data directory, made absolute: the ranks run elsewhere (another cwd, other nodes' agents). Empty: none."""
+
+    def check(text: str) -> str | None:
+        if not text:
+            return None
+        if not Path(text).is_dir():
+            raise usage(
+                f"{option} {text} is not a directory",
+                "pass a directory holding MNIST idx files and/or SQuAD JSON with a tokenizer/ folder",
+            )
+        return str(Path(text).resolve())
+
+    return check
+
+
+def link_rate(option: str) -> Callable[[str], str]:
+    """A ``tc`` rate such as ``1gbit``, lower-cased as ``tc`` takes it."""
+
+    def check(text: str) -> str:
+        try:
+            parse_rate(text)
+        except SpecError as exc:
+            raise _from_spec_error(exc) from None
+        return text.strip().lower()
+
+    return check
+
+
+def faults(option: str) -> Callable[[str], tuple[tuple[str, dict[str, int]], ...]]:
+    """One ``--scaling-inject-fault`` value: faults separated by ``;``, each as ``(its text, its Faults fields)``
+    so that a fault repeated across values can be named where they are merged (plan/options.py)."""
+
+    def check(text: str) -> tuple[tuple[str, dict[str, int]], ...]:
+        try:
+            return tuple((item, parse_fault(item)) for item in text.split(";") if item.strip())
+        except SpecError as exc:
+            raise _from_spec_error(exc) from None
+
+    return check
+
+
+def tensorboard_dir(option: str) -> Callable[[str], Path | None]:
+    """Where TensorBoard scalars go (empty: nowhere). A missing tensorboard package is refused here, before any
+    case runs, rather than when the first case's scalars are written."""
+
+    def check(text: str) -> Path | None:
+        if not text:
+            return None
+        if Path(text).exists() and not Path(text).is_dir():
+            raise usage(f"{option} {text} is a file, not a directory", "pass a directory (it is created if missing)")
+        if not _importable("tensorboard"):
+            raise usage(
+                f"{option} needs the tensorboard package, which cannot be imported (No module named 'tensorboard')",
+                "pip install -e .[report] (or pip install 'tensorboard>=2.15') into the suite's environment, "
+                f"or drop {option}",
+            )
+        return Path(text)
+
+    return check
+
+
+def _importable(name: str) -> bool:
+    try:  # a module set to None in sys.modules (blocked) gives None; one without a __spec__ raises ValueError
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
