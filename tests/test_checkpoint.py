@@ -184,7 +184,7 @@ def resume_in_one_process(directory, two: CaseSpec) -> tuple[float, dict]:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     from scalegate import workloads
-    from scalegate.worker.loop import make_optimizer_factory
+    from scalegate.worker.reference import make_optimizer_factory
 
     kept = torch.load(directory / checkpoint.UNINTERRUPTED)
     workload = workloads.resolve(two)(two.preset, two.seed, None, dims=two.dims)
@@ -210,7 +210,8 @@ def _resume_on_rank(rank: int, directory: str, port: int, out: str) -> None:
     import torch.distributed as dist
 
     from scalegate import strategies, workloads
-    from scalegate.worker.loop import make_optimizer_factory, rank_context
+    from scalegate.worker.loop import rank_context
+    from scalegate.worker.reference import make_optimizer_factory
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1",

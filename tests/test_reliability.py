@@ -100,7 +100,7 @@ def _run_fault(fault: str, tmp_path: Path, token: str) -> tuple[str, float]:
 def test_hang_is_diagnosed_with_heartbeats_and_stacks_then_killed(tmp_path, tagged):
     message, took = _run_fault("hang:rank=1,step=2", tmp_path, tagged)
     assert f"ddp-cnn-1x2 hung: no result after {HANG_TIMEOUT_S:.0f}s" in message
-    assert "rank 1 is stuck outside torch, in _inject_stop_fault" in message  # named from its stack
+    assert "rank 1 is stuck outside torch, in inject_stop_fault" in message  # named from its stack
     assert "rank 1: step 2 (step)" in message  # and from its heartbeat
     stacks = (tmp_path / "case" / "stacks.txt").read_text()
     assert "--- rank 0" in stacks and "--- rank 1" in stacks
@@ -206,9 +206,9 @@ def test_heartbeat_summary_names_the_rank_that_stopped_first(tmp_path):
 def test_innermost_frame_of_the_main_thread():
     dump = (
         'Process 1: python\nPython v3.11\n\nThread 7 (idle): "Thread-1"\n    run (threading.py:1)\n'
-        'Thread 5 (idle): "MainThread"\n    _inject_stop_fault (harness/worker/loop.py:94)\n    train (x.py:1)\n'
+        'Thread 5 (idle): "MainThread"\n    inject_stop_fault (harness/worker/faults.py:20)\n    train (x.py:1)\n'
     )
-    assert hang._innermost(dump) == "_inject_stop_fault (harness/worker/loop.py:94)"
+    assert hang._innermost(dump) == "inject_stop_fault (harness/worker/faults.py:20)"
 
 
 def test_first_failure_picks_the_earliest_error_file(tmp_path):

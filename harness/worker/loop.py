@@ -8,7 +8,6 @@ has moved them. Only then are steps timed, each between device syncs.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import socket
 import time
@@ -21,14 +20,15 @@ import torch
 from scalegate import strategies, workloads
 from scalegate.contract.results import RankResult
 from scalegate.contract.spec import CaseSpec
-from scalegate.measure import checkpoint, flops, gradcheck, local_steps, profiling
+from scalegate.measure import flops, gradcheck
 from scalegate.measure import state_bytes as model_state
 from scalegate.measure.clock import ForwardClock
 from scalegate.measure.memory import MemorySampler, cuda_peaks
 from scalegate.measure.wire import WireCounter
 from scalegate.strategies.base import RankContext
 from scalegate.worker import companion as companions
-from scalegate.worker import compiling
+from scalegate.worker import compiling, device, faults, windows
+from scalegate.worker.reference import Reference, make_optimizer_factory
 
 
 def rank_context(spec: CaseSpec) -> RankContext:
@@ -50,133 +50,6 @@ def rank_context(spec: CaseSpec) -> RankContext:
     )
 
 
-def make_optimizer_factory(spec: CaseSpec):
-    def make(params):
-        return torch.optim.AdamW(params, lr=spec.lr)
-
-    return make
-
-
-class Reference:
-    """The same model, unwrapped, stepping on the whole global batch in this one process."""
-
-    def __init__(self, model: torch.nn.Module, spec: CaseSpec, device: torch.device, loss_fn) -> None:
-        self.model = copy.deepcopy(model).to(device)
-        self.optimizer = make_optimizer_factory(spec)(self.model.parameters())
-        self.loss_fn = loss_fn
-        self.losses: list[float] = []  # the single-process curve at the same global batches
-
-    def step(
-        self, inputs: torch.Tensor, targets: torch.Tensor, autocast=contextlib.nullcontext()
-    ) -> dict[str, torch.Tensor]:
-        self.optimizer.zero_grad(set_to_none=True)
-        with autocast:  # the same mixed precision as the strategy's forward, or bf16 would differ by design
-            loss = self.loss_fn(self.model(inputs), targets)
-        loss.backward()
-        self.losses.append(float(loss))
-        grads = {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
-        self.optimizer.step()
-        return grads
-
-    def parameters(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach() for n, p in self.model.named_parameters()}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _autocast(spec: CaseSpec, device: torch.device):
-    if spec.dtype == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def _inject_grad_fault(spec: CaseSpec, ctx: RankContext, strategy) -> None:
-    if spec.faults.grad_scale != 1.0 and ctx.rank == spec.faults.grad_scale_rank:
-        for param in strategy.model.parameters():
-            if param.grad is not None:
-                param.grad.mul_(spec.faults.grad_scale)
-
-
-def _inject_stop_fault(spec: CaseSpec, ctx: RankContext, step: int) -> None:
-    faults = spec.faults
-    if ctx.rank == faults.crash_rank and step == faults.crash_step:
-        raise RuntimeError(f"injected crash on rank {ctx.rank} at step {step} (--scaling-inject-fault)")
-    if ctx.rank == faults.hang_rank and step == faults.hang_step:
-        while True:  # injected hang: the other ranks block in this step's first collective
-            time.sleep(3600)
-
-
-def _inject_comm_fault(spec: CaseSpec, full_state: dict[str, int]) -> None:
-    """Injected fault: extra gradient-sized all-reduces every step (a duplicated collective)."""
-    import torch.distributed as dist
-
-    if spec.faults.extra_allreduce and dist.is_initialized():
-        buffer = torch.zeros(full_state["params"] // 4, device=_comm_device())
-        for _ in range(spec.faults.extra_allreduce):
-            dist.all_reduce(buffer)
-
-
-def _inject_memory_fault(spec: CaseSpec) -> torch.Tensor | None:
-    """Injected fault: memory held through the measured steps (written, so its pages are resident)."""
-    mb = spec.faults.hold_memory_mb
-    return torch.ones(mb << 18, device=_comm_device()) if mb else None
-
-
-def _comm_device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-
-
-def _profile_window(
-    spec: CaseSpec, ctx: RankContext, strategy, workload, first_step: int, beat: Callable[[int, str], None]
-) -> dict[str, Any]:
-    """``--scaling-profile``: more steps under the torch profiler, run after every measured window has
-    closed (times, memory, bytes), so it costs the measured steps nothing; nothing at all when off."""
-    if not spec.profile_steps:
-        return {}
-    from torch.profiler import record_function
-
-    def step(i: int) -> None:  # the measured step's work, labelled; faults are not injected here
-        beat(first_step + i, "profile")
-        with record_function("batch"):
-            inputs, targets = workload.global_batch(first_step + i, spec.global_batch_size)
-            local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
-        with record_function("forward_backward"), _autocast(spec, ctx.device):
-            strategy.forward_backward(local_x, local_y, workload.loss)
-        with record_function("optimizer_step"):
-            strategy.optimizer_step()
-        _sync(ctx.device)
-
-    path = profiling.run_window(spec.profile_steps, spec.profile_dir, ctx.rank, ctx.device, step)
-    return {"profile_trace": str(path)}
-
-
-def _checkpoint_window(
-    spec: CaseSpec,
-    ctx: RankContext,
-    strategy,
-    workload,
-    full_state: dict[str, int],
-    batch: int,
-    beat: Callable[[int, str], None],
-) -> dict[str, Any]:
-    """``--scaling-checkpoint`` (harness/measure/checkpoint.py): save, step, load, the same step again; after every
-    other window, so neither its files nor its extra steps reach a measured figure. Steps without injected faults."""
-    if not spec.checkpoint:
-        return {}
-    beat(batch, "checkpoint")
-    return checkpoint.run_window(
-        spec,
-        ctx.rank,
-        strategy,
-        lambda i: _step(spec, ctx, strategy, workload, i, full_state, faults=False)[1],
-        batch,
-        lambda: _sync(ctx.device),
-    )
-
-
 def _step(
     spec: CaseSpec,
     ctx: RankContext,
@@ -185,24 +58,24 @@ def _step(
     step: int,
     full_state: dict[str, int],
     between: Callable[[torch.Tensor, torch.Tensor], tuple[float, bool]] | None = None,
-    faults: bool = True,
+    inject: bool = True,
     clock: ForwardClock | None = None,
 ) -> tuple[float, float]:
     """One distributed optimizer step between device syncs: (seconds, loss).
 
     ``between(inputs, targets)`` runs after forward/backward, before the optimizer step (the gradient
     check, state bytes); it returns (seconds to leave out of the step's time, skip this rank's update).
-    ``faults=False`` leaves out the injected step faults: a parity companion is the clean baseline. ``clock``
+    ``inject=False`` leaves out the injected step faults: a parity companion is the clean baseline. ``clock``
     times the forward (harness/measure/clock.py); the injected straggler sleeps there.
     """
     inputs, targets = workload.global_batch(step, spec.global_batch_size)
     local_x, local_y = (t.to(ctx.device) for t in strategy.shard(inputs, targets))
-    loss_fn = workload.loss if clock is None else clock.wrap(workload.loss, faults)
-    _sync(ctx.device)
+    loss_fn = workload.loss if clock is None else clock.wrap(workload.loss, inject)
+    device.sync(ctx.device)
     t0 = time.perf_counter()
     if clock is not None:
         clock.start(t0)
-    with _autocast(spec, ctx.device):
+    with device.autocast(spec, ctx.device):
         loss = strategy.forward_backward(local_x, local_y, loss_fn)
     skip = False
     if between is not None:
@@ -212,46 +85,15 @@ def _step(
         strategy.optimizer.zero_grad(set_to_none=True)  # injected fault: this rank misses an update
     else:
         strategy.optimizer_step()
-    if ctx.world_size > 1 and faults:
-        _inject_comm_fault(spec, full_state)
+    if ctx.world_size > 1 and inject:
+        faults.inject_comm_fault(spec, full_state)
         if spec.faults.delay_ms:
             time.sleep(spec.faults.delay_ms / 1000)
         if spec.faults.slowdown:  # relative to this step's own time, so the fault is the same size on any machine
-            _sync(ctx.device)
+            device.sync(ctx.device)
             time.sleep(spec.faults.slowdown * (time.perf_counter() - t0))
-    _sync(ctx.device)
+    device.sync(ctx.device)
     return time.perf_counter() - t0, float(loss) if loss is not None else float("nan")
-
-
-def _local_window(
-    spec: CaseSpec,
-    ctx: RankContext,
-    strategy,
-    workload,
-    full_state: dict[str, int],
-    first_step: int,
-    beat: Callable[[int, str], None],
-) -> dict[str, Any]:
-    """The same-launch reference (harness/measure/local_steps.py): after every measured window has closed."""
-    if not spec.local_steps:
-        return {}
-    why = local_steps.unavailable(ctx, full_state)
-    if why:
-        return {"local_unavailable": why}
-    local = local_steps.LocalStep(
-        workload, spec, ctx, make_optimizer_factory(spec), lambda: _autocast(spec, ctx.device)
-    )
-    with local_steps.released(local):
-        local(first_step, lambda: _sync(ctx.device))  # the copy's first step pays its lazy set-up: untimed
-        times = local_steps.run_window(
-            spec.local_steps,
-            local,
-            lambda s: _step(spec, ctx, strategy, workload, s, full_state)[0],
-            first_step + 1,
-            lambda: _sync(ctx.device),
-            beat,
-        )
-    return times
 
 
 @dataclass
@@ -286,8 +128,8 @@ def _setup(spec: CaseSpec, ctx: RankContext, data_dir: str | None, beat: Callabl
             workload.global_batch(0, spec.global_batch_size),
             workload.loss,
             ctx.device,
-            lambda: _sync(ctx.device),
-            _autocast(spec, ctx.device),
+            lambda: device.sync(ctx.device),
+            device.autocast(spec, ctx.device),
         )
         if spec.compile
         else None
@@ -299,7 +141,7 @@ def _setup(spec: CaseSpec, ctx: RankContext, data_dir: str | None, beat: Callabl
         ctx,
         workload,
         make_optimizer_factory(spec),
-        lambda other, i, faulted: _step(spec, ctx, other, workload, i, full_state, faults=faulted),
+        lambda other, i, faulted: _step(spec, ctx, other, workload, i, full_state, inject=faulted),
     )
     return _Setup(
         workload=workload,
@@ -329,7 +171,7 @@ class _Window:
             torch.cuda.reset_peak_memory_stats(self.ctx.device)
         self.cpu0 = self.process.cpu_times()
         self.sampler.__enter__()
-        self.ballast = _inject_memory_fault(self.spec)
+        self.ballast = faults.inject_memory_fault(self.spec)
 
     def close(self) -> None:
         self.sampler.__exit__(None, None, None)
@@ -358,7 +200,7 @@ class _Steps:
     def run(self, window: _Window, beat: Callable[[int, str], None]) -> None:
         for step in range(self.unmeasured + self.spec.steps):
             beat(step, "step")
-            _inject_stop_fault(self.spec, self.ctx, step)
+            faults.inject_stop_fault(self.spec, self.ctx, step)
             if step == self.unmeasured:
                 self._end_reference()
                 window.open()
@@ -401,11 +243,11 @@ class _Steps:
         """After forward/backward, before the optimizer step: faults, the reference's step and the gradient check,
         and the state bytes of the last step; returns (seconds to leave out of the step, skip this rank's update)."""
         spec, ctx, strategy = self.spec, self.ctx, self.setup.strategy
-        _inject_grad_fault(spec, ctx, strategy)
+        faults.inject_grad_fault(spec, ctx, strategy)
         if self.reference is not None:
             with self.step_flops.counting() if step == 0 else contextlib.nullcontext():  # the single process's step
                 ref_grads = self.reference.step(
-                    inputs.to(ctx.device), targets.to(ctx.device), _autocast(spec, ctx.device)
+                    inputs.to(ctx.device), targets.to(ctx.device), device.autocast(spec, ctx.device)
                 )
             if step == 0:
                 self.check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
@@ -415,20 +257,6 @@ class _Steps:
             self.held = strategy.state_bytes()
             paused = time.perf_counter() - t_state
         return paused, step == spec.faults.skip_step and ctx.rank == spec.faults.skip_step_rank
-
-
-def _windows_after(
-    spec: CaseSpec, ctx: RankContext, setup: _Setup, first: int, beat: Callable[[int, str], None]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The windows after the measured one, in this order (each leaves the ones before it untouched): the
-    same-launch local steps, the profiler, the checkpoint. Returns (extra results, per-step series)."""
-    strategy, workload, full_state = setup.strategy, setup.workload, setup.full_state
-    extra = _local_window(spec, ctx, strategy, workload, full_state, first, beat)
-    series = {k: extra.pop(k) for k in ("pair_step_times_s", "local_step_times_s") if k in extra}
-    extra.update(_profile_window(spec, ctx, strategy, workload, first + 1 + spec.local_steps, beat))
-    extra.update(_checkpoint_window(spec, ctx, strategy, workload, full_state, first + 1 + spec.local_steps, beat))
-    extra.update(strategy.extra_results())
-    return extra, series
 
 
 def train(
@@ -446,7 +274,11 @@ def train(
     window.close()
     held = model_state.peak_state(steps.held, setup.strategy.state_bytes())
     first = steps.unmeasured + spec.steps
-    extra, series = _windows_after(spec, ctx, setup, first, beat)
+
+    def step(i: int, inject: bool) -> tuple[Any, float]:
+        return _step(spec, ctx, setup.strategy, setup.workload, i, setup.full_state, inject=inject)
+
+    extra, series = windows.windows_after(spec, ctx, setup, first, beat, step)
     beat(first, "teardown")
     if setup.companion is not None:
         series.update(setup.companion.result())
