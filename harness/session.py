@@ -191,23 +191,7 @@ class ScalingSession:
     ) -> CaseRecord:
         """The judge's input: every launch as numbers, correctness problems (no baseline needed), how it ran."""
         spec = case.spec
-        fraction = workloads.preset_of(
-            workloads.resolve(spec), spec.preset
-        ).convergence_fraction  # the workload's own bar
-        problems = tuple(
-            dict.fromkeys(
-                p
-                for r in results
-                for p in (  # every launch must train correctly
-                    agreement.agreement(r),
-                    agreement.loss_curve(r),
-                    agreement.convergence(r, fraction),
-                    sharding.check(r),
-                    agreement.checkpoint(r),
-                )
-                if p
-            )
-        )
+        problems = _problems(spec, results)
         opts = self.options
         fields = dict(
             problems=problems,
@@ -284,3 +268,21 @@ def _median_launch(results: list[CaseResult], outcome: Outcome) -> CaseResult:
     if len(values) != len(results) or len(results) == 1:
         return results[(len(results) - 1) // 2]
     return results[sorted(range(len(results)), key=lambda i: values[i])[(len(results) - 1) // 2]]
+
+
+def _problems(spec: CaseSpec, results: list[CaseResult]) -> tuple[str, ...]:
+    """Correctness problems of every launch (no baseline needed): each launch must train correctly."""
+    fraction = workloads.preset_of(workloads.resolve(spec), spec.preset).convergence_fraction  # the workload's bar
+    found = (
+        p
+        for r in results
+        for p in (
+            agreement.agreement(r),
+            agreement.loss_curve(r),
+            agreement.convergence(r, fraction),
+            sharding.check(r),
+            agreement.checkpoint(r),
+        )
+        if p
+    )
+    return tuple(dict.fromkeys(found))

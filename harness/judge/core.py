@@ -77,38 +77,11 @@ def _verdict(
     found += budgets.wire(record, record.launches[0], budget)
     found += budgets.checkpoint(record, record.launches[0], budget)
     resources_regressed = any(v.status == V.REGRESSED for v in found)
-    more, needs_reference, state, gate = 0, False, {}, ""
-    if record.oversubscribed:
-        found.append(MetricVerdict(metric="efficiency", status=V.NOT_MEANINGFUL, message=record.oversubscribed_why))
-    elif record.reference_itself:  # measured against its own launches: nothing to judge but memory and bytes
-        known = base is not None or (
-            baseline is not None and record.key in baseline.cases
-        )  # else require-baseline fails
-        found.append(
-            MetricVerdict(
-                metric="efficiency",
-                status=V.NOT_MEANINGFUL if known else V.NO_BASELINE,
-                message=f"the single-process reference: its efficiency is 1 by definition [{record.where}]"
-                if known
-                else f"no baseline for {record.where}",
-            )
-        )
-    else:
-        decided = (
-            ab.timing(record, base, baseline, overrides)
-            if base is not None
-            else _timing(record, outcome, baseline, overrides)
-        )
-        gate, state = decided.gate, decided.sequential
-        found.append(
-            MetricVerdict(
-                metric="local_efficiency" if gate in (LOCAL, AB) else "efficiency",
-                status=decided.status,
-                message=decided.message,
-            )
-        )
-        if not resources_regressed:  # memory and bytes need no confirmation: decided already
-            more, needs_reference = decided.next_launches, decided.needs_reference
+    decided = _efficiency(record, outcome, baseline, overrides, base)
+    found.append(decided.verdict)
+    more, needs_reference = (0, False) if resources_regressed else (decided.next_launches, decided.needs_reference)
+    gate, state = decided.gate, decided.sequential
+    if decided.timed:
         found += budgets.throughput(record, _throughput(record), baseline, overrides)
     if not record.oversubscribed:
         found += budgets.mfu(record, _mfu(record), baseline, overrides)
@@ -125,6 +98,49 @@ def _verdict(
         next_launches=more,
         needs_reference=needs_reference,
         tolerance=_tolerance_used(record, gate, baseline, overrides),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Efficiency:
+    verdict: MetricVerdict
+    gate: str = ""
+    sequential: dict = dataclasses.field(default_factory=dict)
+    next_launches: int = 0
+    needs_reference: bool = False
+    timed: bool = False  # a timing verdict was reached for (not oversubscribed, not the reference itself)
+
+
+def _efficiency(
+    record: CaseRecord, outcome: Outcome, baseline: BaselineFile | None, overrides: Overrides, base: CaseRecord | None
+) -> _Efficiency:
+    """The timing verdict: not meaningful when oversubscribed or for the reference itself, else A/B or stored."""
+    if record.oversubscribed:
+        return _Efficiency(
+            verdict=MetricVerdict(metric="efficiency", status=V.NOT_MEANINGFUL, message=record.oversubscribed_why)
+        )
+    if record.reference_itself:  # measured against its own launches: nothing to judge but memory and bytes
+        known = base is not None or (baseline is not None and record.key in baseline.cases)  # else require fails
+        message = (
+            f"the single-process reference: its efficiency is 1 by definition [{record.where}]"
+            if known
+            else f"no baseline for {record.where}"
+        )
+        status = V.NOT_MEANINGFUL if known else V.NO_BASELINE
+        return _Efficiency(verdict=MetricVerdict(metric="efficiency", status=status, message=message))
+    decided = (
+        ab.timing(record, base, baseline, overrides)
+        if base is not None
+        else _timing(record, outcome, baseline, overrides)
+    )
+    metric = "local_efficiency" if decided.gate in (LOCAL, AB) else "efficiency"
+    return _Efficiency(
+        verdict=MetricVerdict(metric=metric, status=decided.status, message=decided.message),
+        gate=decided.gate,
+        sequential=decided.sequential,
+        next_launches=decided.next_launches,
+        needs_reference=decided.needs_reference,
+        timed=True,
     )
 
 

@@ -101,51 +101,65 @@ def local(record: CaseRecord, values: list[float], baseline: BaselineFile, overr
             else ""
         )
     )
-    ways_out = (
-        "record baselines on this host (python -m scalegate record-baselines) or gate against the base "
-        "commit (python -m scalegate gate --base REF)"
-    )
-    other_host = f"; a baseline from another host leaves this band: {ways_out}" if spread else ""
-    cannot = (
-        (
-            f"; with a baseline from another host no verdict is reachable within {design.max_launches} launches: "
-            f"{ways_out}"
-        )
-        if spread
-        else ""
-    )
     value = sum(values) / len(values)
     done = decided(LOCAL, found, state, value, base, over, test, f"[{record.where}]")
     if done is not None:
         return done
-    if len(values) < design.max_launches and not sequential.decidable(
-        values, float(entry["value"]), sigma, launches, design
-    ):
-        return Timing(
-            gate=LOCAL,
-            status=V.NOISY,
-            sequential=state,
-            message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): undecided"
-            f"{cannot or ' and undecidable within the budget: raise --scaling-max-launches'} "
-            f"({test}) [{record.where}]",
-        )
-    if len(values) < design.max_launches:
-        return Timing(
-            gate=LOCAL,
-            status=V.NOISY,
-            next_launches=1,
-            sequential=state,
-            message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): undecided, "
-            f"launching again ({test}) [{record.where}]",
-        )
-    return Timing(
-        gate=LOCAL,
-        status=V.NOISY,
-        sequential=state,
-        message=f"local efficiency {value:.3f} vs {base} ({found.change:+.1%} over {over}): still undecided "
-        f"between no change and a {detect:.0%} drop after the budget of {design.max_launches} launches"
-        f"{other_host or '; raise --scaling-max-launches or rerun'} ({test}) [{record.where}]",
+    reachable = sequential.decidable(values, float(entry["value"]), sigma, launches, design)
+    return _undecided(
+        record,
+        found,
+        design,
+        state,
+        f"local efficiency {value:.3f} vs {base}",
+        over,
+        test,
+        spread,
+        reachable=len(values) < design.max_launches and reachable,
+        budget_left=len(values) < design.max_launches,
     )
+
+
+_WAYS_OUT = (
+    "record baselines on this host (python -m scalegate record-baselines) or gate against the base "
+    "commit (python -m scalegate gate --base REF)"
+)
+
+
+def _undecided(
+    record: CaseRecord,
+    found: sequential.Decision,
+    design: sequential.Design,
+    state: dict[str, Any],
+    what: str,
+    over: str,
+    test: str,
+    spread: float,
+    *,
+    reachable: bool,
+    budget_left: bool,
+) -> Timing:
+    """The local gate's undecided verdicts: launching again, undecidable within the budget, or out of budget."""
+    head = f"{what} ({found.change:+.1%} over {over})"
+    if budget_left and not reachable:
+        cannot = (
+            f"; with a baseline from another host no verdict is reachable within {design.max_launches} launches: "
+            f"{_WAYS_OUT}"
+            if spread
+            else " and undecidable within the budget: raise --scaling-max-launches"
+        )
+        message = f"{head}: undecided{cannot} ({test}) [{record.where}]"
+        return Timing(gate=LOCAL, status=V.NOISY, sequential=state, message=message)
+    if budget_left:
+        message = f"{head}: undecided, launching again ({test}) [{record.where}]"
+        return Timing(gate=LOCAL, status=V.NOISY, next_launches=1, sequential=state, message=message)
+    other_host = f"; a baseline from another host leaves this band: {_WAYS_OUT}" if spread else ""
+    message = (
+        f"{head}: still undecided between no change and a {design.detect:.0%} drop after the budget of "
+        f"{design.max_launches} launches{other_host or '; raise --scaling-max-launches or rerun'} ({test}) "
+        f"[{record.where}]"
+    )
+    return Timing(gate=LOCAL, status=V.NOISY, sequential=state, message=message)
 
 
 def classic(
