@@ -23,4 +23,17 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'scalegate' has no attribute {name!r}")
 
 
-__all__ = ["LightningWorkload", "Preset", "Workload"]
+def step() -> None:
+    """Mark one training step, for a training script whose loop steps no torch optimizer (docs/your-script.md).
+
+    Under ``@pytest.mark.scaling_script`` the bootstrap then counts these calls instead of optimizer steps;
+    anywhere else it does nothing, so the script runs as before without scalegate."""
+    import sys
+
+    script = sys.modules.get("scalegate.worker.script")
+    clock = getattr(script, "ACTIVE", None)
+    if clock is not None:
+        clock.manual_step()
+
+
+__all__ = ["LightningWorkload", "Preset", "Workload", "step"]

@@ -22,7 +22,7 @@ from scalegate.contract import cards
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import Outcome, metric, sequential
 from scalegate.launch import warm
-from scalegate.plan import catalog, hostinfo, marker, matrix, options
+from scalegate.plan import catalog, hostinfo, marker, matrix, options, script
 from scalegate.plan import parity as parity_plan
 from scalegate.record import baselines, run_status, runfiles, update
 from scalegate.report import table
@@ -47,6 +47,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "scaling_tolerance(**fractions): per-test tolerances, e.g. "
         "scaling_tolerance(efficiency=0.15, peak_memory_bytes=0.3)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "scaling_script(path, *argv, name=, strategies=[...], topologies=[...]): a team's own training script as "
+        "scaling cases of a test taking scaling_case (docs/your-script.md)",
     )
     config.addinivalue_line(
         "markers",
@@ -84,21 +89,34 @@ def _cases(config: pytest.Config) -> list[matrix.Case]:
     return config.stash[CASES]
 
 
-def _declared_cases(metafunc: pytest.Metafunc, mark: pytest.Mark) -> list[matrix.Case]:
-    """The matrix a test declares with ``@pytest.mark.scaling_matrix`` (harness/plan/marker.py)."""
-    config = metafunc.config
-    state = config.stash[SESSION]
+def _given(config: pytest.Config) -> set[str]:
+    """The --scaling-* lists given on the command line: they select from a test's declared lists."""
     given = {
         "models": config.getoption("--scaling-models").strip() != "all",
         "strategies": config.getoption("--scaling-strategies").strip() != "all",
         "topologies": config.getoption("--scaling-topologies") is not None,
     }
+    return {key for key, on in given.items() if on}
+
+
+def _script_cases(metafunc: pytest.Metafunc, mark: pytest.Mark) -> list[matrix.Case]:
+    """A team's own training script, declared with ``@pytest.mark.scaling_script`` (harness/plan/script.py)."""
+    config, where = metafunc.config, metafunc.definition.nodeid
+    state = config.stash[SESSION]
+    decl = script.declared(mark.args, mark.kwargs, Path(config.rootpath), where)
+    return script.cases(decl, state.options, state.host, Path(config.rootpath), where, _given(config))
+
+
+def _declared_cases(metafunc: pytest.Metafunc, mark: pytest.Mark) -> list[matrix.Case]:
+    """The matrix a test declares with ``@pytest.mark.scaling_matrix`` (harness/plan/marker.py)."""
+    config = metafunc.config
+    state = config.stash[SESSION]
     opts = marker.options_for(
         state.options,
         config.stash[CATALOG],
         mark.args,
         mark.kwargs,
-        explicit=[key for key, on in given.items() if on],
+        explicit=sorted(_given(config)),
         strategy_names=cards.names(),
         where=metafunc.definition.nodeid,
     )
@@ -123,7 +141,11 @@ def _generate(metafunc: pytest.Metafunc) -> None:
     if "scaling_case" not in metafunc.fixturenames:
         return
     mark = metafunc.definition.get_closest_marker("scaling_matrix")
-    cases = _declared_cases(metafunc, mark) if mark is not None else _cases(metafunc.config)
+    declared_script = metafunc.definition.get_closest_marker("scaling_script")
+    if declared_script is not None:
+        cases = _script_cases(metafunc, declared_script)
+    else:
+        cases = _declared_cases(metafunc, mark) if mark is not None else _cases(metafunc.config)
     metafunc.parametrize(
         "scaling_case", [pytest.param(c, id=c.id, marks=pytest.mark.scaling) for c in cases], indirect=True
     )

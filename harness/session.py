@@ -17,10 +17,12 @@ from typing import Any
 
 from scalegate import launch, workloads
 from scalegate.checks import agreement, sharding
+from scalegate.checks import script as script_checks
 from scalegate.contract import atomic
 from scalegate.contract.errors import LaunchError, ScalegateError
 from scalegate.contract.results import CaseResult
 from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.topology import Topology
 from scalegate.figures import peaks, resources, stragglers
 from scalegate.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judge
 from scalegate.judge import metric as V
@@ -59,13 +61,18 @@ class ScalingSession:
         return self.host.profile
 
     def reference_spec(self, spec: CaseSpec) -> CaseSpec:
+        """The single-process 1x1 case this one's speedup is measured against; for a training script, the same
+        script with the same strategy word on one process (harness/plan/script.py says why)."""
+        if spec.script is not None:
+            one = Topology.parse("1x1")
+            return spec.replace(topology="1x1", faults=Faults(), script=spec.script.at(spec.strategy, one))
         return spec.replace(strategy="single", topology="1x1", faults=Faults())
 
     def reference(self, spec: CaseSpec, more: int = 0) -> list[CaseResult]:
         """The single-process 1x1 launches of the same model and preset, measured in this session
         (``--scaling-launches`` of them, plus ``more`` fresh ones when a regression is confirmed)."""
         ref_spec = self.reference_spec(spec)
-        key = (ref_spec.model, ref_spec.preset, ref_spec.scaling, ref_spec.global_batch)
+        key = (ref_spec.model, ref_spec.preset, ref_spec.scaling, ref_spec.global_batch, ref_spec.script)
         if key not in self.references:
             try:
                 self.references[key] = self._launches(ref_spec, self.options.launches)
@@ -147,7 +154,7 @@ class ScalingSession:
             return self._run_other_node(case)
         tolerances = dict(tolerances or {})
         try:
-            if spec.strategy == "single" and spec.topology == "1x1" and not spec.faults.any:
+            if spec == self.reference_spec(spec) and not spec.faults.any:
                 results = self.reference(spec)
             else:
                 results = self._launches(spec, self.options.launches)
@@ -191,7 +198,7 @@ class ScalingSession:
     ) -> CaseRecord:
         """The judge's input: every launch as numbers, correctness problems (no baseline needed), how it ran."""
         spec = case.spec
-        problems = _problems(spec, results)
+        problems, notes = _problems(spec, results, references)
         opts = self.options
         fields = dict(
             problems=problems,
@@ -204,7 +211,7 @@ class ScalingSession:
             if case.oversubscribed
             else "",
             tolerances=tolerances,
-            note=next((r.launch["note"] for r in results if r.launch.get("note")), ""),
+            note="; ".join([*notes, *dict.fromkeys(r.launch["note"] for r in results if r.launch.get("note"))]),
             host=self.host.host_id,
             **self._peak(spec),
             reference_itself=spec == self.reference_spec(spec),
@@ -270,8 +277,18 @@ def _median_launch(results: list[CaseResult], outcome: Outcome) -> CaseResult:
     return results[sorted(range(len(results)), key=lambda i: values[i])[(len(results) - 1) // 2]]
 
 
-def _problems(spec: CaseSpec, results: list[CaseResult]) -> tuple[str, ...]:
-    """Correctness problems of every launch (no baseline needed): each launch must train correctly."""
+def _problems(
+    spec: CaseSpec, results: list[CaseResult], references: list[CaseResult]
+) -> tuple[tuple[str, ...], list[str]]:
+    """Correctness problems of every launch (no baseline needed), each must train correctly; and notes on what
+    could not be checked. A training script is checked by its loss (harness/checks/script.py)."""
+    if spec.script is not None:
+        found, notes = [], []
+        for r in results:
+            more, said = script_checks.problems(r, references[0] if references else None)
+            found += more
+            notes += said
+        return tuple(dict.fromkeys(found)), list(dict.fromkeys(notes))
     fraction = workloads.preset_of(workloads.resolve(spec), spec.preset).convergence_fraction  # the workload's bar
     found = (
         p
@@ -285,4 +302,4 @@ def _problems(spec: CaseSpec, results: list[CaseResult]) -> tuple[str, ...]:
         )
         if p
     )
-    return tuple(dict.fromkeys(found))
+    return tuple(dict.fromkeys(found)), []

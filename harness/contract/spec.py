@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract.errors import SpecError
+from scalegate.contract.script import ScriptSpec
 from scalegate.contract.topology import Topology
 
 DTYPES = ("fp32", "bf16")
@@ -163,8 +164,13 @@ class CaseSpec:
     # directories they put in front of sys.path before importing it, rather than trusting their environment.
     workload: str = ""
     import_paths: tuple[str, ...] = ()
+    # A team's own training script instead of a workload (harness/contract/script.py): the ranks run it through the
+    # bootstrap, and ``strategy`` is the script's own word for its strategy
+    script: ScriptSpec | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.script, dict):  # a JSON round trip
+            object.__setattr__(self, "script", ScriptSpec.from_dict(self.script))
         topo = Topology.parse(self.topology)  # raises with a HINT on a malformed string
         object.__setattr__(self, "topology", str(topo))
         if self.steps < 1:

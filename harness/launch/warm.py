@@ -72,6 +72,8 @@ def modules_for(spec: CaseSpec) -> frozenset[str]:
     from scalegate import workloads
     from scalegate.contract import cards
 
+    if spec.script is not None:  # a team's script imports what it imports, in its rank: torch is preloaded
+        return frozenset()
     # the strategy's card, not the strategy: the launching side never imports the ranks' code
     used = [cards.card(name) for name in filter(None, (spec.strategy, spec.companion))]
     # a user's workload (spec.workload) is imported here, from the spec's import_paths, as each rank will

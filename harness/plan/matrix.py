@@ -20,6 +20,7 @@ class Case:
     spec: CaseSpec
     skip: str | None = None  # why it cannot run here
     oversubscribed: bool = False
+    canary: bool = False  # declared as what `gate` runs when nothing is named (docs/your-script.md)
 
 
 def resolve_preset(preset: str, host: HostInfo) -> str:

@@ -77,6 +77,19 @@ def _mfu(case: dict[str, Any]) -> str:
     return "n/a" if case.get("result") else "-"
 
 
+def _throughput(result: dict[str, Any]) -> str:
+    """samples/s; a training script that declared no batch is timed in optimizer steps/s (harness/plan/script.py)."""
+    ranks = result.get("ranks") or [{}]
+    if (ranks[0].get("extra") or {}).get("throughput_unit") == "steps/s" and result.get("median_step_s"):
+        return f"{1 / result['median_step_s']:.1f} steps/s"
+    return _fmt(result.get("throughput"), ".1f")
+
+
+def _verdict(case: dict[str, Any]) -> str:
+    """The status; a training script's says its gradients were not compared (docs/your-script.md)."""
+    return case["status"] + (", agreement n/a (script)" if (case.get("spec") or {}).get("script") else "")
+
+
 def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     out = []
     checkpointed = len(header(cases)) > len(HEADER)
@@ -98,7 +111,7 @@ def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
                 case["case_id"],
                 spec.get("preset", "?"),
                 _fmt(world, "d"),
-                _fmt(result.get("throughput"), ".1f"),
+                _throughput(result),
                 _fmt(case.get("tokens_per_s"), ".0f"),
                 _mfu(case),
                 _exposed(case),
@@ -112,7 +125,7 @@ def rows(cases: list[dict[str, Any]]) -> list[tuple[str, ...]]:
                 _fmt(max(peaks) / 2**20 if peaks else None, ".0f"),
                 _mb_per_step(case),
                 *((_ckpt(case),) if checkpointed else ()),
-                case["status"],
+                _verdict(case),
             )
         )
     return out

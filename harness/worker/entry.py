@@ -23,6 +23,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from scalegate.contract import affinity, atomic, heartbeat
 from scalegate.contract.spec import CaseSpec
+from scalegate.worker import script
 from scalegate.worker.loop import rank_context, train
 
 
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     stack_file = open(heartbeat.stack_path(out_dir, ctx.rank), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     try:
+        if spec.script is not None:  # a team's own script: it makes its own process group (harness/worker/script.py)
+            script.run(spec, ctx, out_dir, beats.beat)
+            return 0
         # Under torchrun (MASTER_ADDR set) a process group exists even for one rank, as DDP on 1x1 needs.
         if (ctx.world_size > 1 or "MASTER_ADDR" in os.environ) and not dist.is_initialized():
             beats.beat(-1, "init_process_group")

@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import psutil
 import torch
 
 from scalegate import strategies, workloads
@@ -23,11 +22,11 @@ from scalegate.contract.spec import CaseSpec
 from scalegate.measure import flops, gradcheck
 from scalegate.measure import state_bytes as model_state
 from scalegate.measure.clock import ForwardClock
-from scalegate.measure.memory import MemorySampler, cuda_peaks
-from scalegate.measure.wire import WireCounter
+from scalegate.measure.memory import cuda_peaks
 from scalegate.strategies.base import RankContext
 from scalegate.worker import companion as companions
 from scalegate.worker import compiling, device, faults, windows
+from scalegate.worker.measured import MeasuredWindow
 from scalegate.worker.reference import Reference, make_optimizer_factory
 
 
@@ -154,32 +153,6 @@ def _setup(spec: CaseSpec, ctx: RankContext, data_dir: str | None, beat: Callabl
     )
 
 
-class _Window:
-    """The measured window's instruments: bytes on the wire, peak memory, CPU time, and the injected ballast held
-    through it. Opened just before the first measured step, closed right after the last one."""
-
-    def __init__(self, spec: CaseSpec, ctx: RankContext) -> None:
-        self.spec, self.ctx = spec, ctx
-        self.process = psutil.Process()
-        self.sampler = MemorySampler(ctx.device.type, ctx.device.index, interval_s=spec.memory_interval_ms / 1000)
-        self.wire = WireCounter()
-        self.ballast: torch.Tensor | None = None
-
-    def open(self) -> None:
-        self.wire.start()  # barrier-aligned counter reading: the window holds exactly the measured steps
-        if self.ctx.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.ctx.device)
-        self.cpu0 = self.process.cpu_times()
-        self.sampler.__enter__()
-        self.ballast = faults.inject_memory_fault(self.spec)
-
-    def close(self) -> None:
-        self.sampler.__exit__(None, None, None)
-        self.ballast = None  # the sampler is done: free the injected ballast before the windows after the steps
-        self.cpu1 = self.process.cpu_times()
-        self.wire.stop()
-
-
 class _Steps:
     """The rank's steps: untimed first (warm-up; the gradient check on the first, against a single-process
     reference that follows all of them), then the measured ones inside the window."""
@@ -197,7 +170,7 @@ class _Steps:
         self.check: dict[str, Any] = {}
         self.held: dict[str, int] = {}  # state bytes while the last step's gradients exist
 
-    def run(self, window: _Window, beat: Callable[[int, str], None]) -> None:
+    def run(self, window: MeasuredWindow, beat: Callable[[int, str], None]) -> None:
         for step in range(self.unmeasured + self.spec.steps):
             beat(step, "step")
             faults.inject_stop_fault(self.spec, self.ctx, step)
@@ -269,7 +242,7 @@ def train(
     started = time.perf_counter()
     setup = _setup(spec, ctx, data_dir, beat)
     steps = _Steps(spec, ctx, setup)
-    window = _Window(spec, ctx)
+    window = MeasuredWindow(spec, ctx)
     steps.run(window, beat)
     window.close()
     held = model_state.peak_state(steps.held, setup.strategy.state_bytes())
@@ -292,7 +265,7 @@ def _result(
     ctx: RankContext,
     setup: _Setup,
     steps: _Steps,
-    window: _Window,
+    window: MeasuredWindow,
     held: dict[str, int],
     extra: dict[str, Any],
     series: dict[str, Any],

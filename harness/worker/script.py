@@ -1,0 +1,221 @@
+"""The bootstrap a rank runs a team's own training script through (``CaseSpec.script``): nothing in it changed.
+
+The script runs in this process as ``__main__`` (``runpy.run_path``), with its own arguments, in its own repository,
+with the rank environment torchrun gave this process (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...);
+it creates its own process group. The bootstrap watches its optimizer steps through torch's global optimizer step
+hooks (DeepSpeed's engines and Lightning end in a torch optimizer's step too); the first optimizer that steps is
+the one counted, so a second optimizer (a GAN's) does not double the count. A loop with no torch optimizer marks
+its steps with ``scalegate.step()``, and then only those count.
+
+Steps ``warmup .. warmup + steps - 1`` are the measured window (at least one step before it: a step lasts from the
+end of the step before it to its own end). On CPU a step is timed with the host clock at the end of each
+``optimizer.step()``; on CUDA with an event recorded there, and one host sync when the window closes, not one per
+step. The window's instruments are the workloads' (peak memory, bytes on the wire, CPU time: measured.py), opened
+in the hook that ends the step before the window and closed in the hook of its last step. The loss curve is read
+from rank 0's own output with the case's ``loss_pattern`` (every line it prints, to stdout or stderr).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+import runpy
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from scalegate.contract import atomic
+from scalegate.contract.errors import SpecError
+from scalegate.contract.results import RankResult
+from scalegate.contract.spec import CaseSpec
+from scalegate.measure.memory import cuda_peaks
+from scalegate.strategies.base import RankContext
+from scalegate.worker.measured import MeasuredWindow
+
+ACTIVE: StepClock | None = None  # the clock of the script this process runs (scalegate.step() finds it here)
+
+
+class WindowClosed(BaseException):
+    """Raised from the step hook on every rank at the same step to stop a script after its measured window
+    (``stop_after_window``); a BaseException, so the script's own ``except Exception`` does not swallow it."""
+
+
+class StepClock:
+    """Counts the script's optimizer steps, times the measured window, and writes the rank's result."""
+
+    def __init__(self, spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, str], None]) -> None:
+        self.spec, self.ctx, self.out_dir, self.beat = spec, ctx, out_dir, beat
+        self.first = max(spec.warmup, 1)  # a step before the window marks where its first step starts
+        self.last = self.first + spec.steps - 1
+        self.count = 0  # optimizer steps completed
+        self.marks: list[Any] = []  # the end of steps first-1 .. last: host times (CPU) or CUDA events
+        self.counted: int | None = None  # id() of the optimizer whose steps count
+        self.manual = False  # scalegate.step() was called: only those calls count
+        self.window = MeasuredWindow(spec, ctx)
+        self.times: list[float] = []
+        self.losses: list[tuple[float, float]] = []  # (the script's step, or the line's index; loss), rank 0
+        self.started = time.perf_counter()
+
+    # --- the hooks --------------------------------------------------------------------------------------------
+    def optimizer_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.manual:
+            return
+        if self.counted is None:
+            self.counted = id(optimizer)
+        if id(optimizer) == self.counted:
+            self.on_step()
+
+    def manual_step(self) -> None:
+        self.manual = True
+        self.on_step()
+
+    def on_step(self) -> None:
+        step, self.count = self.count, self.count + 1
+        self.beat(step, "step")
+        if step == self.first - 1:
+            self.window.open()  # its barrier and idle reading happen before the mark: not in a step's time
+            self._mark()
+        elif self.first <= step <= self.last:
+            self._mark()
+            if step == self.last:
+                self._close()
+                if self.spec.script.stop_after_window:  # type: ignore[union-attr]
+                    raise WindowClosed()
+
+    def _mark(self) -> None:
+        if self.ctx.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def _close(self) -> None:
+        if self.ctx.device.type == "cuda":
+            torch.cuda.synchronize(self.ctx.device)
+            self.times = [a.elapsed_time(b) / 1000 for a, b in zip(self.marks, self.marks[1:])]
+        else:
+            self.times = [b - a for a, b in zip(self.marks, self.marks[1:])]
+        self.window.close()
+        self.write()  # now, so a script that later exits hard keeps its measurement
+
+    # --- the rank's result ------------------------------------------------------------------------------------
+    def check(self) -> None:
+        """After the script: it must have run the whole window."""
+        needed = self.last + 1
+        if self.count == 0:
+            raise SpecError(
+                f"{self.spec.case_id}: the script never called an optimizer step",
+                "step a torch.optim optimizer (DeepSpeed's and Lightning's do), or mark each training step with "
+                "scalegate.step() (docs/your-script.md)",
+            )
+        if self.count < needed:
+            raise SpecError(
+                f"{self.spec.case_id}: the script stopped after {self.count} optimizer steps; the case needs {needed} "
+                f"({self.first} before the window, {self.spec.steps} measured)",
+                "raise its step count or lower --scaling-steps / --scaling-warmup",
+            )
+
+    def write(self) -> None:
+        window, steps = self.window, self.spec.steps
+        script = self.spec.script
+        batch = script.batch if script is not None else None
+        result = RankResult(
+            rank=self.ctx.rank,
+            world_size=self.ctx.world_size,
+            node_rank=self.ctx.node_rank,
+            host=socket.gethostname(),
+            device=str(self.ctx.device),
+            step_times_s=self.times,
+            losses=[math.nan] * steps,  # the script's loss is its output's: extra["loss_curve"]
+            warmup_losses=[],
+            loss_weight=0.0,
+            peak_memory_bytes=window.sampler.peak_bytes,
+            memory_source=window.sampler.source,
+            cpu_user_s=window.cpu1.user - window.cpu0.user,
+            cpu_system_s=window.cpu1.system - window.cpu0.system,
+            wall_s=time.perf_counter() - self.started,
+            memory_interval_s=window.sampler.interval_s,
+            memory_timeline=window.sampler.timeline(),
+            cuda_memory=cuda_peaks(self.ctx.device),
+            wire=window.wire.result(steps),
+            extra={
+                "script": True,
+                "optimizer_steps": self.count,
+                "steps_marked_by": "scalegate.step()" if self.manual else "optimizer.step()",
+                "loss_curve": [list(p) for p in self.losses],
+                "throughput_unit": "samples/s" if batch else "steps/s",
+            },
+        )
+        atomic.write_json(self.out_dir / f"rank{self.ctx.rank}.json", result.__dict__)
+
+
+class _LossReader(io.TextIOBase):
+    """Passes a stream through and reads ``pattern`` off every whole line (rank 0's stdout and stderr)."""
+
+    def __init__(self, stream: Any, pattern: re.Pattern, found: list[tuple[float, float]]) -> None:
+        self.stream, self.pattern, self.found, self.pending = stream, pattern, found, ""
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            match = self.pattern.search(line)
+            if match:
+                try:
+                    values = [float(g) for g in match.groups()]
+                except ValueError:
+                    continue
+                self.found.append((values[0], values[1]) if len(values) == 2 else (float(len(self.found)), values[0]))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def run(spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, str], None]) -> None:
+    """Run the case's script to its end (or its window's) under the step clock, then write the rank's result."""
+    global ACTIVE
+    script = spec.script
+    assert script is not None
+    clock = ACTIVE = StepClock(spec, ctx, out_dir, beat)
+    handle = register_optimizer_step_post_hook(clock.optimizer_hook)
+    streams = sys.stdout, sys.stderr
+    if ctx.rank == 0 and script.loss_pattern:
+        pattern = re.compile(script.loss_pattern)
+        sys.stdout = _LossReader(sys.stdout, pattern, clock.losses)  # type: ignore[assignment]
+        sys.stderr = _LossReader(sys.stderr, pattern, clock.losses)  # type: ignore[assignment]
+    argv, cwd = sys.argv, os.getcwd()
+    sys.argv = [script.path, *script.argv]
+    os.chdir(script.cwd)
+    sys.path.insert(0, os.path.dirname(script.path))  # as `python train.py` puts the script's directory first
+    beat(-1, "script")
+    try:
+        runpy.run_path(script.path, run_name="__main__")
+    except WindowClosed:
+        pass
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+    finally:
+        handle.remove()
+        sys.stdout, sys.stderr = streams
+        sys.argv = argv
+        os.chdir(cwd)
+        ACTIVE = None
+    clock.check()
+    clock.write()
