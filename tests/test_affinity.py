@@ -45,7 +45,7 @@ def test_a_nodes_only_rank_is_left_to_the_scheduler():
 def test_bind_sets_this_process_affinity():
     first = sorted(os.sched_getaffinity(0))[0]
     code = (
-        "import os; from scalegate import affinity; "
+        "import os; from scalegate.contract import affinity; "
         f"print(affinity.bind(1, env={{'SCALEGATE_CPUS': '{first}', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}), "
         "sorted(os.sched_getaffinity(0)))"
     )
