@@ -1,0 +1,213 @@
+"""A team's own training script as scaling cases (harness/plan/script.py, harness/worker/script.py).
+
+The marker's bad inputs are refused at collection with the marker's test named. Real sessions, each in a copy of
+examples/train_script outside this checkout: the example itself (ddp and fsdp on 1x2, efficiency, memory, bytes,
+loss curve, ``--scaling-update-baselines`` there), and one session of scenario scripts that crash on one rank, stop
+too early, never step an optimizer, mark their steps with ``scalegate.step()``, or print no loss the pattern matches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from scalegate.contract.errors import SpecError
+from scalegate.plan import script as plan_script
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "train_script"
+FEW = ("--scaling-steps", "5", "--scaling-warmup", "2")
+
+
+def _project(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "results", "baselines"))
+    return project
+
+
+def _pytest(project: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SCALEGATE_RUN_ID", "PYTEST_ADDOPTS")}
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *FEW, *args]
+    return subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _cases(project: Path) -> dict[str, dict]:
+    run = next(p for p in sorted((project / "results").iterdir()) if p.is_dir() and p.name != "latest")
+    return {p.stem: json.loads(p.read_text()) for p in run.glob("*.json") if p.stem != "run"}
+
+
+# --- the marker, refused before anything launches -----------------------------------------------------------
+def test_a_script_marker_names_its_cases_by_the_scripts_own_strategy_words(tmp_path):
+    (tmp_path / "train.py").write_text("")
+    decl = plan_script.declared(
+        ("train.py", "--mode={strategy}", "-n={world_size}"), {"strategies": ["zero", "dp"]}, tmp_path, "t.py::test"
+    )
+    assert decl.name == "train" and decl.strategies == ("zero", "dp")
+    spec = plan_script.spec_for(decl, "zero", plan_script.Topology.parse("2x2"), _options(), tmp_path, "t")
+    assert spec.case_id == "zero-train-2x2" and spec.script.argv == ("--mode=zero", "-n=4")
+    assert spec.script.at("zero", plan_script.Topology.parse("1x1")).argv == ("--mode=zero", "-n=1")
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, says",
+    [
+        (("train.py", "--x={ranks}"), {"strategies": ["ddp"]}, "names an unknown placeholder {ranks}"),
+        (("train.py", "--x={"), {"strategies": ["ddp"]}, "argument '--x={'"),
+        (("nope.py",), {"strategies": ["ddp"]}, "script 'nope.py' is not a file"),
+        ((), {"strategies": ["ddp"]}, "needs the script's path first"),
+        (("train.py",), {}, "must list the script's strategy words"),
+        (("train.py",), {"strategies": "ddp"}, "must list the script's strategy words"),
+        (("train.py",), {"strategies": ["ddp"], "scaling": "both"}, "scaling_script(scaling='both')"),
+        (("train.py",), {"strategies": ["ddp"], "batch": 0}, "batch=0"),
+        (("train.py",), {"strategies": ["ddp"], "loss": "x"}, "has no argument 'loss'"),
+    ],
+)
+def test_a_bad_marker_is_refused_naming_the_test_and_the_fix(tmp_path, args, kwargs, says):
+    (tmp_path / "train.py").write_text("")
+    with pytest.raises(SpecError) as err:
+        plan_script.declared(args, kwargs, tmp_path, "t.py::test")
+    assert says in str(err.value) and "t.py::test" in str(err.value) and "HINT" in str(err.value)
+
+
+def test_a_loss_pattern_needs_one_or_two_groups():
+    from scalegate.contract.script import ScriptSpec
+
+    with pytest.raises(SpecError, match="has 3 groups"):
+        ScriptSpec(path="/x.py", argv=(), cwd="/", loss_pattern=r"(a)(b)(c)")
+    with pytest.raises(SpecError, match="is not a regular expression"):
+        ScriptSpec(path="/x.py", argv=(), cwd="/", loss_pattern=r"(")
+
+
+def _options():
+    from scalegate.plan.options import Options
+
+    return Options(
+        strategies=(),
+        models=(),
+        topologies=("1x2",),
+        preset="tiny",
+        steps=5,
+        warmup=2,
+        tolerance=None,
+        default_tolerance=0.1,
+        results_dir=Path("r"),
+        baseline_dir=Path("b"),
+        update_baselines=False,
+        require_baseline=False,
+        timeout_s=60,
+        cpu_threads=1,
+        seed=1,
+        dtype="fp32",
+        inject_delay_ms=0.0,
+    )
+
+
+# --- real sessions ----------------------------------------------------------------------------------------
+def test_the_example_script_is_gated_on_ddp_and_fsdp_from_its_own_directory(tmp_path):
+    project = _project(tmp_path)
+    run = _pytest(project, "--scaling-update-baselines")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    assert "ddp-mlp-1x2" in out and "fsdp-mlp-1x2" in out and "agreement n/a (script)" in out
+    cases = _cases(project)
+    for case_id in ("ddp-mlp-1x2", "fsdp-mlp-1x2"):
+        case = cases[case_id]
+        assert case["status"] == "no-baseline" and 0 < case["efficiency"] < 2
+        rank0 = case["result"]["ranks"][0]
+        assert len(rank0["step_times_s"]) == 5 and rank0["extra"]["optimizer_steps"] == 40  # ran to its end
+        assert rank0["peak_memory_bytes"] > 0 and len(rank0["extra"]["loss_curve"]) == 40
+        assert case["resources"]["wire"]["bytes_per_step"] > 1e6  # ~1.6 MB of gradients a rank a step
+    written = json.loads(next((project / "baselines").glob("*.json")).read_text())
+    assert {"ddp-mlp-1x2:script", "fsdp-mlp-1x2:script"} <= set(written["cases"])
+
+
+SCENARIO = """
+import argparse, os, sys, time
+import torch, torch.distributed as dist
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=12)
+p.add_argument("--crash-rank", type=int, default=-1)
+p.add_argument("--no-optimizer", action="store_true")
+p.add_argument("--manual", action="store_true")
+p.add_argument("--quiet", action="store_true")
+a = p.parse_args()
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+x = torch.randn(64, 64); y = x.sum(1, keepdim=True) * 0.1
+for step in range(a.steps):
+    if dist.get_rank() == a.crash_rank and step == 3:
+        raise RuntimeError("the team's script broke at step 3")
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    if a.manual:
+        with torch.no_grad():
+            for q in model.parameters():
+                q -= 0.05 * q.grad
+                q.grad = None
+        import scalegate; scalegate.step()
+    elif not a.no_optimizer:
+        opt.step(); opt.zero_grad()
+    if dist.get_rank() == 0 and not a.quiet:
+        print(f"it {step}: loss={loss.item():.5f}")
+dist.destroy_process_group()
+"""
+
+SCENARIOS = """
+import pytest
+
+def case(*argv, name):
+    return pytest.mark.scaling_script("scenario.py", *argv, name=name, strategies=["ddp"], topologies=["1x2"],
+                                      loss_pattern=r"it (\\d+): loss=([0-9.]+)")
+
+@case("--crash-rank=1", name="crash")
+def test_crash(scaling_case): scaling_case.check()
+
+@case("--steps=4", name="short")
+def test_short(scaling_case): scaling_case.check()
+
+@case("--no-optimizer", name="nostep")
+def test_nostep(scaling_case): scaling_case.check()
+
+@case("--manual", name="manual")
+def test_manual(scaling_case): scaling_case.check()
+
+@case("--quiet", name="quiet")
+def test_quiet(scaling_case): scaling_case.check()
+"""
+
+
+def test_a_scripts_failures_are_named_and_other_cases_keep_their_results(tmp_path):
+    project = _project(tmp_path)
+    (project / "scenario.py").write_text(textwrap.dedent(SCENARIO))
+    (project / "scaling_tests" / "test_scenarios.py").write_text(textwrap.dedent(SCENARIOS))
+    run = _pytest(project, "scaling_tests/test_scenarios.py", timeout=900)
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out[-4000:]
+    cases = _cases(project)
+    assert "RuntimeError: the team's script broke at step 3" in cases["ddp-crash-1x2"]["message"]  # its traceback
+    assert (
+        "the script stopped after 4 optimizer steps; the case needs 7 (2 before the window, 5 measured)"
+        in cases["ddp-short-1x2"]["message"]
+    ) and "raise its step count or lower --scaling-steps" in cases["ddp-short-1x2"]["message"]
+    assert "never called an optimizer step" in cases["ddp-nostep-1x2"]["message"]
+    assert "scalegate.step()" in cases["ddp-nostep-1x2"]["message"]
+    manual = cases["ddp-manual-1x2"]
+    assert manual["status"] == "no-baseline", manual["message"]  # passed: steps marked by hand were timed
+    assert manual["result"]["ranks"][0]["extra"]["steps_marked_by"] == "scalegate.step()"
+    quiet = cases["ddp-quiet-1x2"]
+    assert quiet["status"] == "no-baseline" and "matched nothing in rank 0's output" in quiet["message"]
+    for line in (
+        "FAILED scaling_tests/test_scenarios.py::test_crash",
+        "FAILED scaling_tests/test_scenarios.py::test_short",
+    ):
+        assert line in out
+    assert "passed" in out.splitlines()[-1] and "3 failed" in out.splitlines()[-1]
