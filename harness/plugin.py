@@ -259,6 +259,21 @@ def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
     )
 
 
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--scaling-canaries: keep the cases declared as canaries (harness/cli/project.py), where any is declared."""
+    if not config.getoption("--scaling-canaries"):
+        return
+
+    def case(item: pytest.Item) -> matrix.Case | None:
+        return getattr(item, "callspec", None) and item.callspec.params.get("scaling_case")  # type: ignore[return-value]
+
+    canaries = [i for i in items if case(i) is not None and case(i).canary]  # type: ignore[union-attr]
+    if not canaries:
+        return  # none declared: every case is what the repository gates
+    config.hook.pytest_deselected(items=[i for i in items if i not in canaries])
+    items[:] = canaries
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
     if session is None or hasattr(config, "workerinput") or not session.run_dir.exists():

@@ -211,3 +211,71 @@ def test_a_scripts_failures_are_named_and_other_cases_keep_their_results(tmp_pat
     ):
         assert line in out
     assert "passed" in out.splitlines()[-1] and "3 failed" in out.splitlines()[-1]
+
+
+# --- the PR gate in the team's own repository ------------------------------------------------------------------
+EXTRA_ALL_REDUCE = (
+    "train.py",
+    "        optimizer.step()\n",
+    "        if distributed:  # a synchronous check a PR adds: one blocking all-reduce of 4 MB a step\n"
+    "            dist.all_reduce(torch.ones(1 << 20, device=device))\n",
+)
+
+
+def _team_repo(tmp_path: Path) -> Path:
+    """The example as a team's repository of two commits: the script, then a head with an extra all-reduce."""
+    from tests.repos import git
+
+    repo = _project(tmp_path)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the team's training script")
+    path, line, added = EXTRA_ALL_REDUCE
+    source = (repo / path).read_text()
+    assert line in source
+    (repo / path).write_text(source.replace(line, line + added))
+    git(repo, "commit", "-qam", "head: an extra all-reduce a step")
+    return repo
+
+
+def _gate(repo: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SCALEGATE_RUN_ID", "PYTEST_ADDOPTS")}
+    cmd = [sys.executable, "-m", "scalegate", "gate", *args, "--json", "gate.json", *FEW]
+    return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_ab_gate_fails_a_head_that_adds_an_all_reduce_to_the_teams_script(tmp_path):
+    repo = _team_repo(tmp_path)
+    run = _gate(repo, "--base", "HEAD~1", "-k", "ddp")
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out[-4000:]
+    data = json.loads((repo / "gate.json").read_text())
+    [case] = data["cases"]
+    assert case["case_id"] == "ddp-mlp-1x2" and case["status"] == "regressed" and case["gate"] == "a/b"
+    assert any("bytes on the wire" in m and "above baseline" in m for m in case["messages"]), case["messages"]
+    [gate_dir] = (repo / "results" / "gate").glob("gate-*")
+    head = json.loads((gate_dir / "merged" / "ddp-mlp-1x2.json").read_text())
+    base = json.loads((gate_dir / "merged" / "base" / "ddp-mlp-1x2.json").read_text())
+    exposed = head["resources"]["breakdown"]["exposed_share"]  # the extra all-reduce, exposed in every step
+    assert exposed > 0.05 and base["resources"]["breakdown"]["exposed_share"] < exposed / 2
+    assert "ddp-mlp-1x2" in out and "FAIL" in out
+
+
+@pytest.mark.slow
+def test_the_ab_gate_passes_the_teams_script_against_itself(tmp_path):
+    repo = _team_repo(tmp_path)
+    run = _gate(repo, "--base", "HEAD", "-k", "ddp")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+
+
+def test_a_repository_without_scaling_cases_gets_a_usage_error(tmp_path):
+    from tests.repos import git
+
+    repo = tmp_path / "empty"
+    repo.mkdir()
+    (repo / "pytest.ini").write_text("[pytest]\n")
+    git(repo, "init", "-q")
+    run = _gate(repo, timeout=300)
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "no scaling case was selected" in run.stderr and "@pytest.mark.scaling_script" in run.stderr
+    assert "Traceback" not in run.stderr

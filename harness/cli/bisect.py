@@ -30,13 +30,14 @@ from scalegate.cli import worktree
 from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (harness/cli/ -> the root)
 GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's meanings
+
+
 # The predicate git bisect runs at each commit: this scalegate's own step(), whatever the commit under test holds.
-STEP = (
-    f"import sys; sys.path.insert(0, {str(checkout.path_entry(ROOT))!r}); from scalegate.cli import bisect; "
-    "sys.exit(bisect.step(sys.argv[1:]))"
-)
+def step_code() -> str:
+    entry = checkout.path_entry(checkout.own())  # None where scalegate is installed, not a checkout
+    prefix = f"import sys; sys.path.insert(0, {str(entry)!r}); " if entry else "import sys; "
+    return prefix + "from scalegate.cli import bisect; sys.exit(bisect.step(sys.argv[1:]))"
 
 
 def selection(user_args: list[str]) -> list[str]:
@@ -108,7 +109,7 @@ def _bisect(good: str, bad: str, user_args: list[str], results_dir: Path) -> int
                 flush=True,
             )
             done = subprocess.run(
-                ["git", "bisect", "run", sys.executable, "-c", STEP, good_commit, str(out), *user_args],
+                ["git", "bisect", "run", sys.executable, "-c", step_code(), good_commit, str(out), *user_args],
                 cwd=tree.path,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -4,7 +4,8 @@
     python -m scalegate gate -k "ddp and 1x2"                 # a selection (any pytest / --scaling-* argument)
     python -m scalegate gate --markdown gate.md --json gate.json
 
-It runs the scaling suite on the canary cases (``CANARY``: DDP, FSDP and DeepSpeed ZeRO-2 on the cnn
+It runs, in the repository it is called from, that repository's scaling cases (harness/cli/project.py: its
+declared canaries when nothing is named; in scalegate's own repository DDP, FSDP and DeepSpeed ZeRO-2 on the cnn
 workload, 1x2, their single-process reference, and the Fabric-vs-DDP parity case) with the shipped gate
 settings (``SETTINGS``: a baseline is required; the drop to catch is 10%; the sequential test launches a
 case again while it is undecided, up to 8 launches), then judges the run with ``scalegate.judge`` exactly as
@@ -30,28 +31,17 @@ import time
 from pathlib import Path
 
 from scalegate.cli import gate_rounds, worktree
+from scalegate.cli.project import Project
 from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
 from scalegate.record import baselines, runfiles
 from scalegate.report import compare
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (harness/cli/ -> the root)
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
-# The default matrix's topologies: the strategies on 1x2 and single on 1x1 (an explicit "1x1,1x2" would also run
-# ddp-cnn-1x1 and the like, which have no baseline and would fail the required-baseline gate).
-CANARY = [
-    "--scaling-models",
-    "cnn",
-    "--scaling-strategies",
-    "single,ddp,fsdp,deepspeed-zero2",
-    "--scaling-matrix",
-    "default",
-]
 # A baseline is required; the drop to catch is 10% whatever the baseline file says (the CPU profile records 25%
 # so the 44-case CI matrix does not cry wolf, docs/gate.md); undecided cases launch again, up to 8 launches
 # (docs/detection.md, sixth set: 6 left fsdp-cnn-1x2's 10% drop undecided 6% of the time, 8 left 1%).
 SETTINGS = ["--scaling-require-baseline", "--scaling-tolerance", "0.1", "--scaling-max-launches", "8"]
-TESTS = ["scaling_tests/test_scaling.py", "scaling_tests/test_parity.py"]
 
 
 # A/B (--base): no stored baseline is required (the base commit is measured), the same drop and budget in rounds.
@@ -60,9 +50,10 @@ MAX_LAUNCHES = int(SETTINGS[SETTINGS.index("--scaling-max-launches") + 1])
 
 
 def pytest_argv(
-    user_args: list[str], results_dir: Path, tests: list[str] = TESTS, settings: list[str] = SETTINGS
+    project: Project, user_args: list[str], results_dir: Path, tests: list[str], settings: list[str] = SETTINGS
 ) -> list[str]:
-    """The suite's command: canaries and settings first, the user's arguments last (argparse: the last one wins)."""
+    """A session's command in ``project``: its default selection and the settings first, the user's arguments last
+    (argparse: the last one wins)."""
     return [
         sys.executable,
         "-m",
@@ -70,7 +61,7 @@ def pytest_argv(
         "-p",
         "no:cacheprovider",
         *tests,
-        *CANARY,
+        *project.selection(user_args),
         *settings,
         "--scaling-results-dir",
         str(results_dir),
@@ -78,7 +69,9 @@ def pytest_argv(
     ]
 
 
-def judge_run(run_dir: Path, baseline_dir: Path | None = None, base_dir: Path | None = None) -> tuple[int, str, dict]:
+def judge_run(
+    run_dir: Path, baseline_dir: Path | None = None, base_dir: Path | None = None, project: Project | None = None
+) -> tuple[int, str, dict]:
     """(exit code, markdown, json) for a finished run, through the one judge; ``base_dir``: the base commit's
     merged cases of an A/B run, which the run is judged against (the stored baseline then lends its spreads)."""
     cases = runfiles.load_run(run_dir)
@@ -86,7 +79,7 @@ def judge_run(run_dir: Path, baseline_dir: Path | None = None, base_dir: Path | 
     if not cases and not parity:
         raise ScalegateError(f"{run_dir} holds no case results", "check the selection (-k, --scaling-*) selects cases")
     profile = (cases[0].get("profile") if cases else None) or "?"
-    baseline = baselines.load(baseline_dir or ROOT / "baselines", profile)
+    baseline = baselines.load(baseline_dir or (project or Project.find()).baselines, profile)
     if base_dir is None:
         rows = compare.compare(cases, baseline, require_baseline=True)
         title = f"PR gate: {run_dir.name} vs {baseline.path if baseline else 'no baseline for ' + profile}"
@@ -124,15 +117,16 @@ def main(args: argparse.Namespace, user_args: list[str]) -> int:
     results_dir = Path(args.results_dir)
     base_dir = None
     try:
+        project = Project.find()
         if args.base:
-            run_dir, base_dir, codes = _ab(args.base, user_args, results_dir)
+            run_dir, base_dir, codes = _ab(project, args.base, user_args, results_dir)
         elif gate_rounds.multi_node_slurm():  # every node's agent takes part in each launch: in-session relaunches
-            run_dir, codes = _in_session(user_args, results_dir)
+            run_dir, codes = _in_session(project, user_args, results_dir)
             if run_dir is None:  # a node other than 0: node 0 judges and prints
                 return EXIT_OK if codes == [0] else EXIT_REGRESSION
         else:
-            run_dir, codes = _in_rounds(user_args, results_dir)
-        code, text, data = judge_run(run_dir, _baseline_dir(user_args), base_dir)
+            run_dir, codes = _in_rounds(project, user_args, results_dir)
+        code, text, data = judge_run(run_dir, _baseline_dir(user_args), base_dir, project)
     except ScalegateError as exc:
         print(f"error: {exc.message}" + (f"\nHINT: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -146,20 +140,22 @@ def main(args: argparse.Namespace, user_args: list[str]) -> int:
     return code
 
 
-def _in_session(user_args: list[str], results_dir: Path) -> tuple[Path | None, list[int]]:
+def _in_session(project: Project, user_args: list[str], results_dir: Path) -> tuple[Path | None, list[int]]:
     """One pytest session on every node; its sequential relaunches follow each other (gaterounds' docstring)."""
-    done = subprocess.run(
-        pytest_argv(user_args, results_dir), cwd=ROOT, env=checkout.environment(dict(os.environ), ROOT)
-    )
+    argv = pytest_argv(project, user_args, results_dir, [*project.tests, *project.parity])
+    done = subprocess.run(argv, cwd=project.root, env=checkout.environment(dict(os.environ), project.root))
     if os.environ.get("SLURM_NODEID", "0") not in ("", "0"):
         return None, [done.returncode]
     return gate_rounds.check_run(done.returncode, results_dir, "the gate"), [done.returncode]
 
 
-def _parity(user_args: list[str], gate_dir: Path, tree: Path) -> tuple[Path | None, int]:
-    """Parity in a session of its own (both front ends interleaved in each launch: no base needed)."""
+def _parity(project: Project, user_args: list[str], gate_dir: Path, tree: Path) -> tuple[Path | None, int]:
+    """Parity in a session of its own (both front ends interleaved in each launch: no base needed), where the
+    repository has a parity test."""
+    if not project.parity:
+        return None, 0
     done = subprocess.run(
-        pytest_argv(user_args, gate_dir / "parity", TESTS[1:]),
+        pytest_argv(project, user_args, gate_dir / "parity", project.parity),
         cwd=tree,
         env=checkout.environment(dict(os.environ), tree),
     )
@@ -179,25 +175,27 @@ def _rounds(
         return {side.name: [] for side in sides}, []  # the selection holds parity cases only
 
 
-def _in_rounds(user_args: list[str], results_dir: Path) -> tuple[Path, list[int]]:
+def _in_rounds(project: Project, user_args: list[str], results_dir: Path) -> tuple[Path, list[int]]:
     """Parity, then the scaling cases in rounds against the stored baselines (harness/cli/gate_rounds.py)."""
     gate_dir = results_dir / time.strftime("gate-%Y%m%d-%H%M%S")
-    parity_run, parity_code = _parity(user_args, gate_dir, ROOT)
-    baseline_dir = _baseline_dir(user_args) or ROOT / "baselines"
+    parity_run, parity_code = _parity(project, user_args, gate_dir, project.root)
+    baseline_dir = _baseline_dir(user_args) or project.baselines
 
     def undecided(merged: dict[str, list[dict]]) -> list[str]:
         cases = merged["head"]
         baseline = baselines.load(baseline_dir, cases[0].get("profile", "?")) if cases else None
         return [f"[{c['case_id']}]" for c in cases if compare.outcome_of(c, baseline).next_launches]
 
-    head = gate_rounds.Side(name="head", tree=ROOT, argv=lambda extra, where: pytest_argv(extra, where, TESTS[:1]))
+    head = gate_rounds.Side(
+        name="head", tree=project.root, argv=lambda extra, where: pytest_argv(project, extra, where, project.tests)
+    )
     merged, codes = _rounds(
         [head], user_args, gate_dir, undecided, parity_run, gate_rounds.budget_of([*SETTINGS, *user_args], MAX_LAUNCHES)
     )
     return gate_rounds.write_merged(gate_dir, merged["head"], parity_run, results_dir), [*codes, parity_code]
 
 
-def _ab(ref: str, user_args: list[str], results_dir: Path) -> tuple[Path, Path, list[int]]:
+def _ab(project: Project, ref: str, user_args: list[str], results_dir: Path) -> tuple[Path, Path, list[int]]:
     """The working tree against ``ref``, both launched in every round (harness/judge/ab.py)."""
     if gate_rounds.multi_node_slurm():
         raise ScalegateError(
@@ -205,16 +203,16 @@ def _ab(ref: str, user_args: list[str], results_dir: Path) -> tuple[Path, Path, 
             "run the A/B gate in a one-node allocation (sbatch -N1), or drop --base on dedicated "
             "multi-node hardware, where the stored baselines hold (docs/gate.md)",
         )
-    head_tree = worktree.toplevel(Path.cwd())
+    head_tree = project.root
     gate_dir = (results_dir / time.strftime("gate-%Y%m%d-%H%M%S")).resolve()
-    baseline_dir = _baseline_dir(user_args) or ROOT / "baselines"
+    baseline_dir = _baseline_dir(user_args) or project.baselines
     # The sessions measure; the gate judges, base against head. A stored baseline in a session would judge its
     # launches against another machine's level (and relaunch on its own): each session gets an empty directory.
     empty = gate_dir / "no-baselines"
 
     def argv(extra: list[str], where: Path) -> list[str]:
         return [
-            *pytest_argv([*AB_SETTINGS, *extra], where, TESTS[:1], settings=[]),
+            *pytest_argv(project, [*AB_SETTINGS, *extra], where, project.tests, settings=[]),
             "--scaling-baseline-dir",
             str(empty),
         ]
@@ -229,7 +227,7 @@ def _ab(ref: str, user_args: list[str], results_dir: Path) -> tuple[Path, Path, 
 
     with worktree.checkout(head_tree, ref, gate_dir / "base-tree") as base:
         print(f"gate: A/B, {head_tree} against {ref} ({base.commit[:12]}), both launched in every round", flush=True)
-        parity_run, parity_code = _parity(user_args, gate_dir, head_tree)
+        parity_run, parity_code = _parity(project, user_args, gate_dir, head_tree)
         sides = [
             gate_rounds.Side(name="base", tree=base.path, argv=argv),
             gate_rounds.Side(name="head", tree=head_tree, argv=argv),

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from scalegate.cli.project import NO_CASES_HINT
 from scalegate.contract import atomic, checkout
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import CaseRecord
@@ -144,6 +145,8 @@ def run(
 
 def check_run(returncode: int, run_dir: Path, what: str) -> Path:
     """The run a pytest session wrote under ``run_dir``; bad input when it could not run or wrote none."""
+    if returncode == 5:
+        raise ScalegateError(f"{what}: no scaling case was selected (pytest exit code 5)", NO_CASES_HINT)
     if returncode in PYTEST_BAD_INPUT:
         raise ScalegateError(
             f"{what}: the scaling suite could not run (pytest exit code {returncode}: see its output above)",

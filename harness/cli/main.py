@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 
 from scalegate.cli import bisect, gate, record_baselines
+from scalegate.cli.project import Project
 from scalegate.contract.errors import ScalegateError
 from scalegate.history import cli as history_cli
 from scalegate.plan.option_groups import add_recorded_tolerance_options
 from scalegate.record import baselines, merge, runfiles
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (harness/cli/ -> the root)
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
 
@@ -39,7 +39,7 @@ def _baseline(cases: list[dict], path: str | None, directory: str | None):
 
     if path:
         return compare.load_baseline_file(Path(path))
-    return baselines.load(Path(directory) if directory else ROOT / "baselines", cases[0].get("profile", "?"))
+    return baselines.load(Path(directory) if directory else Project.find().baselines, cases[0].get("profile", "?"))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -137,13 +137,13 @@ def parser() -> argparse.ArgumentParser:
         help="one run, or several launches of the same cases: their spread becomes "
         "the baseline's noise (docs/detection.md: use 3 or more on shared machines)",
     )
-    u.add_argument("--baseline-dir", default=str(ROOT / "baselines"))
+    u.add_argument("--baseline-dir", default=str(Project.find().baselines))
     add_recorded_tolerance_options(u.add_argument, prefix="")  # checked as read, as record-baselines does
     u.set_defaults(func=cmd_update)
     gate.add_parser(sub)
-    record_baselines.add_parser(sub, str(ROOT / "baselines"))
+    record_baselines.add_parser(sub, str(Project.find().baselines))
     bisect.add_parser(sub)
-    history_cli.add_parser(sub, str(ROOT / "baselines"))
+    history_cli.add_parser(sub, str(Project.find().baselines))
     return p
 
 

@@ -27,27 +27,29 @@ import sys
 import time
 from pathlib import Path
 
+from scalegate.cli.project import Project
 from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
 from scalegate.plan.option_groups import add_recorded_tolerance_options
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (harness/cli/ -> the root)
-TESTS = ["scaling_tests"]
 # One launch per case per round: relaunches would put consecutive launches back into the baseline.
 ROUND = ["--scaling-launches", "1", "--scaling-max-launches", "1", "--scaling-confirm", "0"]
 PYTEST_BAD_INPUT = (2, 3, 4, 5)  # interrupted, internal error, usage error, nothing collected
 
 
-def round_argv(user_args: list[str], results_dir: Path) -> list[str]:
-    """One round's pytest command: the user's selection (their test paths, else ``scaling_tests``), one launch each."""
-    paths = [a for a in user_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
+def round_argv(user_args: list[str], results_dir: Path, project: Project | None = None) -> list[str]:
+    """One round's pytest command: the user's selection (their test paths, else the repository's: ``scaling_tests``
+    in scalegate's own, its pytest.ini's elsewhere), one launch each."""
+    project = project or Project.find()
+    paths = [a for a in user_args if not a.startswith("-") and (project.root / a.split("::")[0]).exists()]
+    tests = ["scaling_tests"] if project.own else []
     return [
         sys.executable,
         "-m",
         "pytest",
         "-p",
         "no:cacheprovider",
-        *([] if paths else TESTS),
+        *([] if paths else tests),
         *user_args,
         *ROUND,
         "--scaling-results-dir",
@@ -57,12 +59,14 @@ def round_argv(user_args: list[str], results_dir: Path) -> list[str]:
 
 def run_rounds(rounds: int, user_args: list[str], results_dir: Path) -> list[Path]:
     """Run the selection ``rounds`` times; the run directory of every round that produced results."""
-    runs = []
+    runs, project = [], Project.find()
     for i in range(rounds):
         round_dir = results_dir / f"round-{i + 1:02d}"
         started = time.time()
         done = subprocess.run(
-            round_argv(user_args, round_dir), cwd=ROOT, env=checkout.environment(dict(os.environ), ROOT)
+            round_argv(user_args, round_dir, project),
+            cwd=project.root,
+            env=checkout.environment(dict(os.environ), project.root),
         )
         if done.returncode in PYTEST_BAD_INPUT:
             raise ScalegateError(

@@ -44,11 +44,36 @@ def summary(result: CaseResult) -> dict[str, Any]:
     """The case's breakdown: per rank, and the exposed share of the whole step (slowest rank vs ranks' mean)."""
     pairs = list(zip(result.pair_step_times_s, result.local_step_times_s))
     if not pairs:
-        return {}
+        return _script(result)
     shares = [max(0.0, d - loc) / d for d, loc in pairs if d > 0]
     return {
         "exposed_share": metrics.median(shares),
         "exposed_share_mad": metrics.mad(shares),
         "per_rank": per_rank(result),
         "pairs": len(pairs),
+    }
+
+
+def _script(result: CaseResult) -> dict[str, Any]:
+    """A training script has no local copy to pair with: its exposed communication is the time its ranks spent
+    in the blocking collectives it called from Python (harness/worker/script.py), per step, the ranks' mean over
+    the step (slowest rank); DDP's and FSDP's own overlapped collectives are not in it."""
+    series = [r.extra.get("collective_s") or [] for r in result.ranks]
+    steps = result.step_times_s
+    if not steps or not all(len(s) == len(steps) for s in series):
+        return {}
+    shares = [sum(s[i] for s in series) / len(series) / t for i, t in enumerate(steps) if t > 0]
+    per_rank = []
+    for r, s in zip(result.ranks, series):
+        step, exposed = metrics.median(r.step_times_s), metrics.median(s)
+        compute = max(0.0, step - exposed)
+        share = exposed / step if step > 0 else 0.0
+        per_rank.append(
+            {"rank": r.rank, "step_s": step, "compute_s": compute, "exposed_comm_s": exposed, "exposed_share": share}
+        )
+    return {
+        "exposed_share": metrics.median(shares),
+        "exposed_share_mad": metrics.mad(shares),
+        "per_rank": per_rank,
+        "source": "blocking collectives the script called (no same-launch pairs for a script)",
     }

@@ -75,8 +75,23 @@ def pairs(record: CaseRecord, base: CaseRecord) -> list[tuple[float, float]]:
     return out
 
 
+def classic_pairs(record: CaseRecord, base: CaseRecord) -> list[tuple[float, float]]:
+    """(head, base) efficiency per round against each side's own 1x1 launches, where no round has same-launch pairs
+    (a training script: there is no local copy of its model). Each side's references are pooled over its rounds,
+    so a round's ratio moves only with its two multi-rank launches, and a change of the single-process speed alone
+    (a slower model on one process too) cancels, as efficiency is meant to."""
+    out = []
+    for head_launch, base_launch in zip(record.launches, base.launches):
+        head, other = estimates.classic(record, head_launch), estimates.classic(base, base_launch)
+        if head is not None and other is not None:
+            out.append((head.value, other.value))
+    return out
+
+
 def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, overrides: Overrides) -> Timing:
-    found_pairs = pairs(record, base)
+    found_pairs, what = pairs(record, base), "local efficiency"
+    if not found_pairs and not any(launch.pair_step_times_s for launch in (*record.launches, *base.launches)):
+        found_pairs, what = classic_pairs(record, base), "efficiency"
     if not found_pairs:
         return Timing(
             gate=AB,
@@ -112,7 +127,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     )
     test = f"A/B sequential test: {sequential.power(design)}; paired spread ±{found.sigma:.1%}, {source}"
     where = f"[{record.where}, A/B against the base commit]"
-    done = decided(AB, found, state, head, f"the base commit's {other:.3f}", over, test, where)
+    done = decided(AB, found, state, head, f"the base commit's {other:.3f}", over, test, where, what)
     if done is not None:
         return done
     more = len(ratios) < design.max_launches
@@ -127,7 +142,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
         status=V.NOISY,
         next_launches=1 if more else 0,
         sequential=state,
-        message=f"local efficiency {head:.3f} vs the base commit's {other:.3f} ({found.change:+.1%} over "
+        message=f"{what} {head:.3f} vs the base commit's {other:.3f} ({found.change:+.1%} over "
         f"{over}): {tail} ({test}) {where}",
     )
 

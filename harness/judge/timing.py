@@ -47,6 +47,7 @@ def decided(
     over: str,
     test: str,
     where: str,
+    what: str = "local efficiency",
 ) -> Timing | None:
     """The local (or A/B) efficiency's decided verdicts, worded alike; None while the test is undecided."""
     detect = state["detect"]
@@ -55,7 +56,7 @@ def decided(
             gate=gate,
             status=V.REGRESSED,
             sequential=state,
-            message=f"local efficiency {value:.3f} is {-found.change:.1%} below {against} over {over}: a "
+            message=f"{what} {value:.3f} is {-found.change:.1%} below {against} over {over}: a "
             f"{detect:.0%} drop explains it better than no change ({test}) {where}",
         )
     if found.status == sequential.OK:
@@ -63,7 +64,7 @@ def decided(
             gate=gate,
             status=V.OK,
             sequential=state,
-            message=f"local efficiency {value:.3f} within {against} ({found.change:+.1%} over {over}; {test}) {where}",
+            message=f"{what} {value:.3f} within {against} ({found.change:+.1%} over {over}; {test}) {where}",
         )
     return None
 

@@ -159,6 +159,11 @@ def choose(spec: CaseSpec, slurm: SlurmEnv | None, launcher: str) -> str:
     (also under srun, where node 0 runs them alone)."""
     if spec.topo.multi_node:
         return "slurm" if slurm is not None else "emulated"
+    if spec.script is not None and launcher == "warm":
+        # A team's script runs in a fresh interpreter, as `torchrun train.py` runs it: the warm agent's ranks are
+        # forked from a server that preloaded torch, and a script's own teardown can behave otherwise there
+        # (seen: DDP's reducer freeing a gloo process group deadlocked on the GIL after an extra all_reduce)
+        return "torchrun"
     return launcher
 
 

@@ -47,6 +47,12 @@ def add_selection_options(addoption: AddOption, prefix: str = "scaling-") -> Non
         "package.module:Class (docs/your-model.md) (default: %(default)s)",
     )
     addoption(
+        f"--{prefix}canaries",
+        action="store_true",
+        help="only the cases a test declares as canaries (scaling_script(..., canary=True)); all of them where none "
+        "is declared. `python -m scalegate gate` passes it in a repository that names nothing else to run",
+    )
+    addoption(
         f"--{prefix}matrix",
         default="default",
         choices=sorted(MATRICES),

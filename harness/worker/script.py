@@ -17,6 +17,7 @@ from rank 0's own output with the case's ``loss_pattern`` (every line it prints,
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
@@ -60,6 +61,9 @@ class StepClock:
         self.manual = False  # scalegate.step() was called: only those calls count
         self.window = MeasuredWindow(spec, ctx)
         self.times: list[float] = []
+        self.in_window = False  # between the first mark and the last: collectives are timed into the step
+        self.comm = 0.0  # seconds this step spent in blocking collectives called from Python
+        self.collective_s: list[float] = []  # per measured step
         self.losses: list[tuple[float, float]] = []  # (the script's step, or the line's index; loss), rank 0
         self.started = time.perf_counter()
 
@@ -82,9 +86,13 @@ class StepClock:
         if step == self.first - 1:
             self.window.open()  # its barrier and idle reading happen before the mark: not in a step's time
             self._mark()
+            self.in_window, self.comm = True, 0.0
         elif self.first <= step <= self.last:
             self._mark()
+            self.collective_s.append(self.comm)
+            self.comm = 0.0
             if step == self.last:
+                self.in_window = False
                 self._close()
                 if self.spec.script.stop_after_window:  # type: ignore[union-attr]
                     raise WindowClosed()
@@ -151,6 +159,7 @@ class StepClock:
                 "optimizer_steps": self.count,
                 "steps_marked_by": "scalegate.step()" if self.manual else "optimizer.step()",
                 "loss_curve": [list(p) for p in self.losses],
+                "collective_s": self.collective_s,  # blocking collectives the script called, per measured step
                 "throughput_unit": "samples/s" if batch else "steps/s",
             },
         )
@@ -187,6 +196,49 @@ class _LossReader(io.TextIOBase):
         return False
 
 
+# torch.distributed's collectives a script calls from Python: timed while the window is open (their host time is the
+# step's exposed communication: blocking calls hide nothing). DDP's and FSDP's own collectives run in C++ and
+# overlap the backward; what of them the compute does not hide shows in the step time and the efficiency.
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+    "barrier",
+)
+
+
+def _time_collectives(clock: StepClock) -> Callable[[], None]:
+    """Wrap the collectives for the script's run; returns what puts them back."""
+    import torch.distributed as dist
+
+    saved = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+
+    def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not clock.in_window:
+                return fn(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                clock.comm += time.perf_counter() - start
+
+        return call
+
+    for name, fn in saved.items():
+        setattr(dist, name, timed(fn))
+    return lambda: [setattr(dist, name, fn) for name, fn in saved.items()]  # type: ignore[func-returns-value]
+
+
 def run(spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, str], None]) -> None:
     """Run the case's script to its end (or its window's) under the step clock, then write the rank's result."""
     global ACTIVE
@@ -194,6 +246,7 @@ def run(spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, st
     assert script is not None
     clock = ACTIVE = StepClock(spec, ctx, out_dir, beat)
     handle = register_optimizer_step_post_hook(clock.optimizer_hook)
+    untime = _time_collectives(clock)
     streams = sys.stdout, sys.stderr
     if ctx.rank == 0 and script.loss_pattern:
         pattern = re.compile(script.loss_pattern)
@@ -213,6 +266,7 @@ def run(spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, st
             raise
     finally:
         handle.remove()
+        untime()
         sys.stdout, sys.stderr = streams
         sys.argv = argv
         os.chdir(cwd)
