@@ -1,0 +1,139 @@
+"""What the training-script bootstrap costs a step (issue 22: at most 1% of step time), as a same-run ratio.
+
+One process runs the example script's own model, data and optimizer step (examples/train_script/train.py) in
+alternating blocks of steps: bare, then with everything the bootstrap adds to a step (the global optimizer
+step hook and its count, the heartbeat write, the step mark, the timed collectives' wrappers, the loss line read
+through rank 0's stream wrapper), and so on. Each block is timed with the host clock; the overhead is the ratio of
+the medians, both measured in the same run, so the host's own drift cancels. The instrumented half also runs the
+window's memory sampler thread (a reading every 50 ms), as a measured window does; no wire counter (no namespace).
+
+    .venv/bin/python benchmarks/script_overhead.py --blocks 40 --steps 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "train_script"))
+
+import train  # noqa: E402  (the example script's data and model)
+
+from scalegate.contract.script import ScriptSpec  # noqa: E402
+from scalegate.contract.spec import CaseSpec  # noqa: E402
+from scalegate.worker import script as bootstrap  # noqa: E402
+from scalegate.worker.loop import rank_context  # noqa: E402
+
+
+def _model(dim: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(dim, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+    )
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def make_clock(out_dir: Path) -> bootstrap.StepClock:
+    """The bootstrap's step clock as it runs a script (harness/worker/script.py); its window opens at the first
+    instrumented step and never closes, so every later step pays the in-window path."""
+    from scalegate.contract import heartbeat
+
+    spec = CaseSpec(
+        strategy="ddp",
+        model="mlp",
+        preset="script",
+        topology="1x1",
+        micro_batch=32,
+        steps=10**9,
+        warmup=1,
+        script=ScriptSpec(
+            path=str(ROOT / "examples/train_script/train.py"),
+            argv=(),
+            cwd=str(ROOT),
+            loss_pattern=r"step (\d+) loss ([0-9.eE+-]+)",
+        ),
+    )
+    return bootstrap.StepClock(spec, rank_context(spec), out_dir, heartbeat.Writer(out_dir, 0).beat)
+
+
+@contextlib.contextmanager
+def instrumented(clock: bootstrap.StepClock):
+    """What the bootstrap installs around a script, installed for one block."""
+    handle = register_optimizer_step_post_hook(clock.optimizer_hook)
+    untime = bootstrap._time_collectives(clock)
+    stdout = sys.stdout
+    pattern = re.compile(clock.spec.script.loss_pattern)  # type: ignore[union-attr]
+    sys.stdout = bootstrap._LossReader(io.StringIO(), pattern, clock.losses)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout = stdout
+        untime()
+        handle.remove()
+        del clock.losses[:]  # a reading a step: keep the list short
+
+
+def block(model, optimizer, data, steps: int, quiet_stream) -> float:
+    loss_fn = torch.nn.CrossEntropyLoss()
+    start = time.perf_counter()
+    for step in range(steps):
+        inputs, labels = next(data)
+        loss = loss_fn(model(inputs), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        print(f"step {step} loss {loss.item():.4f}", file=sys.stdout if quiet_stream is None else quiet_stream)
+    return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=40, help="blocks of each kind, alternating")
+    parser.add_argument("--steps", type=int, default=50, help="steps a block")
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--out", default="results/script-overhead")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, optimizer = _model(args.dim)
+    data = train.batches(0, 32, args.dim)
+    clock = make_clock(out)
+    with instrumented(clock):  # opens the window (sampler thread) once, as a run does
+        block(model, optimizer, data, args.steps, None)
+    block(model, optimizer, data, args.steps, io.StringIO())  # warm up
+    bare, timed = [], []
+    for i in range(args.blocks):
+        for kind in ("bare", "timed") if i % 2 else ("timed", "bare"):
+            if kind == "bare":
+                bare.append(block(model, optimizer, data, args.steps, io.StringIO()))
+            else:
+                with instrumented(clock):
+                    timed.append(block(model, optimizer, data, args.steps, None))
+    b, t = statistics.median(bare), statistics.median(timed)
+    load = os.getloadavg()
+    print(
+        f"step: bare {b * 1e3:.3f} ms (IQR {_iqr(bare) * 1e3:.3f}), instrumented {t * 1e3:.3f} ms "
+        f"(IQR {_iqr(timed) * 1e3:.3f}); overhead {t / b - 1:+.2%} ({(t - b) * 1e6:+.1f} us a step); "
+        f"{args.blocks} blocks x {args.steps} steps each; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+
+
+def _iqr(values: list[float]) -> float:
+    q = statistics.quantiles(values, n=4)
+    return q[2] - q[0]
+
+
+if __name__ == "__main__":
+    main()
