@@ -45,6 +45,9 @@ fi
 # ~/.cache/torch_extensions): build it here once rather than inside the first DeepSpeed case.
 # The same call DeepSpeed makes; it does nothing where the accelerator has no such op (CUDA).
 echo "setup: warming DeepSpeed's CPU comm op (first time ~1 min)"
+# into this venv's own cache, where the launchers point the ranks (harness/launch/base.py): a second checkout's venv
+# does not build it again, nor use another torch's build
+export TORCH_EXTENSIONS_DIR="$PWD/.venv/torch_extensions"
 "$VPY" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null 2>&1 \
   || echo "setup: WARNING: DeepSpeed could not build its CPU comm op; its first job will try again" >&2
 "$VPY" - <<'PY'

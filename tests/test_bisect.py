@@ -3,7 +3,6 @@ of four commits whose third slows DDP's step (a synchronous host-side check, as 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -44,10 +43,7 @@ def _history(where):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not os.environ.get("SCALEGATE_HEAVY_TESTS"),
-    reason="2-4 minutes of A/B steps: set SCALEGATE_HEAVY_TESTS=1 (CI stays under 30 minutes)",
-)
+@pytest.mark.nightly
 def test_bisect_finds_the_commit_that_slowed_ddp(tmp_path):
     repo = tmp_path / "repo"
     commits = _history(repo)

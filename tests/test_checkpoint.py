@@ -205,7 +205,6 @@ def _resume_on_rank(rank: int, directory: str, port: int, out: str) -> None:
     """One of two spawned ranks: FSDP2 over gloo, the 1x1 checkpoint loaded through the strategy's own
     load_checkpoint, the kept step taken on this rank's half of the same global batch."""
     import json
-    import os
 
     import torch.distributed as dist
 
@@ -242,10 +241,7 @@ def _resume_on_rank(rank: int, directory: str, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.skipif(
-    not os.environ.get("SCALEGATE_HEAVY_TESTS"),
-    reason="a 1x1 launch and two spawned ranks (~30 s on 2 cores): set SCALEGATE_HEAVY_TESTS=1",
-)
+@pytest.mark.nightly
 def test_resume_at_another_world_size_one_rank_to_two(tmp_path):
     """A single-process DCP checkpoint loaded by two FSDP2 ranks (each reads its shards): the step resumed on the
     same global batch, split over the two ranks, matches the single process's uninterrupted step."""
@@ -280,10 +276,7 @@ def test_resume_at_another_world_size_one_rank_to_two(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not os.environ.get("SCALEGATE_HEAVY_TESTS"),
-    reason="the suite end to end (a case and its 1x1 reference, ~40 s on 2 cores): SCALEGATE_HEAVY_TESTS=1",
-)
+@pytest.mark.nightly
 def test_the_suite_reports_checkpoint_figures_in_the_table_the_case_json_and_extra_info(suite, tmp_path):
     import json
 

@@ -163,6 +163,7 @@ def gate(tmp_path, *args: str, env: dict | None = None):
     )
 
 
+@pytest.mark.nightly
 def test_the_gate_command_fails_a_slowdown_applied_from_outside(tmp_path, suite):
     bases = tmp_path / "baselines"
     recorded = suite(

@@ -4,13 +4,12 @@ In this process: names, presets, the task each model type gets, the generic dims
 fields, deterministic data, a forward/backward and a few learning steps for GPT-2 and Llama, the frozen
 zero-gradient parameters, pipeline cuts of rotary decoders, skips and usage errors. One real torchrun job (``slow``): GPT-2 under FSDP on 1x2
 against a single process. The whole sweep (ddp, fsdp, deepspeed-zero3 for several model types) is behind
-SCALEGATE_HEAVY_TESTS=1.
+`pytest -m nightly`.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import pytest
 import torch
@@ -235,10 +234,7 @@ def test_fsdp_gpt2_on_two_ranks_agrees_with_a_single_process(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not os.environ.get("SCALEGATE_HEAVY_TESTS"),
-    reason="several minutes of torchrun jobs: set SCALEGATE_HEAVY_TESTS=1 (CI stays under 30 minutes)",
-)
+@pytest.mark.nightly
 @pytest.mark.parametrize(
     "model_type, strategy",
     [(m, s) for m in ("gpt2", "llama", "bert", "opt") for s in ("ddp", "fsdp", "deepspeed-zero3")]

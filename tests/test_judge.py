@@ -279,6 +279,7 @@ def test_the_record_survives_its_result_file(baseline):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly
 def test_pytest_and_compare_give_identical_verdicts(tmp_path, suite):
     """The same records through the pytest session and through `python -m scalegate compare`."""
     bases = tmp_path / "baselines"

@@ -120,7 +120,14 @@ class Launcher(abc.ABC):
         env.pop("TORCHELASTIC_ERROR_FILE", None)  # torchrun sets one per rank; an inherited one would clash
         if self.settings.data_dir:
             env["SCALEGATE_DATA_DIR"] = self.settings.data_dir
-        return checkout.environment(env)  # the ranks import the scalegate this session imported
+        return extensions(checkout.environment(env))  # the ranks import the scalegate this session imported
+
+
+def extensions(env: dict[str, str]) -> dict[str, str]:
+    """DeepSpeed's JIT-built ops (its CPU comm op) in this environment's own cache, where setup.sh built them, not
+    in ~/.cache/torch_extensions shared by every venv (which each venv at another path would build again)."""
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+    return env
 
 
 _REGISTRY: dict[str, type[Launcher]] = {}

@@ -43,7 +43,7 @@ from scalegate.contract.errors import LaunchError
 from scalegate.contract.results import CaseResult
 from scalegate.contract.spec import CaseSpec
 from scalegate.launch import netns, process, wirecount
-from scalegate.launch.base import Job, rank_logs, register_launcher
+from scalegate.launch.base import Job, extensions, rank_logs, register_launcher
 from scalegate.launch.local import Launch, TorchrunLauncher, with_port_retries
 
 START_TIMEOUT_S = 180.0  # importing torch, DeepSpeed and Lightning on a loaded 2-core machine
@@ -300,7 +300,7 @@ class AgentPool:
 def server_environment() -> dict[str, str]:
     """This process's environment, the checkout on PYTHONPATH (the server imports the harness), one thread:
     each launch's own settings (threads, data directory, wire counter) travel with its request."""
-    env = checkout.environment(dict(os.environ))  # the server imports the scalegate this session imported
+    env = extensions(checkout.environment(dict(os.environ)))  # the scalegate this session imported
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.pop("TORCHELASTIC_ERROR_FILE", None)
     return env
