@@ -163,6 +163,10 @@ class CaseSpec:
     # directories they put in front of sys.path before importing it, rather than trusting their environment.
     workload: str = ""
     import_paths: tuple[str, ...] = ()
+    # Parameter elements whose true gradient is 0, which gradient and parameter agreement leave out: found once per
+    # workload and preset by the pytest side's probe before a launch (fixtures/probe.py, harness/plan/probe.py):
+    # {"dtype", "why", "params": {name: {"numel", "ranges": [[start, stop], ...]}}}; {} = not probed
+    zero_grad: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         topo = Topology.parse(self.topology)  # raises with a HINT on a malformed string
@@ -221,6 +225,12 @@ class CaseSpec:
                 'pass a tuple of absolute directories, e.g. ("/home/me/repo",)',
             )
         object.__setattr__(self, "import_paths", tuple(paths))  # a JSON round trip reads a list
+        if not isinstance(self.zero_grad, dict) or not isinstance(self.zero_grad.get("params", {}), dict):
+            raise SpecError(
+                f"zero_grad={self.zero_grad!r} for {self.case_id} is not the probe's mapping",
+                'leave it {} (the pytest side fills it in before a launch) or {"params": {name: {"numel": n, '
+                '"ranges": [[start, stop]]}}}',
+            )
         relative = [p for p in paths if not Path(p).is_absolute()]
         if relative:
             raise SpecError(

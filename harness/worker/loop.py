@@ -217,7 +217,9 @@ class _Steps:
     def _end_reference(self) -> None:
         """After the untimed steps: compare the parameters the optimizer moved, then drop the reference."""
         if self.reference is not None:
-            self.check["params"] = gradcheck.compare(self.setup.strategy.full_parameters(), self.reference.parameters())
+            self.check["params"] = gradcheck.compare(
+                self.setup.strategy.full_parameters(), self.reference.parameters(), self.spec.zero_grad
+            )
             self.check["param_steps"] = self.unmeasured
             self.check["reference_losses"] = self.reference.losses
             self.reference = None
@@ -250,7 +252,7 @@ class _Steps:
                     inputs.to(ctx.device), targets.to(ctx.device), device.autocast(spec, ctx.device)
                 )
             if step == 0:
-                self.check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
+                self.check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads, spec.zero_grad)
         paused = 0.0
         if step == self.unmeasured + spec.steps - 1:  # gradients exist only until the optimizer step
             t_state = time.perf_counter()
