@@ -44,9 +44,13 @@ class Faults:
     # --scaling-checkpoint's window restores the model but not the optimizer state (a resume that loses Adam's
     # moments and step count): the round-trip parity check must fail the case (harness/measure/checkpoint.py)
     checkpoint_skip_optimizer: bool = False
+    # the single-process reference normalises the whole global batch even where the ranks' BatchNorm sees only their
+    # shard (the reference before issue 23): gradient agreement must fail on such a model, so the check is not loose
+    whole_batch_reference: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checkpoint_skip_optimizer", bool(self.checkpoint_skip_optimizer))  # 1 from the CLI
+        object.__setattr__(self, "whole_batch_reference", bool(self.whole_batch_reference))
         if self.delay_ms < 0:
             raise SpecError(f"injected delay {self.delay_ms} ms is negative", "use a delay >= 0")
         if not 0 <= self.slowdown <= 10:
@@ -66,6 +70,7 @@ class Faults:
             or self.hold_memory_mb > 0
             or (self.straggler_rank >= 0 and self.straggler_ms > 0)
             or self.checkpoint_skip_optimizer
+            or self.whole_batch_reference
         )
 
 

@@ -28,10 +28,15 @@ class Pipeline(Strategy):
         "runs the schedule, not a full model: a per-stage checkpoint is not built here"
     )
     schedule_class: ClassVar[type]
+    running_statistics = "all"  # a stage's BatchNorm sees every micro-batch, one after another
 
     @property
     def data_rank(self):
         return 0, 1  # every stage sees the whole global batch; micro-batches split it in time
+
+    @property
+    def norm_pieces(self) -> int:
+        return self.spec.microbatches or self.ctx.world_size  # BatchNorm normalises each micro-batch
 
     @property
     def is_last(self) -> bool:
@@ -53,7 +58,7 @@ class Pipeline(Strategy):
                 f"for {world} ranks",
                 "pipeline_stages(model, n) must return exactly n modules",
             )
-        self.microbatches = self.spec.microbatches or world
+        self.microbatches = self.norm_pieces
         if self.spec.global_batch_size % self.microbatches:
             raise SpecError(
                 f"{self.spec.case_id}: global batch {self.spec.global_batch_size} does not split into "
