@@ -67,7 +67,7 @@ class Reference:
             with autocast:  # the same mixed precision as the strategy's forward, or bf16 would differ by design
                 loss = self.loss_fn(self.model(inputs), targets)
             loss.backward()
-            self.losses.append(float(loss))
+            self.losses.append(float(loss.detach()))
         else:
             self.losses.append(self._pieces(inputs, targets, autocast))
         grads = {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
@@ -86,7 +86,7 @@ class Reference:
             with autocast:
                 loss = self.loss_fn(self.model(x), y) / self.pieces
             loss.backward()
-            total += float(loss)
+            total += float(loss.detach())
             if i == 0:
                 kept = self._buffers()
         if self.running == "first" and kept is not None:
