@@ -160,3 +160,35 @@ def test_default_fsdp_units_open_containers_and_leave_tied_parameters_with_the_r
     model.head, model.act = head, nn.ReLU()
     units = Workload.fsdp_blocks(types.SimpleNamespace(), model)
     assert units == [blocks[0], blocks[1], model.parts["norm"]]
+
+
+def test_a_sync_batchnorm_workload_trains_synced_against_a_plain_whole_batch_reference(monkeypatch):
+    """The worker converts the ranks' model and not the reference's. In one process without a process group
+    SyncBatchNorm computes plain BatchNorm (torch runs it distributed on CUDA only): the two must agree exactly."""
+    from pathlib import Path
+
+    from scalegate.worker.loop import rank_context, train
+
+    converted = []
+    real = nn.SyncBatchNorm.convert_sync_batchnorm.__func__
+    monkeypatch.setattr(
+        nn.SyncBatchNorm,
+        "convert_sync_batchnorm",
+        classmethod(lambda cls, module, group=None: converted.append(module) or real(cls, module, group)),
+    )
+    spec = CaseSpec(
+        strategy="single",
+        model="team_syncbn_cnn",
+        preset="tiny",
+        topology="1x1",
+        micro_batch=16,
+        steps=1,
+        warmup=2,
+        workload="teams_models:SyncBatchNormCNN",
+        import_paths=(str(Path(__file__).resolve().parent / "assets"),),
+    )
+    result = train(spec, rank_context(spec))
+    assert converted and isinstance(converted[0], nn.Sequential)  # the ranks' model, once at its root
+    for kind in ("grads", "params"):
+        found = result.grad_check[kind]
+        assert found["errors"][found["worst"]]["rel"] == 0.0
