@@ -231,7 +231,9 @@ def test_an_output_the_default_loss_cannot_read_fails_before_any_launch(tmp_path
     run = subprocess.run(cmd, cwd=team, env=_env(), capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
     assert run.returncode == 1, out[-3000:]
-    assert "ddp-odd_output-1x2: workload 'odd_output': the model returned a odd_models.Scores" in out, out[-3000:]
+    assert "ddp-odd_output-1x2: workload 'odd_output': the model returned an object of type odd_models.Scores" in out, (
+        out[-3000:]
+    )
     assert "HINT: define loss(self, output, target) in the workload" in out
     run_dir = next((tmp_path / "results").glob("2*"))
     assert not (run_dir / "ddp-odd_output-1x2").exists() and not (run_dir / "single-odd_output-1x1").exists()

@@ -143,7 +143,7 @@ class _Odd:
 @pytest.mark.parametrize(
     "wrap, says",
     [
-        (lambda logits: _Odd(), "returned a test_probe._Odd"),
+        (lambda logits: _Odd(), "returned an object of type test_probe._Odd"),
         (lambda logits: {"scores": logits}, "returned a dict with keys ['scores']"),
         (lambda logits: (None, logits), "returned a tuple of 2 (NoneType, Tensor)"),
     ],
