@@ -257,6 +257,26 @@ def record_benchmark(benchmark, outcome: Outcome, profile: str) -> None:
         wire_unavailable=wire.get("unavailable"),
         checkpoint=found.get("checkpoint"),  # --scaling-checkpoint: save_s, load_s, bytes per rank, s/GB
     )
+    benchmark.extra_info.update(step_breakdown(outcome))
+
+
+def step_breakdown(outcome: Outcome) -> dict:
+    """Where the step's time went and who arrived last, as the table and the case JSON have them: records read
+    with ``--benchmark-json`` or ``--benchmark-compare`` would otherwise show a step time with no why."""
+    found = (outcome.resources or {}).get("breakdown") or {}
+    late = outcome.stragglers or {}
+    per_rank = found.get("per_rank") or []
+    return {
+        "comm_exposed_share": found.get("exposed_share"),  # the table's "comm exp"
+        "comm_exposed_share_mad": found.get("exposed_share_mad"),
+        "compute_s": {str(r["rank"]): r["compute_s"] for r in per_rank},  # the local step: no communication
+        "exposed_comm_s": {str(r["rank"]): r["exposed_comm_s"] for r in per_rank},
+        "breakdown_pairs": found.get("pairs"),
+        "straggler_rank": late.get("rank"),
+        # the verdict's line naming the rank; else why none is named (communication inside the forward), or ""
+        "straggler": late.get("message") or late.get("why") or "",
+        "straggler_excess_s": late.get("excess_s"),
+    }
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -28,7 +28,7 @@ from scalegate.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judg
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import from_results
 from scalegate.launch import warm
-from scalegate.plan import cluster
+from scalegate.plan import cluster, probe
 from scalegate.plan.hostinfo import HostInfo, commit
 from scalegate.plan.matrix import Case
 from scalegate.plan.options import Options
@@ -112,7 +112,7 @@ class ScalingSession:
         """One launch, by the launcher ``launch.choose`` names: a SLURM node's agent for a multi-node case under
         srun (node 0's: the others go through ``_run_other_node``), emulated nodes elsewhere, and for a
         single-node case the ``--scaling-launcher`` one, also under srun."""
-        spec = self._windows(spec)
+        spec = probe.prepare(self._windows(spec), self.options.data_dir)  # the output check, zero gradients
         name = launch.choose(spec, self.slurm, self.options.launcher)
         settings = launch.Settings(
             data_dir=self.options.data_dir, link_rate=self.options.link_rate, agents=self.agents, slurm=self.slurm
@@ -264,6 +264,8 @@ class ScalingSession:
         ]
         if traces:  # --scaling-profile: one Chrome trace per rank (harness/measure/profiling.py)
             data["traces"] = traces
+        if outcome.result is not None and outcome.result.spec.zero_grad:  # what agreement left out, and why
+            data["zero_grad"] = outcome.result.spec.zero_grad
         atomic.write_json(self.run_dir / f"{spec.case_id}.json", data)
         if self.options.tensorboard_dir is not None:
             tensorboard.write_case(self.options.tensorboard_dir / self.run_dir.name, outcome)

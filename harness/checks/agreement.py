@@ -41,7 +41,35 @@ def agreement(result: CaseResult) -> str | None:
                 f"> tolerance {bound:.1g} ({result.spec.dtype}) {when}, against a single process on the same "
                 f"global batch"
             )
+    if problems and not_compared(result.spec):
+        problems.append(not_compared(result.spec))
     return "\n".join(problems) or None
+
+
+def not_compared(spec) -> str:
+    """The parameters agreement left out, for the failure text: ``3 parameters with a true gradient of 0 not
+    compared: a (64 of 192 elements), b, c (found in float64 ...)``; "" when there are none."""
+    found = spec.zero_grad or {}
+    params = found.get("params") or {}
+    if not params:
+        return f"zero-gradient parameters were compared: {found['why']}" if found.get("why") else ""
+    names = [
+        name if _left_out(entry) == entry["numel"] else f"{name} ({_left_out(entry)} of {entry['numel']} elements)"
+        for name, entry in params.items()
+    ]
+    shown = ", ".join(names[:MAX_NAMED]) + (f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else "")
+    why = f"; {found['why']}" if found.get("why") else ""
+    return (
+        f"{len(params)} parameter{'s' if len(params) != 1 else ''} with a true gradient of 0 not compared: {shown} "
+        f"(found in {found.get('dtype') or '?'} on the pytest side before the launch{why})"
+    )
+
+
+MAX_NAMED = 8
+
+
+def _left_out(entry: dict) -> int:
+    return sum(stop - start for start, stop in entry["ranges"])
 
 
 def checkpoint(result: CaseResult) -> str | None:

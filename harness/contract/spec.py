@@ -45,9 +45,13 @@ class Faults:
     # --scaling-checkpoint's window restores the model but not the optimizer state (a resume that loses Adam's
     # moments and step count): the round-trip parity check must fail the case (harness/measure/checkpoint.py)
     checkpoint_skip_optimizer: bool = False
+    # the single-process reference normalises the whole global batch even where the ranks' BatchNorm sees only their
+    # shard (the reference before issue 23): gradient agreement must fail on such a model, so the check is not loose
+    whole_batch_reference: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checkpoint_skip_optimizer", bool(self.checkpoint_skip_optimizer))  # 1 from the CLI
+        object.__setattr__(self, "whole_batch_reference", bool(self.whole_batch_reference))
         if self.delay_ms < 0:
             raise SpecError(f"injected delay {self.delay_ms} ms is negative", "use a delay >= 0")
         if not 0 <= self.slowdown <= 10:
@@ -67,6 +71,7 @@ class Faults:
             or self.hold_memory_mb > 0
             or (self.straggler_rank >= 0 and self.straggler_ms > 0)
             or self.checkpoint_skip_optimizer
+            or self.whole_batch_reference
         )
 
 
@@ -164,6 +169,10 @@ class CaseSpec:
     # directories they put in front of sys.path before importing it, rather than trusting their environment.
     workload: str = ""
     import_paths: tuple[str, ...] = ()
+    # Parameter elements whose true gradient is 0, which gradient and parameter agreement leave out: found once per
+    # workload and preset by the pytest side's probe before a launch (fixtures/probe.py, harness/plan/probe.py):
+    # {"dtype", "why", "params": {name: {"numel", "ranges": [[start, stop], ...]}}}; {} = not probed
+    zero_grad: dict[str, Any] = field(default_factory=dict)
     # A team's own training script instead of a workload (harness/contract/script.py): the ranks run it through the
     # bootstrap, and ``strategy`` is the script's own word for its strategy
     script: ScriptSpec | None = None
@@ -227,6 +236,12 @@ class CaseSpec:
                 'pass a tuple of absolute directories, e.g. ("/home/me/repo",)',
             )
         object.__setattr__(self, "import_paths", tuple(paths))  # a JSON round trip reads a list
+        if not isinstance(self.zero_grad, dict) or not isinstance(self.zero_grad.get("params", {}), dict):
+            raise SpecError(
+                f"zero_grad={self.zero_grad!r} for {self.case_id} is not the probe's mapping",
+                'leave it {} (the pytest side fills it in before a launch) or {"params": {name: {"numel": n, '
+                '"ranges": [[start, stop]]}}}',
+            )
         relative = [p for p in paths if not Path(p).is_absolute()]
         if relative:
             raise SpecError(

@@ -37,6 +37,9 @@ def run_case(
 ) -> CaseResult:
     """Run one case as a session outside SLURM would: warm with ``agents``, else a cold torchrun; emulated
     nodes for a multi-node case."""
+    from scalegate.plan import probe  # zero-gradient elements and the output check, as the session does
+
+    spec = probe.prepare(spec, data_dir)
     name = choose(spec, None, "warm" if agents is not None else "torchrun")
     launcher = get(name)(Settings(data_dir=data_dir, agents=agents, link_rate=link_rate))
     return launcher.run(spec, case_dir)  # type: ignore[return-value]  # None: SLURM nodes 1.., never chosen here

@@ -76,10 +76,29 @@ def case_unavailable(card: StrategyCard, spec: CaseSpec, workload: type) -> str 
     return None
 
 
+def sync_batchnorm_unavailable(card: StrategyCard, workload: type, device: str) -> str | None:
+    """Why a workload with ``sync_batchnorm`` cannot run this strategy here (torch's SyncBatchNorm), or None."""
+    if not getattr(workload, "sync_batchnorm", False):
+        return None
+    if PIPELINE in card.needs:
+        return (
+            f"{card.name}: workload {workload.name!r} sets sync_batchnorm, and pipeline stages are not data-parallel "
+            "replicas: SyncBatchNorm would wait for ranks that hold other stages"
+        )
+    if device != "cuda":
+        return (
+            f"{card.name}: workload {workload.name!r} sets sync_batchnorm, and torch runs SyncBatchNorm on CUDA only "
+            '("SyncBatchNorm expected input tensor to be on GPU"); on CPU leave it off: the reference then '
+            "normalises each rank's shard, as the ranks do"
+        )
+    return None
+
+
 def unavailable(card: StrategyCard, spec: CaseSpec, workload: type, device: str, devices_per_node: int) -> str | None:
     """Every rule above in order: the first reason, or None."""
     return (
         strategy_unavailable(card, spec.topo, device, devices_per_node)
         or workload_unavailable(card, workload, spec.topo)
         or case_unavailable(card, spec, workload)
+        or sync_batchnorm_unavailable(card, workload, device)
     )

@@ -56,6 +56,10 @@ class Strategy:
     # and restored by the window, which then reports it as unavailable instead of failing the case
     checkpoint_unavailable: ClassVar[str] = ""
     checkpoint_format: ClassVar[str] = "torch.distributed.checkpoint"
+    # Whose BatchNorm running statistics the single-process reference keeps (harness/worker/reference.py): "first",
+    # the first piece's (DDP broadcasts rank 0's buffers before every forward; FSDP and ZeRO keep each rank's own,
+    # so rank 0's are the reference's), or "all" pieces in order (a pipeline stage sees every micro-batch)
+    running_statistics: ClassVar[str] = "first"
 
     @property
     def card(self) -> "StrategyCard":
@@ -93,6 +97,12 @@ class Strategy:
     def loss_weight(self) -> float:
         """This rank's share of the global loss (its loss is the mean over its slice)."""
         return 1.0 / self.data_rank[1]
+
+    @property
+    def norm_pieces(self) -> int:
+        """Pieces of the global batch that BatchNorm normalises separately under this strategy: one per
+        data-parallel rank (each normalises its own shard); the reference takes the same pieces one by one."""
+        return self.data_rank[1]
 
     def shard(self, inputs: "torch.Tensor", targets: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
         index, count = self.data_rank

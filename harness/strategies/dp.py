@@ -16,6 +16,10 @@ from scalegate.strategies.base import Strategy
 class DP(Strategy):
     name = "dp"
 
+    @property
+    def norm_pieces(self) -> int:
+        return torch.cuda.device_count()  # the batch is scattered over the GPUs; replica 0 keeps its statistics
+
     def setup(self, model, make_optimizer):
         self.model = model.to(self.ctx.device)
         self.wrapped = nn.DataParallel(

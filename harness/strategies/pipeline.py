@@ -28,10 +28,15 @@ class Pipeline(Strategy):
         "runs the schedule, not a full model: a per-stage checkpoint is not built here"
     )
     schedule_class: ClassVar[type]
+    running_statistics = "all"  # a stage's BatchNorm sees every micro-batch, one after another
 
     @property
     def data_rank(self):
         return 0, 1  # every stage sees the whole global batch; micro-batches split it in time
+
+    @property
+    def norm_pieces(self) -> int:
+        return self.spec.microbatches or self.ctx.world_size  # BatchNorm normalises each micro-batch
 
     @property
     def is_last(self) -> bool:
@@ -53,13 +58,14 @@ class Pipeline(Strategy):
                 f"for {world} ranks",
                 "pipeline_stages(model, n) must return exactly n modules",
             )
-        self.microbatches = self.spec.microbatches or world
+        self.microbatches = self.norm_pieces
         if self.spec.global_batch_size % self.microbatches:
             raise SpecError(
                 f"{self.spec.case_id}: global batch {self.spec.global_batch_size} does not split into "
                 f"{self.microbatches} equal micro-batches",
                 "pick a micro-batch count that divides the global batch",
             )
+        self.tied = _tied(stages, self.names)
         self.stage_module = stages[rank].to(self.ctx.device)
         self.stage = PipelineStage(_Contiguous(self.stage_module), rank, world, self.ctx.device)
         self.loss_fn = None  # set per step; the schedule calls it through _loss on the last stage
@@ -71,15 +77,29 @@ class Pipeline(Strategy):
 
     def forward_backward(self, inputs, targets, loss_fn):
         self.loss_fn = loss_fn
+        loss = None
         if self.ctx.rank == 0:
             self.schedule.step(inputs)
-            return None
-        if not self.is_last:
+        elif not self.is_last:
             self.schedule.step()
-            return None
-        losses: list[torch.Tensor] = []
-        self.schedule.step(target=targets, losses=losses, return_outputs=False)
-        return torch.stack([loss.detach() for loss in losses]).mean()
+        else:
+            losses: list[torch.Tensor] = []
+            self.schedule.step(target=targets, losses=losses, return_outputs=False)
+            loss = torch.stack([loss.detach() for loss in losses]).mean()
+        self._sum_tied()
+        return loss
+
+    def _sum_tied(self) -> None:
+        """A parameter that two stages share (tied input and output embeddings) gets part of its gradient in each:
+        the sum is its gradient, on every stage that holds it, so their optimizers take the same step."""
+        named = dict(self.model.named_parameters())
+        for name, holders in self.tied:
+            param = named[name]
+            held = self.ctx.rank in holders and param.grad is not None
+            grad = param.grad if held else torch.zeros(param.shape, dtype=param.dtype, device=self.ctx.device)
+            dist.all_reduce(grad)  # every rank takes part, in the same order: the others add zeros
+            if self.ctx.rank in holders:
+                param.grad = grad
 
     def _gather(self, grads: bool) -> dict[str, torch.Tensor]:
         # Each stage's tensors go to every rank, keyed by the full model's names (collective).
@@ -102,6 +122,15 @@ class Pipeline(Strategy):
 
     def full_parameters(self):
         return self._gather(grads=False)
+
+
+def _tied(stages: list[nn.Module], names: dict[int, str]) -> list[tuple[str, list[int]]]:
+    """Parameters held by more than one stage, with the stages that hold them, in the same order on every rank."""
+    holders: dict[int, list[int]] = {}
+    for index, stage in enumerate(stages):
+        for param in stage.parameters():
+            holders.setdefault(id(param), []).append(index)
+    return [(names[key], ranks) for key, ranks in holders.items() if len(ranks) > 1]
 
 
 class _ContiguousGrad(torch.autograd.Function):

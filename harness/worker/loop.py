@@ -27,7 +27,7 @@ from scalegate.strategies.base import RankContext
 from scalegate.worker import companion as companions
 from scalegate.worker import compiling, device, faults, windows
 from scalegate.worker.measured import MeasuredWindow
-from scalegate.worker.reference import Reference, make_optimizer_factory
+from scalegate.worker.reference import Reference, make_optimizer_factory, pieces_for
 
 
 def rank_context(spec: CaseSpec) -> RankContext:
@@ -114,8 +114,14 @@ def _setup(spec: CaseSpec, ctx: RankContext, data_dir: str | None, beat: Callabl
     workload = workloads.resolve(spec)(spec.preset, spec.seed, data_dir, dims=spec.dims)
     torch.manual_seed(spec.seed)  # identical initial weights on every rank and in the reference
     model = workload.build_model()
-    reference = Reference(model, spec, ctx.device, workload.loss) if spec.grad_check else None
     strategy = strategies.get(spec.strategy)(ctx, spec, workload=workload)  # its FSDP units, pipeline cuts
+    reference = (
+        Reference(model, spec, ctx.device, workload.loss, *pieces_for(model, strategy, spec, workload.sync_batchnorm))
+        if spec.grad_check
+        else None
+    )
+    if workload.sync_batchnorm:  # after the reference's copy, which keeps plain BatchNorm over the whole batch
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     beat(-1, "setup")
     full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
     if spec.compile:  # in place, before the strategy wraps the blocks; the reference above stays eager
@@ -190,7 +196,9 @@ class _Steps:
     def _end_reference(self) -> None:
         """After the untimed steps: compare the parameters the optimizer moved, then drop the reference."""
         if self.reference is not None:
-            self.check["params"] = gradcheck.compare(self.setup.strategy.full_parameters(), self.reference.parameters())
+            self.check["params"] = gradcheck.compare(
+                self.setup.strategy.full_parameters(), self.reference.parameters(), self.spec.zero_grad
+            )
             self.check["param_steps"] = self.unmeasured
             self.check["reference_losses"] = self.reference.losses
             self.reference = None
@@ -223,7 +231,7 @@ class _Steps:
                     inputs.to(ctx.device), targets.to(ctx.device), device.autocast(spec, ctx.device)
                 )
             if step == 0:
-                self.check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads)
+                self.check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads, spec.zero_grad)
         paused = 0.0
         if step == self.unmeasured + spec.steps - 1:  # gradients exist only until the optimizer step
             t_state = time.perf_counter()
