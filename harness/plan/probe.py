@@ -20,7 +20,10 @@ _FOUND: dict[tuple, dict[str, Any] | SpecError] = {}
 
 def prepare(spec: CaseSpec, data_dir: str | None = None) -> CaseSpec:
     """``spec`` with the probe's zero-gradient elements where its gradients are checked; raises the probe's
-    SpecError (a model output the default loss cannot read) for every case of that workload."""
+    SpecError (a model output the default loss cannot read) for every case of that workload. A training script has
+    no model here to probe: its gradients are not compared (harness/checks/script.py)."""
+    if spec.script is not None:
+        return spec
     found = found_for(spec, data_dir)
     if not spec.grad_check or spec.zero_grad:  # nothing compared, or probed already (a relaunch)
         return spec
