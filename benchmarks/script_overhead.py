@@ -122,11 +122,47 @@ def main() -> None:
                 with instrumented(clock):
                     timed.append(block(model, optimizer, data, args.steps, None))
     b, t = statistics.median(bare), statistics.median(timed)
+    print(parts(clock, model, optimizer))
+    clock.window.sampler.__exit__(None, None, None)
     load = os.getloadavg()
     print(
         f"step: bare {b * 1e3:.3f} ms (IQR {_iqr(bare) * 1e3:.3f}), instrumented {t * 1e3:.3f} ms "
         f"(IQR {_iqr(timed) * 1e3:.3f}); overhead {t / b - 1:+.2%} ({(t - b) * 1e6:+.1f} us a step); "
         f"{args.blocks} blocks x {args.steps} steps each; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+
+
+def parts(clock: bootstrap.StepClock, model, optimizer, n: int = 20000) -> str:
+    """Each piece's cost a call, timed alone: the clock's step (count, heartbeat, mark), the loss reader a line, and
+    torch's optimizer step with and without a global hook (the step's own work, AdamW on the example's model)."""
+    start = time.perf_counter()
+    for _ in range(n):
+        clock.on_step()
+    on_step = (time.perf_counter() - start) / n
+    reader = bootstrap._LossReader(io.StringIO(), re.compile(r"step (\d+) loss ([0-9.eE+-]+)"), [])
+    start = time.perf_counter()
+    for i in range(n):
+        print(f"step {i} loss 1.2345", file=reader)
+    line = (time.perf_counter() - start) / n
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+
+    def steps(k: int = 200) -> float:
+        begin = time.perf_counter()
+        for _ in range(k):
+            optimizer.step()
+        return (time.perf_counter() - begin) / k
+
+    bare, hooked = [], []
+    for i in range(40):
+        for kind in ("bare", "hooked") if i % 2 else ("hooked", "bare"):
+            handle = register_optimizer_step_post_hook(lambda o, a, kw: None) if kind == "hooked" else None
+            (hooked if handle else bare).append(steps())
+            if handle:
+                handle.remove()
+    return (
+        f"parts: the clock's step {on_step * 1e6:.1f} us, the loss reader {line * 1e6:.1f} us a line, an AdamW step "
+        f"{statistics.median(bare) * 1e6:.1f} us bare and {statistics.median(hooked) * 1e6:.1f} us with a global hook"
     )
 
 
