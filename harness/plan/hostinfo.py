@@ -87,14 +87,20 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.") or "unknown"
 
 
-@functools.lru_cache(maxsize=1)
 def commit() -> str:
+    """The commit of the repository under test (the directory the session runs in: a team's repository, or the
+    base worktree of an A/B gate), with -dirty for uncommitted changes; "unknown" outside git."""
+    return _commit(os.getcwd())
+
+
+@functools.lru_cache(maxsize=8)
+def _commit(where: str) -> str:
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],
             capture_output=True,
             text=True,
-            cwd=Path(__file__).resolve().parent,
+            cwd=where,
             timeout=10,
         )
         sha = out.stdout.strip()
@@ -104,7 +110,7 @@ def commit() -> str:
             ["git", "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
-            cwd=Path(__file__).resolve().parent,
+            cwd=where,
             timeout=10,
         ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
