@@ -2,6 +2,7 @@
 world sizes 1-4, and every example is a real multi-process DDP job compared with a single process.
 """
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -10,6 +11,7 @@ from scalegate.contract.spec import CaseSpec
 from scalegate.launch import run_case
 
 
+@pytest.mark.slow  # several real two-rank launches, one per drawn shape
 @settings(
     max_examples=3,
     deadline=None,

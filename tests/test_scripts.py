@@ -110,6 +110,7 @@ def _options():
 
 
 # --- real sessions ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_example_script_is_gated_on_ddp_and_fsdp_from_its_own_directory(tmp_path):
     project = _project(tmp_path)
     run = _pytest(project, "--scaling-update-baselines")
@@ -185,6 +186,7 @@ def test_quiet(scaling_case): scaling_case.check()
 """
 
 
+@pytest.mark.slow
 def test_a_scripts_failures_are_named_and_other_cases_keep_their_results(tmp_path):
     project = _project(tmp_path)
     (project / "scenario.py").write_text(textwrap.dedent(SCENARIO))
@@ -244,6 +246,7 @@ def _gate(repo: Path, *args: str, timeout: float = 900) -> subprocess.CompletedP
     return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_the_ab_gate_fails_a_head_that_adds_an_all_reduce_to_the_teams_script(tmp_path):
     repo = _team_repo(tmp_path)
     run = _gate(repo, "--base", "HEAD~1", "-k", "ddp")
@@ -268,6 +271,7 @@ def test_the_ab_gate_passes_the_teams_script_against_itself(tmp_path):
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
 
 
+@pytest.mark.slow
 def test_a_repository_without_scaling_cases_gets_a_usage_error(tmp_path):
     from tests.repos import git
 
