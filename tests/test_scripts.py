@@ -264,7 +264,7 @@ def test_the_ab_gate_fails_a_head_that_adds_an_all_reduce_to_the_teams_script(tm
     assert "ddp-mlp-1x2" in out and "FAIL" in out
 
 
-@pytest.mark.slow
+@pytest.mark.nightly
 def test_the_ab_gate_passes_the_teams_script_against_itself(tmp_path):
     repo = _team_repo(tmp_path)
     run = _gate(repo, "--base", "HEAD", "-k", "ddp")

@@ -55,7 +55,11 @@ def merge(rounds: list[list[dict[str, Any]]], budget: int) -> list[dict[str, Any
         first = records[0]
         record = dataclasses.replace(
             first,
-            launches=tuple(launch for r in records for launch in r.launches),
+            launches=tuple(
+                dataclasses.replace(launch, reference_step_times_s=r.reference_step_times_s)
+                for r in records
+                for launch in r.launches
+            ),
             reference_step_times_s=tuple(t for r in records for t in r.reference_step_times_s),
             reference_launches=sum(r.reference_launches for r in records),
             problems=tuple(dict.fromkeys(p for r in records for p in r.problems)),

@@ -42,5 +42,16 @@ def classic(record: CaseRecord, launch: LaunchRecord) -> Estimate | None:
     )
 
 
+def classic_own(record: CaseRecord, launch: LaunchRecord) -> Estimate | None:
+    """The classic efficiency of a launch against the reference of its own session where the record keeps it (a
+    gate round's), else against the record's pooled reference: rounds then do not share one reference's luck."""
+    reference = launch.reference_step_times_s or record.reference_step_times_s
+    if not reference or not launch.step_times_s:
+        return None
+    return stats.efficiency_estimate(
+        launch.step_times_s, record.global_batch, reference, record.reference_global_batch, record.world_size
+    )
+
+
 def local(launch: LaunchRecord) -> Estimate | None:
     return local_efficiency(launch.pair_step_times_s, launch.local_step_times_s)

@@ -33,6 +33,9 @@ class LaunchRecord:
     analytic_bytes_per_step: float | None = None
     wire_source: str = ""
     checkpoint_s_per_gb: float | None = None  # --scaling-checkpoint: (save + load) s per GB written
+    # the 1x1 reference steps of the session this launch ran in, where the gate merges rounds (gate_rounds.merge):
+    # an A/B on the classic efficiency pairs each round with its own reference, not the rounds' pooled one
+    reference_step_times_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
