@@ -129,6 +129,63 @@ def test_the_example_script_is_gated_on_ddp_and_fsdp_from_its_own_directory(tmp_
     assert {"ddp-mlp-1x2:script", "fsdp-mlp-1x2:script"} <= set(written["cases"])
 
 
+def _marker(project: Path, old: str, new: str) -> None:
+    test = project / "scaling_tests" / "test_train.py"
+    source = test.read_text()
+    assert old in source
+    test.write_text(source.replace(old, new))
+
+
+@pytest.mark.slow
+def test_the_example_script_runs_on_two_emulated_nodes_and_stops_after_its_window(tmp_path):
+    """The emulated launcher (a torchrun agent per network namespace, a shaped link) runs a script as it runs a
+    workload; ``stop_after_window`` ends the script on every rank at the window's last step, not at its own end."""
+    project = _project(tmp_path)
+    _marker(project, 'topologies=["1x2"],', 'topologies=["2x1"], stop_after_window=True,')
+    run = _pytest(project, "-k", "ddp")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    case = _cases(project)["ddp-mlp-2x1"]
+    assert case["status"] == "no-baseline", case["message"]
+    for rank in case["result"]["ranks"]:
+        assert rank["extra"]["optimizer_steps"] == 7 and len(rank["step_times_s"]) == 5  # 2 before, 5 measured
+    assert {r["node_rank"] for r in case["result"]["ranks"]} == {0, 1}
+    assert case["resources"]["wire"]["bytes_per_step"] > 1e6  # the gradients crossed the emulated link
+
+
+@pytest.mark.slow
+def test_srun_runs_the_example_script_with_the_nodes_own_agent(tmp_path):
+    from tests.test_slurm import _cluster_up
+
+    reason = _cluster_up()
+    if reason:
+        pytest.skip(reason)
+    project = _project(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
+    env.pop("PYTHONPATH", None)
+    cmd = [
+        "srun",
+        "-N1",
+        "--time=10",
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        *FEW,
+        "-k",
+        "ddp",
+    ]
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    runs = list((project / "results").glob("slurm-*"))
+    assert len(runs) == 1, out[-2000:]
+    case = json.loads((runs[0] / "ddp-mlp-1x2.json").read_text())
+    assert case["status"] == "no-baseline" and len(case["result"]["ranks"][0]["step_times_s"]) == 5
+
+
 SCENARIO = """
 import argparse, os, sys, time
 import torch, torch.distributed as dist

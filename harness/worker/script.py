@@ -83,6 +83,8 @@ class StepClock:
     def on_step(self) -> None:
         step, self.count = self.count, self.count + 1
         self.beat(step, "step")
+        if step < self.first - 1 or step > self.last:
+            return  # outside the window a step costs its count and its heartbeat (docs/your-script.md)
         if step == self.first - 1:
             self.window.open()  # its barrier and idle reading happen before the mark: not in a step's time
             self._mark()
@@ -174,6 +176,9 @@ class _LossReader(io.TextIOBase):
 
     def write(self, text: str) -> int:
         self.stream.write(text)
+        if "\n" not in text:  # print() writes its text and its end apart: only a line's end is read
+            self.pending += text
+            return len(text)
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
         for line in lines:
