@@ -30,12 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-from scalegate.cli import gate_rounds, worktree
+from scalegate.cli import environments, gate_rounds, worktree
 from scalegate.cli.project import Project
-from scalegate.contract import checkout
+from scalegate.contract import atomic, checkout
 from scalegate.contract.errors import ScalegateError
 from scalegate.record import baselines, runfiles
 from scalegate.report import compare
+from scalegate.report import environments as env_report
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 # A baseline is required; the drop to catch is 10% whatever the baseline file says (the CPU profile records 25%
@@ -50,12 +51,17 @@ MAX_LAUNCHES = int(SETTINGS[SETTINGS.index("--scaling-max-launches") + 1])
 
 
 def pytest_argv(
-    project: Project, user_args: list[str], results_dir: Path, tests: list[str], settings: list[str] = SETTINGS
+    project: Project,
+    user_args: list[str],
+    results_dir: Path,
+    tests: list[str],
+    settings: list[str] = SETTINGS,
+    python: str = sys.executable,
 ) -> list[str]:
     """A session's command in ``project``: its default selection and the settings first, the user's arguments last
-    (argparse: the last one wins)."""
+    (argparse: the last one wins); ``python``: the side's interpreter (``--base-python``)."""
     return [
-        sys.executable,
+        python,
         "-m",
         "pytest",
         "-p",
@@ -101,6 +107,9 @@ def judge_run(
     ]
     if base_dir is not None:
         data["base"] = compare.base_info(base_dir)
+        base_env, head_env = env_report.read(base_dir), env_report.read(run_dir)
+        text += env_report.markdown(base_env, head_env)
+        data["environments"] = {"base": base_env, "head": head_env}
     return (EXIT_REGRESSION if failed else EXIT_OK), text, data
 
 
@@ -118,8 +127,8 @@ def main(args: argparse.Namespace, user_args: list[str]) -> int:
     base_dir = None
     try:
         project = Project.find()
-        if args.base:
-            run_dir, base_dir, codes = _ab(project, args.base, user_args, results_dir)
+        if args.base or args.base_python:
+            run_dir, base_dir, codes = _ab(project, args.base, user_args, results_dir, args.base_python)
         elif gate_rounds.multi_node_slurm():  # every node's agent takes part in each launch: in-session relaunches
             run_dir, codes = _in_session(project, user_args, results_dir)
             if run_dir is None:  # a node other than 0: node 0 judges and prints
@@ -195,8 +204,11 @@ def _in_rounds(project: Project, user_args: list[str], results_dir: Path) -> tup
     return gate_rounds.write_merged(gate_dir, merged["head"], parity_run, results_dir), [*codes, parity_code]
 
 
-def _ab(project: Project, ref: str, user_args: list[str], results_dir: Path) -> tuple[Path, Path, list[int]]:
-    """The working tree against ``ref``, both launched in every round (harness/judge/ab.py)."""
+def _ab(
+    project: Project, ref: str | None, user_args: list[str], results_dir: Path, base_python: str | None = None
+) -> tuple[Path, Path, list[int]]:
+    """The working tree against ``ref`` (or against itself in another environment: ``base_python``), both launched
+    in every round (harness/judge/ab.py)."""
     if gate_rounds.multi_node_slurm():
         raise ScalegateError(
             "--base runs its rounds on one node; this allocation has several",
@@ -204,18 +216,24 @@ def _ab(project: Project, ref: str, user_args: list[str], results_dir: Path) -> 
             "multi-node hardware, where the stored baselines hold (docs/gate.md)",
         )
     head_tree = project.root
+    head_env = environments.head()
+    base_env = environments.probe(base_python, "base") if base_python else head_env
+    environments.check_same_device(base_env, head_env)
     gate_dir = (results_dir / time.strftime("gate-%Y%m%d-%H%M%S")).resolve()
     baseline_dir = _baseline_dir(user_args) or project.baselines
     # The sessions measure; the gate judges, base against head. A stored baseline in a session would judge its
     # launches against another machine's level (and relaunch on its own): each session gets an empty directory.
     empty = gate_dir / "no-baselines"
 
-    def argv(extra: list[str], where: Path) -> list[str]:
-        return [
-            *pytest_argv(project, [*AB_SETTINGS, *extra], where, project.tests, settings=[]),
-            "--scaling-baseline-dir",
-            str(empty),
-        ]
+    def argv(python: str):
+        def command(extra: list[str], where: Path) -> list[str]:
+            return [
+                *pytest_argv(project, [*AB_SETTINGS, *extra], where, project.tests, settings=[], python=python),
+                "--scaling-baseline-dir",
+                str(empty),
+            ]
+
+        return command
 
     def undecided(merged: dict[str, list[dict]]) -> list[str]:
         cases = merged["head"]
@@ -225,12 +243,16 @@ def _ab(project: Project, ref: str, user_args: list[str], results_dir: Path) -> 
             f"[{c['case_id']}]" for c in cases if compare.outcome_of(c, stored, base=theirs[c["key"]]).next_launches
         ]
 
-    with worktree.checkout(head_tree, ref, gate_dir / "base-tree") as base:
-        print(f"gate: A/B, {head_tree} against {ref} ({base.commit[:12]}), both launched in every round", flush=True)
+    with worktree.base_tree(head_tree, ref, gate_dir / "base-tree") as base:
+        where = f" in {base_env['python']}" if base_python else ""
+        print(f"gate: A/B, {head_tree} against {base.ref} ({base.commit[:12]}){where}, both launched in every round")
         parity_run, parity_code = _parity(project, user_args, gate_dir, head_tree)
         sides = [
-            gate_rounds.Side(name="base", tree=base.path, argv=argv),
-            gate_rounds.Side(name="head", tree=head_tree, argv=argv),
+            # the base side's ranks build DeepSpeed's ops into their own venv's cache (harness/launch/base.py)
+            gate_rounds.Side(
+                name="base", tree=base.path, argv=argv(base_env["python"]), drop=("TORCH_EXTENSIONS_DIR",)
+            ),
+            gate_rounds.Side(name="head", tree=head_tree, argv=argv(sys.executable)),
         ]
         merged, codes = _rounds(
             sides,
@@ -246,8 +268,10 @@ def _ab(project: Project, ref: str, user_args: list[str], results_dir: Path) -> 
         parity_run,
         results_dir,
         base_cases=merged["base"],
-        base={"ref": ref, "commit": base.commit},
+        base={"ref": base.ref, "commit": base.commit},
     )
+    atomic.write_json(run_dir / env_report.FILE, {**head_env, "scalegate": worktree.describe(head_tree)})
+    atomic.write_json(run_dir / "base" / env_report.FILE, {**base_env, "scalegate": base.commit[:12] or "?"})
     return run_dir, run_dir / "base", [*codes, parity_code]
 
 
@@ -263,6 +287,12 @@ def add_parser(sub) -> None:
         metavar="REF",
         help="A/B: also launch the canaries on this commit (e.g. origin/main) in every round, and judge "
         "the working tree against it instead of the stored baselines (docs/gate.md)",
+    )
+    g.add_argument(
+        "--base-python",
+        metavar="PATH",
+        help="A/B across environments: the base side runs in this interpreter (another venv's bin/python), with "
+        "--base REF or without it (the working tree on both sides): a dependency bump measured (docs/gate.md)",
     )
     g.add_argument("--results-dir", default="results/gate", help="where the gate's runs go (default: %(default)s)")
     g.add_argument("--markdown", help="also write the table to this file (a PR comment)")

@@ -98,6 +98,7 @@ class Side:
     name: str  # "head" (the working tree) or "base" (the PR's base commit, harness/cli/worktree.py)
     tree: Path
     argv: Callable[[list[str], Path], list[str]]  # (pytest arguments, the round's results dir) -> the command
+    drop: tuple[str, ...] = ()  # environment variables its sessions must not inherit (another venv's side)
 
 
 def older_plugin(tree: Path) -> list[str]:
@@ -130,7 +131,9 @@ def run(
             done = subprocess.run(
                 [*side.argv([*user_args, *extra, "--scaling-max-launches", "1"], where), *older_plugin(side.tree)],
                 cwd=side.tree,
-                env=checkout.environment(dict(os.environ), side.tree),  # each commit imports its own scalegate
+                env=checkout.environment(  # each commit imports its own scalegate
+                    {k: v for k, v in os.environ.items() if k not in side.drop}, side.tree
+                ),
             )
             what = f"round {n} of the gate" + (f" ({side.name} commit)" if len(sides) > 1 else "")
             rounds[side.name].append(runfiles.load_run(check_run(done.returncode, where, what)))

@@ -4,8 +4,8 @@
         ...  # base.path holds the commit's files; base.commit its full hash
 
 A ``git worktree`` (detached) shares the repository's objects, so a checkout costs the files only. Both
-sides run with the same Python environment: the A/B compares the code of two commits, not two installs
-(a PR that changes a dependency's version needs the stored-baseline gate, docs/gate.md).
+sides run in the same Python environment unless ``--base-python`` names the base side's
+(harness/cli/environments.py): then a PR that changes a dependency's version is measured too (docs/gate.md).
 """
 
 from __future__ import annotations
@@ -89,3 +89,24 @@ def copy_checkout(root: Path, dest: Path) -> None:
         if (root / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             (dest / name).write_bytes((root / name).read_bytes())
+
+
+def describe(root: Path) -> str:
+    """``root``'s HEAD commit (12 digits), with ``+dirty`` where tracked files differ from it; "?" outside git."""
+    done = _git(root, "rev-parse", "--short=12", "HEAD")
+    if done.returncode != 0:
+        return "?"
+    dirty = _git(root, "status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return done.stdout.strip() + ("+dirty" if dirty else "")
+
+
+@contextlib.contextmanager
+def base_tree(root: Path, ref: str | None, path: Path) -> Iterator[Tree]:
+    """The A/B gate's base side: ``ref`` checked out at ``path`` (``checkout``), or, without a ref (``--base-python``
+    alone: the same code in another environment), the working tree itself, left as it is."""
+    if ref:
+        with checkout(root, ref, path) as tree:
+            yield tree
+        return
+    done = _git(root, "rev-parse", "HEAD")
+    yield Tree(path=root, commit=done.stdout.strip() if done.returncode == 0 else "", ref="the working tree")
