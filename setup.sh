@@ -25,6 +25,9 @@ torch_version() { "$VPY" -c 'import torch; print(torch.__version__)' 2>/dev/null
 tv=$(torch_version)
 if [ -n "$tv" ]; then
   echo "setup: keeping installed torch $tv"
+  if has_gpu && [ "${tv#*+cpu}" != "$tv" ]; then
+    echo "setup: WARNING: a GPU is visible but torch $tv is a CPU build; for the CUDA build: .venv/bin/pip uninstall -y torch && ./setup.sh" >&2
+  fi
 elif has_gpu; then
   # the CUDA build of the same pinned torch that this driver runs (harness/plan/cuda_wheel.py: a pure function of
   # nvidia-smi's 'CUDA Version'; a driver too old for every build stops here with a HINT)

@@ -115,7 +115,9 @@ def main(args: argparse.Namespace) -> int:
         return dry_run(gpu_phases.plan(args.gpus, settings, in_git(root)), settings)
     host = hostinfo.detect()
     if host.device != "cuda":
-        print(NO_GPU.format(torch=host.torch), file=sys.stderr)
+        import torch  # its full version says which build it is (2.13.0+cpu)
+
+        print(NO_GPU.format(torch=torch.__version__), file=sys.stderr)
         return EXIT_NO_GPU
     phases = gpu_phases.plan(host.devices_per_node, settings, in_git(root))
     if args.dry_run:
