@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command from a fresh clone to a working suite: ./setup.sh
-# Creates .venv, installs torch (the CPU wheel torch==2.13.0 where no GPU is visible; an existing
-# CUDA torch is kept), the project with its test extras, and DeepSpeed without building its ops.
+# Creates .venv, installs torch (the CPU wheel torch==2.13.0 where no GPU is visible, the same release's CUDA
+# build for the driver where one is; an installed torch is kept), the project with its test extras, and DeepSpeed
+# without building its ops.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -24,10 +25,16 @@ torch_version() { "$VPY" -c 'import torch; print(torch.__version__)' 2>/dev/null
 tv=$(torch_version)
 if [ -n "$tv" ]; then
   echo "setup: keeping installed torch $tv"
+  if has_gpu && [ "${tv#*+cpu}" != "$tv" ]; then
+    echo "setup: WARNING: a GPU is visible but torch $tv is a CPU build; for the CUDA build: .venv/bin/pip uninstall -y torch && ./setup.sh" >&2
+  fi
 elif has_gpu; then
-  echo "setup: a GPU is visible but .venv has no torch."
-  echo "HINT: install the CUDA torch for your driver into .venv (.venv/bin/pip install torch==<version> --index-url ...), then run ./setup.sh again." >&2
-  exit 2
+  # the CUDA build of the same pinned torch that this driver runs (harness/plan/cuda_wheel.py: a pure function of
+  # nvidia-smi's 'CUDA Version'; a driver too old for every build stops here with a HINT)
+  mapfile -t torch_args < <("$PY" harness/plan/cuda_wheel.py) || true
+  if [ "${#torch_args[@]}" -eq 0 ]; then exit 2; fi
+  echo "setup: a GPU is visible: installing ${torch_args[*]}"
+  pip_install "${torch_args[@]}"
 else
   echo "setup: no GPU visible: installing the CPU wheel torch==$TORCH_CPU_VERSION"
   pip_install "torch==$TORCH_CPU_VERSION"

@@ -8,6 +8,7 @@
     python -m scalegate record-baselines --rounds N [pytest args]   # launches spread in time (harness/cli/record_baselines.py)
     python -m scalegate bisect GOOD BAD -k CASE [pytest args]       # the first bad commit (harness/cli/bisect.py)
     python -m scalegate history add|list|show|check|report [--db FILE]  # results history, change points (docs/history.md)
+    python -m scalegate selftest --gpu                              # the GPU path, a report under docs/gpu (harness/cli/selftest.py)
 
 compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with
 --strict), 2 on bad input (missing run, malformed file, unusable baseline) with a one-line error.
@@ -20,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from scalegate.cli import bisect, gate, record_baselines
+from scalegate.cli import bisect, gate, record_baselines, selftest
 from scalegate.cli.project import Project
 from scalegate.contract.errors import ScalegateError
 from scalegate.history import cli as history_cli
@@ -144,6 +145,7 @@ def parser() -> argparse.ArgumentParser:
     record_baselines.add_parser(sub, str(Project.find().baselines))
     bisect.add_parser(sub)
     history_cli.add_parser(sub, str(Project.find().baselines))
+    selftest.add_parser(sub)
     return p
 
 

@@ -1,0 +1,199 @@
+"""The GPU acceptance report on CPU: the rows a phase's files give (JUnit and case JSON, with the checks only a
+GPU run passes), and the page written from a recorded JSON (tests/assets/gpu_acceptance/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scalegate.cli.main import main
+from scalegate.report import acceptance, acceptance_page
+from scalegate.report.acceptance import FAILED, PASSED, SKIPPED
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED = ROOT / "tests" / "assets" / "gpu_acceptance" / "nvidia-h100-80gb-hbm3-2026-11-24.json"
+MiB = 2**20
+
+
+# --- the rows a phase's files give --------------------------------------------------------------------------------
+
+
+def gpu_case(case_id: str, nvml_mib=(1450,), allocated_mib=(402,), **over) -> dict:
+    """One <case>.json as harness/session.py writes it on a GPU (the fields the rows read)."""
+    strategy = over.pop("strategy", case_id.rsplit("-", 2)[0])
+    case = {
+        "case_id": case_id,
+        "status": "no-baseline",
+        "mfu": 0.0213,
+        "mfu_unavailable": "",
+        "peak_source": "NVIDIA H100 datasheet (SXM), dense: 67 TFLOP/s fp32",
+        "local_efficiency": None,
+        "spec": {"strategy": strategy, "topology": case_id.rsplit("-", 1)[1]},
+        "record": {"world_size": len(nvml_mib)},
+        "result": {"median_step_s": 0.00412, "throughput": 31067.9},
+        "resources": {
+            "memory_source": "nvml",
+            "peak_memory_bytes": [m * MiB for m in nvml_mib],
+            "cuda_memory": [{"max_allocated": a * MiB, "max_reserved": 2 * a * MiB} for a in allocated_mib],
+            "wire": {"bytes_per_step": 0, "source": "netns:lo"},
+            "compile_s": None,
+        },
+    }
+    for key, value in over.items():
+        target = case["resources"] if key in case["resources"] else case
+        target[key] = value
+    return case
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="scaling_tests.test_scaling" name="test_scaling[single-cnn-1x1]" time="4.1" />
+<testcase classname="scaling_tests.test_scaling" name="test_scaling[fsdp1-cnn-1x1]" time="5.0" />
+<testcase classname="scaling_tests.test_scaling" name="test_scaling[ddp-cnn-1x2]" time="0.0">
+<skipped type="pytest.skip" message="topology 1x2 needs 2 GPUs per node, this node has 1">skip</skipped></testcase>
+<testcase classname="scaling_tests.test_scaling" name="test_scaling[fabric-fsdp-cnn-1x1]" time="0.0">
+<skipped type="pytest.skip" message="fabric-fsdp: Lightning refuses CPU: &quot;You selected the FSDP strategy&quot;">s</skipped>
+</testcase>
+<testcase classname="scaling_tests.test_scaling" name="test_scaling[deepspeed-zero1-cnn-1x1]" time="3.0">
+<failure message="AssertionError: gradients disagree: worst fc1.weight rel 3e-2&#10;second line">tb</failure></testcase>
+</testsuite></testsuites>"""
+
+
+def _phase_dir(tmp_path: Path, cases: list[dict], junit: str | None = JUNIT) -> Path:
+    run = tmp_path / "phase" / "20261124-120000-1"
+    run.mkdir(parents=True)
+    (tmp_path / "phase" / "latest").symlink_to(run.name)
+    for case in cases:
+        (run / f"{case['case_id']}.json").write_text(json.dumps(case))
+    if junit is not None:
+        (tmp_path / "phase" / "junit.xml").write_text(junit)
+    return tmp_path / "phase"
+
+
+def test_rows_join_junit_outcomes_with_the_case_files_and_the_gpu_checks(tmp_path):
+    cases = [gpu_case("single-cnn-1x1"), gpu_case("fsdp1-cnn-1x1", nvml_mib=(300,), allocated_mib=(410,))]
+    phase = _phase_dir(tmp_path, cases)
+    rows = {r.case_id: r for r in acceptance.pytest_rows("matrix-1x1", phase / "junit.xml", phase, compiled=False)}
+    single = rows["single-cnn-1x1"]
+    assert (single.outcome, single.step_s, single.mfu, single.problems) == (PASSED, 0.00412, 0.0213, [])
+    assert (single.nvml_peak_bytes, single.allocator_peak_bytes) == ([1450 * MiB], [402 * MiB])
+    assert rows["fsdp1-cnn-1x1"].outcome == FAILED
+    assert rows["fsdp1-cnn-1x1"].problems == [
+        "rank 0: NVML peak 300 MiB is below the allocator's max_memory_allocated 410 MiB"
+    ]
+    assert (rows["ddp-cnn-1x2"].outcome, rows["ddp-cnn-1x2"].world_size) == (SKIPPED, 2)
+    assert rows["ddp-cnn-1x2"].reason == "topology 1x2 needs 2 GPUs per node, this node has 1"
+    # a CPU refusal on a CUDA machine means the run did not see its GPU
+    assert rows["fabric-fsdp-cnn-1x1"].outcome == FAILED and rows["fabric-fsdp-cnn-1x1"].strategy == "fabric-fsdp"
+    assert rows["fabric-fsdp-cnn-1x1"].problems[0].startswith("skipped as on a CPU, on a CUDA machine")
+    failed = rows["deepspeed-zero1-cnn-1x1"]
+    assert failed.outcome == FAILED and failed.reason == "AssertionError: gradients disagree: worst fc1.weight rel 3e-2"
+
+
+@pytest.mark.parametrize(
+    "over, problem",
+    [
+        ({"memory_source": "rss (nvml unavailable: NVMLError_LibraryNotFound)"}, "not NVML"),
+        ({"cuda_memory": [{}]}, "no torch.cuda.max_memory_allocated recorded"),
+        ({"mfu": None, "peak_source": "", "mfu_unavailable": "n/a: 'NVIDIA X9' is not in the peak table"}, "MFU None"),
+        ({"peak_source": "measured: best 512x512 fp32 matmul"}, "MFU is not against a datasheet peak"),
+    ],
+)
+def test_a_passed_case_without_what_a_gpu_shows_fails_naming_it(tmp_path, over, problem):
+    phase = _phase_dir(tmp_path, [gpu_case("single-cnn-1x1", **over)], junit=JUNIT)
+    row = next(
+        r for r in acceptance.pytest_rows("m", phase / "junit.xml", phase, False) if r.case_id.startswith("single")
+    )
+    assert row.outcome == FAILED and any(problem in p for p in row.problems), row.problems
+
+
+def test_a_compiled_case_must_record_its_compile_time(tmp_path):
+    phase = _phase_dir(tmp_path, [gpu_case("single-cnn-1x1")])
+    row = next(
+        r for r in acceptance.pytest_rows("compile", phase / "junit.xml", phase, True) if r.case_id.startswith("single")
+    )
+    assert row.problems == ["compile time None: --scaling-compile left no compile_s"]
+
+
+def test_a_session_killed_at_its_budget_leaves_its_finished_cases_as_failed_rows(tmp_path):
+    phase = _phase_dir(tmp_path, [gpu_case("single-cnn-1x1")], junit=None)
+    (row,) = acceptance.pytest_rows("matrix-1x1", phase / "junit.xml", phase, False)
+    assert (row.case_id, row.outcome, row.reason) == ("single-cnn-1x1", FAILED, "its session did not finish")
+
+
+def test_the_gate_phases_rows_carry_its_verdicts(tmp_path):
+    phase = _phase_dir(tmp_path, [gpu_case("single-cnn-1x1"), gpu_case("ddp-cnn-1x2", (900, 910), (300, 300))], None)
+    verdicts = {
+        "parity": [{"case_id": "parity-fabric-ddp-vs-ddp-cnn-1x2", "problems": [], "status": "ok", "ratio": 1.01}],
+        "cases": [
+            {"case_id": "single-cnn-1x1", "status": "ok", "failed": False, "messages": []},
+            {"case_id": "ddp-cnn-1x2", "status": "regressed", "failed": True, "messages": ["A/B: -14% (tol 10%)"]},
+        ],
+    }
+    (phase / "gate.json").write_text(json.dumps(verdicts))
+    rows = {r.case_id: r for r in acceptance.gate_rows("ab-gate", phase / "gate.json", phase)}
+    assert (rows["single-cnn-1x1"].outcome, rows["single-cnn-1x1"].verdict) == (PASSED, "ok")
+    assert (rows["ddp-cnn-1x2"].outcome, rows["ddp-cnn-1x2"].reason) == (FAILED, "A/B: -14% (tol 10%)")
+    assert rows["parity-fabric-ddp-vs-ddp-cnn-1x2"].outcome == PASSED
+
+
+# --- the report, from a recorded JSON -----------------------------------------------------------------------------
+
+
+def test_the_page_from_a_recorded_json_has_every_case_with_its_figures():
+    page = acceptance_page.markdown(acceptance_page.load(RECORDED))
+    assert page.startswith("# GPU acceptance: NVIDIA H100 80GB HBM3 x1, 2026-11-24\n\n**FAILED** (2 failure(s), below)")
+    header = "| phase | case | result | step ms | samples/s | MFU | peak MiB NVML / allocator | MB/step | local eff"
+    assert header in page
+    assert "| matrix-1x1 | single-cnn-1x1 | passed | 4.12 | 31067.9 | 2.1% | 1450/402 | 0.00 | - | - |  |" in page
+    assert (
+        "| matrix-1x1 | dp-cnn-1x1 | skipped | - | - | - | - | - | - | - | dp (nn.DataParallel) needs >= 2 CUDA "
+        "devices in one process; this node has 1 CUDA device |"
+    ) in page
+    assert "| compile | ddp-cnn-1x1 | passed | 2.98 | 42953.0 | 2.9% | 1540/388 | - | - | 21.4 |  |" in page
+    assert "| matrix-1x2-nccl | the default matrix on 1x2 over NCCL | - | - | not run: needs 2 GPUs" in page
+
+
+def test_the_page_says_what_was_verified_and_what_was_not_and_lists_the_failures():
+    report = acceptance_page.load(RECORDED)
+    said = dict(acceptance_page.coverage(report))
+    assert said["torch.compile on CUDA for ddp and fsdp"].startswith("verified: 2 case(s)")
+    assert said["NVML peak memory per rank, at or above torch.cuda.max_memory_allocated"] == "**failed**: fsdp1-cnn-1x1"
+    assert said["FSDP1 (FullyShardedDataParallel)"].startswith("not verified: fsdp1-cnn-1x1 failed another check")
+    assert said["NCCL across 2 ranks"] == (
+        "not verified: phase matrix-1x2-nccl did not run (needs 2 GPUs on one node, this node has 1)"
+    )
+    assert said["Lightning Fabric fsdp and deepspeed"] == "not verified: no case of this run exercised it"
+    assert acceptance_page.failures(report) == [
+        "matrix-1x1: fsdp1-cnn-1x1: rank 0: NVML peak 300 MiB is below the allocator's max_memory_allocated 410 MiB",
+        "ab-gate ran past its budget of 60 s and was stopped (log: results/gpu-acceptance/x/ab-gate/phase.log)",
+    ]
+
+
+def test_the_report_is_written_as_device_date_md_and_json_and_rendered_again_by_the_command(tmp_path, capsys):
+    report = acceptance_page.load(RECORDED)
+    md, raw = acceptance_page.write(report, tmp_path)
+    assert (md.name, raw.name) == ("nvidia-h100-80gb-hbm3-2026-11-24.md", "nvidia-h100-80gb-hbm3-2026-11-24.json")
+    assert json.loads(raw.read_text()) == report
+    md.unlink()
+    assert main(["selftest", "--render", str(raw)]) == 0
+    assert md.read_text() == acceptance_page.markdown(report)
+
+
+def test_a_recorded_json_that_is_not_a_report_is_refused_with_a_hint(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"schema": 1, "device": "NVIDIA H100"}))
+    assert main(["selftest", "--render", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "lacks date, phases, cases" in err and "HINT: " in err
+
+
+def test_the_readme_names_every_gpu_report_or_says_there_is_none():
+    readme = (ROOT / "README.md").read_text()
+    section = " ".join(readme.split("## Verified on GPU", 1)[1].split("\n## ", 1)[0].split())
+    reports = sorted((ROOT / "docs" / "gpu").glob("*.md"))
+    if not reports:
+        assert "there is no report under `docs/gpu/` yet" in section
+    for page in reports:
+        assert f"docs/gpu/{page.name}" in section, f"README's 'Verified on GPU' does not name {page.name}"
