@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -100,4 +102,48 @@ def check_same_device(base: dict[str, Any], head_env: dict[str, Any]) -> None:
             f"another device than the head's ({head_env['packages'].get('torch')}, {head_kind})",
             "install the same kind of torch build on both sides (the CUDA wheel for the driver on a GPU machine, "
             "the CPU wheel on a CPU one)",
+        )
+
+
+def overlay(package: str, version: str, root: Path) -> str:
+    """A venv at ``root/<package>-<version>`` that sees this environment's packages (a ``.pth`` line) with
+    ``package==version`` installed over them without its dependencies (the head's torch stays), built once and
+    reused; its interpreter's path. DeepSpeed's ops are not built (``DS_BUILD_OPS=0``): pure Python, as setup.sh
+    installs it. What a dependency-bump A/B needs when the base side differs by one package."""
+    where = root / f"{package}-{version}"
+    python = where / "bin" / "python"
+    built = where / ".scalegate-built"
+    if built.exists() and python.exists():
+        return str(python)
+    shutil.rmtree(where, ignore_errors=True)
+    try:
+        _run([sys.executable, "-m", "venv", str(where)], f"creating a venv at {where}")
+        site = next((where / "lib").glob("python*/site-packages"))
+        (site / "zz_scalegate_head.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        _run([*pip, "setuptools>=70.1"], "installing setuptools (DeepSpeed's build backend)")
+        env = {**os.environ, "DS_BUILD_OPS": "0"}
+        _run(
+            [*pip, "--no-deps", "--no-build-isolation", f"{package}=={version}"],
+            f"installing {package}=={version}",
+            env,
+        )
+    except ScalegateError:
+        shutil.rmtree(where, ignore_errors=True)  # nothing half-built is left to be reused
+        raise
+    if package == "deepspeed":  # its CPU comm op, JIT-built into the venv's own cache as setup.sh does (~1 min)
+        warm = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+        env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(where / "torch_extensions")}
+        subprocess.run([str(python), "-c", warm], capture_output=True, env=env, timeout=1800)
+    built.write_text(f"{package}=={version}\n")
+    return str(python)
+
+
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if done.returncode != 0:
+        said = "\n".join(line for line in done.stderr.splitlines() if "is ignored" not in line)[-1500:]
+        raise ScalegateError(
+            f"{what} failed:\n{said}",
+            "check the version exists (`pip index versions NAME`) and the registry is reachable",
         )
