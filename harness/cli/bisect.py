@@ -157,4 +157,15 @@ def add_parser(sub) -> None:
     b.add_argument(
         "--results-dir", default="results/bisect", help="where the steps' gate runs go (default: %(default)s)"
     )
+    b.add_argument(
+        "--package",
+        metavar="NAME",
+        help="bisect releases of this package instead of commits: GOOD and BAD are its versions, each probed "
+        "release runs in a venv of its own (harness/cli/bisect_package.py)",
+    )
+    b.add_argument(
+        "--envs",
+        default=".venv/envs",
+        help="with --package: where each release's venv is built once and reused (default: %(default)s)",
+    )
     b.set_defaults(func=None, bisect=True)

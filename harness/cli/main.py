@@ -7,6 +7,7 @@
     python -m scalegate gate [--base REF] [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]
     python -m scalegate record-baselines --rounds N [pytest args]   # launches spread in time (harness/cli/record_baselines.py)
     python -m scalegate bisect GOOD BAD -k CASE [pytest args]       # the first bad commit (harness/cli/bisect.py)
+    python -m scalegate bisect --package deepspeed 0.18.4 0.19.8 -k CASE   # the first bad release (bisect_package.py)
     python -m scalegate history add|list|show|check|report [--db FILE]  # results history, change points (docs/history.md)
     python -m scalegate selftest --gpu                              # the GPU path, a report under docs/gpu (harness/cli/selftest.py)
 
@@ -21,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from scalegate.cli import bisect, gate, record_baselines, selftest
+from scalegate.cli import bisect, bisect_package, gate, record_baselines, selftest
 from scalegate.cli.project import Project
 from scalegate.contract.errors import ScalegateError
 from scalegate.history import cli as history_cli
@@ -161,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             return gate.main(args, extra)
         if getattr(args, "rounds_command", False):
             return record_baselines.main(args, extra)
+        if getattr(args, "bisect", False) and args.package:
+            return bisect_package.main(
+                args.package, args.good, args.bad, bisect.selection(extra), Path(args.results_dir), Path(args.envs)
+            )
         if getattr(args, "bisect", False):
             return bisect.main(args, extra)
         return args.func(args)
