@@ -138,13 +138,7 @@ GATE_CASE = [
 ]
 
 
-def gate(tmp_path, *args: str, env: dict | None = None):
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
+def gate(tmp_path, *args: str, env: dict | None = None, cwd=ROOT):
     return subprocess.run(
         [
             sys.executable,
@@ -157,7 +151,7 @@ def gate(tmp_path, *args: str, env: dict | None = None):
             str(tmp_path / "gate.md"),
             *args,
         ],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=900,
@@ -235,28 +229,7 @@ AB_ARGS = [
 
 
 def _ab(repo, tmp_path, base: str, *extra: str, gap_s: str = "30") -> subprocess.CompletedProcess:
-    env = {**os.environ, "SCALEGATE_ROUND_GAP_S": gap_s}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scalegate",
-            "gate",
-            "--base",
-            base,
-            "--results-dir",
-            str(tmp_path / "gate"),
-            "--markdown",
-            str(tmp_path / "gate.md"),
-            *AB_ARGS,
-            *extra,
-        ],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-    )
+    return gate(tmp_path, "--base", base, *AB_ARGS, *extra, env={"SCALEGATE_ROUND_GAP_S": gap_s}, cwd=repo)
 
 
 def test_the_ab_gate_fails_a_commit_that_slows_ddp(tmp_path):
