@@ -85,6 +85,7 @@ def test_the_sequential_rule_settles_far_from_the_level_and_not_near_it():
     assert sequential.settled(6, 100, 0.01) and not sequential.settled(5, 100, 0.01)
     assert not sequential.settled(100, 10_000, 0.01) and not sequential.settled(9, 999, 0.01)
     assert sequential.at_most(2, 10, 0.5) == pytest.approx(56 / 1024)
+    assert not sequential.settled(500, 1000, 0.01, risk=0)  # risk 0: a fixed number of shuffles
     with pytest.raises(ValueError, match="HINT"):
         sequential.settled(1, 10, 0.0)
 

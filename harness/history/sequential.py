@@ -38,12 +38,13 @@ def at_most(k: int, n: int, p: float) -> float:
 
 
 def settled(hits: int, drawn: int, level: float, risk: float = DEFAULT_RISK) -> bool:
-    """Whether ``hits`` among ``drawn`` shuffles already decide p <= ``level`` either way, at ``risk``."""
-    if not 0 < level < 1 or not 0 < risk < 1:
+    """Whether ``hits`` among ``drawn`` shuffles already decide p <= ``level`` either way, at ``risk`` (0: never,
+    a test with a fixed number of shuffles)."""
+    if not 0 < level < 1 or not 0 <= risk < 1:
         raise ValueError(
-            f"level {level} and risk {risk} must both be in (0, 1)\nHINT: e.g. level 0.01 (--pvalue), risk 0.001"
+            f"level {level} must be in (0, 1) and risk {risk} in [0, 1)\nHINT: e.g. level 0.01 (--pvalue), risk 0.001"
         )
-    if drawn == 0:
+    if drawn == 0 or risk == 0:
         return False
     below = at_most(hits, drawn, level)  # this few hits, were p at the level: significant
     above = 1.0 - at_most(hits - 1, drawn, level)  # this many: not significant
