@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/history_series.py --runs 6 --inject-from 4 --work /tmp/hs # a quick try
     .venv/bin/python benchmarks/history_series.py --analyze-only --work results/history-series  # re-judge the runs
     .venv/bin/python benchmarks/history_series.py --runs 20 --inject-from 12 --strategies single,ddp  # a leaner run
+    .venv/bin/python benchmarks/history_series.py --runs 20 --inject-from 8 --fix-from 14  # regressed, then fixed
 
 Each run is one real ``pytest scaling_tests/test_scaling.py`` session (the CNN, ``single`` on 1x1 as the
 control plus ``ddp`` and ``fsdp`` on 1x2, 10 measured steps after 2 warm-up steps, 10 same-launch pairs for
@@ -12,14 +13,17 @@ the local efficiency, one launch per case) into
 counted from 0) on, every multi-rank step sleeps ``--slowdown`` of its own time (``--scaling-inject-slowdown``:
 the single-process control and the local steps are untouched), so efficiency, local efficiency and throughput
 of the 1x2 cases should change at run K, and nothing else anywhere: not memory, not bytes, not the control.
+With ``--fix-from F`` the slowdown stops again at run F (a regression that a later commit fixed, the commonest
+shape in a nightly history): those series should then hold two change points, a regression at K and an
+improvement at F.
 
 All runs come from one checkout, so each is recorded with a made-up commit ``<commit>+rNN`` and date
 (day NN after 2026-01-01); the history keeps a note saying so. Then the shipped check judges the history
 (``--min-effect``, default 5%, stands in for the baselines' tolerances, which would otherwise be this
 machine's committed ones) and this script prints, per case and metric, the change points expected and found:
-``hit`` (exactly one, at K, a regression), ``miss``, ``false`` (a change point where none was injected) or
-``off`` (found, at the wrong run). ``WORK/summary.json`` keeps the table and each run's wall time;
-``WORK/page/index.html`` is the history page.
+``hit`` (exactly the expected ones: a regression at K, and an improvement at F with ``--fix-from``), ``miss``,
+``false`` (a change point where none was injected) or ``off`` (found, at the wrong run). ``WORK/summary.json``
+keeps the table and each run's wall time; ``WORK/page/index.html`` is the history page.
 
 Run time: one run took 56-90 s on the project's 2 cores while other jobs shared them (the quick try below,
 three launches and the pytest session each); on a quiet machine expect less. Over budget, drop fsdp
@@ -48,7 +52,7 @@ SLOWED = ("efficiency", "local_efficiency", "throughput", "mfu")  # MFU is throu
 
 def one_run(args: argparse.Namespace, i: int, work: Path) -> dict:
     run_id = f"series-{i:03d}"
-    slow = args.slowdown if i >= args.inject_from else 0.0
+    slow = args.slowdown if args.inject_from <= i < (args.fix_from or args.runs) else 0.0
     cmd = [
         sys.executable,
         "-m",
@@ -126,14 +130,14 @@ def one_run(args: argparse.Namespace, i: int, work: Path) -> dict:
     }
 
 
-def outcome(v: check.SeriesVerdict, inject_from: int, slowed_case: bool) -> tuple[str, str]:
+def outcome(v: check.SeriesVerdict, inject_from: int, fix_from: int | None, slowed_case: bool) -> tuple[str, str]:
+    want = [(inject_from, check.REGRESSION)] + ([(fix_from, check.IMPROVEMENT)] if fix_from else [])
     expected = slowed_case and v.metric in SLOWED
     found = [(c.index, c.kind) for c in v.changes]
     if v.status == check.INSUFFICIENT:
         return ("change at %d" % inject_from if expected else "none"), "insufficient"
     if expected:
-        ok = found == [(inject_from, check.REGRESSION)]
-        return f"regression at {inject_from}", "hit" if ok else ("miss" if not found else "off")
+        return ", ".join(f"{k} at {i}" for i, k in want), "hit" if found == want else ("miss" if not found else "off")
     return "none", "ok" if not found else "false"
 
 
@@ -145,12 +149,12 @@ def judge(args: argparse.Namespace, work: Path) -> list[dict]:
 
     page.write(verdicts, work / "page", work / "history.sqlite", settings)
     rows = []
-    print(f"\n{'case':22} {'metric':18} {'runs':>4}  {'expected':16} {'found':34} result")
+    print(f"\n{'case':22} {'metric':18} {'runs':>4}  {'expected':34} {'found':70} result")
     for v in verdicts:
         slowed_case = not v.case_id.startswith("single-")
-        expected, result = outcome(v, args.inject_from, slowed_case)
+        expected, result = outcome(v, args.inject_from, args.fix_from, slowed_case)
         found = ", ".join(f"{c.kind} at {c.index} ({c.effect:+.1%}, p={c.pvalue:.3f})" for c in v.changes) or "none"
-        print(f"{v.case_key:22} {v.metric:18} {len(v.points):4}  {expected:16} {found:34} {result}")
+        print(f"{v.case_key:22} {v.metric:18} {len(v.points):4}  {expected:34} {found:70} {result}")
         rows.append(
             {
                 "case": v.case_key,
@@ -170,6 +174,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--inject-from", type=int, default=12, help="first slowed run, counted from 0 (default: 12)")
+    p.add_argument(
+        "--fix-from", type=int, default=None, help="first run no longer slowed, counted from 0 (default: none)"
+    )
     p.add_argument("--slowdown", type=float, default=0.2, help="fraction each multi-rank step is slowed (default: 0.2)")
     p.add_argument("--steps", type=int, default=10, help="measured steps per case (default: 10)")
     p.add_argument(
@@ -190,6 +197,8 @@ def main() -> int:
     args = p.parse_args()
     if not 0 < args.inject_from < args.runs:
         p.error(f"--inject-from {args.inject_from} must be inside 1..{args.runs - 1}")
+    if args.fix_from is not None and not args.inject_from < args.fix_from < args.runs:
+        p.error(f"--fix-from {args.fix_from} must be inside {args.inject_from + 1}..{args.runs - 1}")
     args.commit = commit()
     work = Path(args.work).resolve()
     runs = []

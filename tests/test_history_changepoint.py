@@ -39,6 +39,42 @@ def test_flat_noisy_series_have_no_change_point():
     )
 
 
+def test_flat_series_give_a_change_point_at_the_stated_rate_over_many_seeds():
+    """The test's level is its false-alarm rate: 1,000 flat series of 20 runs, p <= 0.01, expect ~10 with a change
+    point (31 of 3,000 measured); more than 21 (the binomial's 99.9% quantile) would mean kappa's freedom or the
+    sequential stop inflated it."""
+    hits = [s for s in range(1000) if indices(noisy(20, 20_000 + s), seed=cp.seed_for(f"flat{s}"))]
+    assert len(hits) <= 21, f"{len(hits)} of 1000 flat series have a change point (seeds {hits[:20]})"
+
+
+def brute_q(z: np.ndarray, tau: int, kappa: int) -> float:
+    x, y = z[:tau], z[tau:kappa]
+    within = [np.abs(v[:, None] - v[None]).sum() / (len(v) * (len(v) - 1)) for v in (x, y)]
+    e = 2 * np.abs(x[:, None] - y[None]).mean() - within[0] - within[1]
+    return len(x) * len(y) / (len(x) + len(y)) * e
+
+
+def test_q_is_the_energy_statistic_maximised_over_kappa():
+    z = np.random.default_rng(3).standard_normal((2, 14))
+    want = np.full((2, 15), -np.inf)
+    for row in range(2):
+        for tau in range(3, 12):
+            want[row, tau] = max(brute_q(z[row], tau, kappa) for kappa in range(tau + 3, 15))
+    np.testing.assert_allclose(cp._q_values(z, 3), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_regression_fixed_six_runs_later_is_found_at_both_ends(seed):
+    """20 runs, 3% noise, 20% lower over runs 8-13, restored at 14: with Y running to the segment's end (kappa
+    fixed) this gave no change point for each seed (best candidate 8, p = 0.025); kappa free finds both steps."""
+    values = noisy(20, seed)
+    values[8:14] *= 0.8
+    changes, status = C.judge_series(points(values), "efficiency", min_effect=0.05, settings=C.Settings(), name="x")
+    assert [(c.index, c.kind) for c in changes] == [(8, C.REGRESSION), (14, C.IMPROVEMENT)]
+    assert status == C.IMPROVEMENT and all(c.pvalue <= cp.DEFAULT_PVALUE for c in changes)
+    assert changes[0].effect == pytest.approx(-0.2, abs=0.05) and changes[1].effect == pytest.approx(0.25, abs=0.06)
+
+
 def test_a_constant_series_and_a_short_one_have_none():
     assert indices([1.0] * 20) == []
     assert indices([1.0, 1.0, 2.0, 2.0, 2.0]) == []  # min_size 3 on each side cannot fit

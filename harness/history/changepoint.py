@@ -2,22 +2,40 @@
 
 The method MongoDB's performance CI published (Daly et al., ICPE 2020) and Hunter/Apache Otava grew from:
 
-1. For every split tau of a segment into X = z[a:tau] and Y = z[tau:b], the energy statistic
-   Q(tau) = |X||Y|/(|X|+|Y|) * (2 mean|X_i - Y_j| - mean_{i<k}|X_i - X_k| - mean_{j<k}|Y_j - Y_k|)
-   (alpha = 1; the within-sample means are U-statistics, so each side needs >= 2 points). It is
-   nonparametric: it compares whole distributions, not only means, and assumes no noise model.
+1. For every split tau of a segment [a, b) into X = z[a:tau] and Y = z[tau:kappa], with kappa free in
+   (tau, b], the energy statistic
+   Q(tau, kappa) = |X||Y|/(|X|+|Y|) * (2 mean|X_i - Y_j| - mean_{i<k}|X_i - X_k| - mean_{j<k}|Y_j - Y_k|)
+   (alpha = 1; the within-sample means are U-statistics, so each side needs >= 2 points). The candidate in the
+   segment is the tau of the largest Q over both tau and kappa, as in the paper and its R package ``ecp``
+   (``splitPointC`` loops over kappa). Only tau becomes a change point; kappa lets Y stop before a second
+   change, so a regression fixed a few runs later (a dip) is found: with Y fixed at the segment's end the
+   restored runs sit in Y beside the regressed ones, Y is half like X, and the test loses its power (20 runs
+   with 3% noise and a 20% dip over runs 8-13: best p 0.025, no change point; with kappa free, 8 and 14).
+   Apache Otava lifted the same restriction (commit a59a3cf). The statistic is nonparametric: it compares
+   whole distributions, not only means, and assumes no noise model.
 2. The best split over all current segments is the candidate. It is kept when a permutation test says it
    is significant: shuffle each segment's points, take the best Q again, and count how often chance does
-   as well; p = (hits + 1) / (permutations + 1). Then the segments are split again, until nothing is.
+   as well; p = (hits + 1) / (shuffles + 1). Then the segments are split again, until nothing is.
 
-Two choices made here, not in the paper: a minimum segment length (``min_size``, default 3), so one odd
-run cannot become a change point on its own, and a fixed seed per series, so the same history always gives
-the same verdict (a gate that flips on a rerun of the same data is worse than useless).
+Choices made here, not in the paper:
+
+- a minimum segment length (``min_size``, default 3) for X and Y, so one odd run cannot be a regime;
+- the same history always gives the same verdict (a gate that flips on a rerun of the same data is worse than
+  useless), and a history one night longer draws nearly the same shuffles: shuffle ``i`` orders a segment's
+  runs by a hash of (the series' seed, ``i``, the run's position in the series), so appending a run inserts it
+  into each shuffle and leaves the other runs' order alone. A borderline p then moves with the data, not with a
+  reshuffle of the draws each night;
+- shuffles are drawn in blocks until the verdict at ``pvalue`` is settled (``sequential.py``), up to
+  ``permutations`` (default 9,999): a candidate far from the level stops after a block or two, a clear change
+  after about 700 shuffles, and only one near the level draws them all. 199 fixed shuffles left p <= 0.01 to
+  one hit more or less;
+- memory stays bounded: Q for all (tau, kappa) comes from two-dimensional prefix sums of |z_i - z_j|, an
+  (n + 1, n + 1) grid per shuffle, and a block holds as many shuffles as fit in ``BLOCK_BYTES`` per grid.
 
 Why not the library: PyPI ``signal-processing-algorithms`` (MongoDB's) needs numpy < 2, setuptools < 71,
 gevent and Python 3.11 only, and builds a C extension from its sdist; ``apache-otava`` pins numpy 2.2.0
 exactly and pulls BigQuery, Postgres and Slack clients. Neither installs next to our pinned torch stack
-without moving numpy, so the ~80 lines below are the algorithm, tested in tests/test_history_changepoint.py.
+without moving numpy, so the lines below are the algorithm, tested in tests/test_history_changepoint.py.
 """
 
 from __future__ import annotations
@@ -27,9 +45,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scalegate.history import sequential
+
 DEFAULT_PVALUE = 0.01
-DEFAULT_PERMUTATIONS = 199
+DEFAULT_PERMUTATIONS = 9999  # the cap: a sequential test (sequential.py) stops as soon as the verdict is settled
 DEFAULT_MIN_SIZE = 3
+BLOCK_BYTES = 8 * 2**20  # one (shuffles, n + 1, n + 1) float grid per block; a few live at once
+MAX_BLOCK = 100  # shuffles per block at most, so a hopeless candidate stops early at short series too
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,25 +59,44 @@ class ChangePoint:
     index: int  # the first point of the new regime
     pvalue: float
     statistic: float
+    permutations: int = 0  # shuffles its test drew before the verdict was settled
+
+
+def _weights(n: int, min_size: int) -> tuple[np.ndarray, ...]:
+    """Q = between * a + within_x * b + s_kk * c + pen on the (tau, kappa) grid; pen is -inf off the valid part."""
+    t = np.arange(n + 1, dtype=float)[:, None]
+    m = np.arange(n + 1, dtype=float)[None, :] - t  # |Y| = kappa - tau
+    ok = (t >= max(min_size, 2)) & (m >= max(min_size, 2))
+    t, m = np.where(ok, t, 2.0), np.where(ok, m, 2.0)  # any value > 1 off the grid: no division by zero
+    w = t * m / (t + m)
+    a = 2 * w * (1 / (t * m) + 1 / (m * (m - 1)))
+    b = w * (1 / (m * (m - 1)) - 1 / (t * (t - 1)))
+    c = -w / (m * (m - 1))
+    return a, b, c, np.where(ok, 0.0, -np.inf)
 
 
 def _q_values(z: np.ndarray, min_size: int) -> np.ndarray:
-    """Q(tau) for every split of each row of ``z`` (shape (k, n)) -> (k, n + 1); -inf where a side is too short."""
+    """max over kappa of Q(tau, kappa) for every split tau of each row of ``z`` (shape (k, n)) -> (k, n + 1);
+    -inf where no kappa leaves both sides ``min_size`` long.
+
+    With S[i, j] = sum of |z_p - z_q| over p < i, q < j (so S is symmetric): the pairs within X sum to
+    S[tau, tau] (each twice), between X and Y to S[tau, kappa] - S[tau, tau], within Y to
+    S[kappa, kappa] - 2 S[tau, kappa] + S[tau, tau] (each twice), which Q weighs linearly."""
     k, n = z.shape
-    d = np.abs(z[:, :, None] - z[:, None, :])
+    a, b, c, pen = _weights(n, min_size)
     s = np.zeros((k, n + 1, n + 1))
-    s[:, 1:, 1:] = d.cumsum(1).cumsum(2)  # s[:, i, j] = sum of d[:, :i, :j]
-    tau = np.arange(n + 1)
-    within_x = s[:, tau, tau]  # each pair twice (d is symmetric)
-    between = s[:, tau, n] - within_x
-    within_y = s[:, n, n][:, None] - 2 * s[:, tau, n] + within_x
-    m = n - tau
-    out = np.full((k, n + 1), -np.inf)
-    ok = (tau >= max(min_size, 2)) & (m >= max(min_size, 2))
-    t, mm = tau[ok], m[ok]
-    e = 2 * between[:, ok] / (t * mm) - within_x[:, ok] / (t * (t - 1)) - within_y[:, ok] / (mm * (mm - 1))
-    out[:, ok] = t * mm / (t + mm) * e
-    return out
+    d = np.abs(z[:, :, None] - z[:, None, :])
+    np.cumsum(d, axis=1, out=d)
+    np.cumsum(d, axis=2, out=s[:, 1:, 1:])
+    del d
+    i = np.arange(n + 1)
+    diag = s[:, i, i]
+    s -= diag[:, :, None]  # between X and Y
+    s *= a
+    s += diag[:, :, None] * b
+    s += diag[:, None, :] * c
+    s += pen
+    return s.max(2)
 
 
 def _best(z: np.ndarray, bounds: list[tuple[int, int]], min_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -76,6 +117,58 @@ def seed_for(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: uint64 in, well-spread uint64 out (arrays wrap on overflow, as wanted)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _keys(seed: int, rows: range, n: int) -> np.ndarray:
+    """(len(rows), n) random keys: key [i, j] depends only on the seed, shuffle i and position j."""
+    shuffle = _mix(np.uint64(seed) + np.arange(rows.start, rows.stop, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    position = _mix(np.arange(n, dtype=np.uint64) + np.uint64(0x632BE59BD9B4E019))
+    return _mix(shuffle[:, None] ^ position[None, :])
+
+
+def _shuffled(z: np.ndarray, bounds: list[tuple[int, int]], seed: int, rows: range) -> np.ndarray:
+    """Shuffles ``rows`` of ``z``, each segment's points permuted among themselves (change points found stay)."""
+    keys = _keys(seed, rows, len(z))
+    out = np.empty((len(rows), len(z)))
+    for a, b in bounds:
+        out[:, a:b] = z[a + np.argsort(keys[:, a:b], axis=1, kind="stable")]
+    return out
+
+
+def block_size(n: int) -> int:
+    """Shuffles per block: one (shuffles, n + 1, n + 1) grid within ``BLOCK_BYTES``, at least one."""
+    return int(min(MAX_BLOCK, max(1, BLOCK_BYTES // (8 * (n + 1) ** 2))))
+
+
+def permutation_test(
+    z: np.ndarray,
+    bounds: list[tuple[int, int]],
+    q: float,
+    *,
+    pvalue: float,
+    permutations: int,
+    min_size: int,
+    seed: int,
+    risk: float = sequential.DEFAULT_RISK,
+) -> tuple[float, int]:
+    """(p, shuffles drawn): how often shuffling within ``bounds`` gives a best Q >= ``q``, drawn block by block
+    until ``sequential.settled`` says the verdict at ``pvalue`` is decided, or ``permutations`` are drawn."""
+    hits = drawn = 0
+    step = block_size(len(z))
+    while drawn < permutations:
+        rows = range(drawn, min(permutations, drawn + step))
+        hits += int((_best(_shuffled(z, bounds, seed, rows), bounds, min_size)[1] >= q).sum())
+        drawn = rows.stop
+        if sequential.settled(hits, drawn, pvalue, risk):
+            break
+    return (hits + 1) / (drawn + 1), drawn
+
+
 def e_divisive(
     values,
     *,
@@ -83,12 +176,12 @@ def e_divisive(
     permutations: int = DEFAULT_PERMUTATIONS,
     min_size: int = DEFAULT_MIN_SIZE,
     seed: int = 0,
+    risk: float = sequential.DEFAULT_RISK,
 ) -> list[ChangePoint]:
     """Significant change points of ``values``, sorted by index (each index starts a new regime)."""
     z = np.asarray(values, dtype=float)
     if z.ndim != 1 or not np.all(np.isfinite(z)):
         raise ValueError("e_divisive needs a one-dimensional series of finite numbers")
-    rng = np.random.default_rng(seed)
     found: list[ChangePoint] = []
     while True:
         edges = [0] + sorted(c.index for c in found) + [len(z)]
@@ -97,12 +190,10 @@ def e_divisive(
         index, q = int(top_index[0]), float(top_q[0])
         if index < 0 or q <= 0:
             break
-        shuffled = np.tile(z, (permutations, 1))
-        for a, b in bounds:  # permute within segments: the change points found so far stay where they are
-            shuffled[:, a:b] = rng.permuted(shuffled[:, a:b], axis=1)
-        hits = int((_best(shuffled, bounds, min_size)[1] >= q).sum())
-        p = (hits + 1) / (permutations + 1)
+        p, drawn = permutation_test(
+            z, bounds, q, pvalue=pvalue, permutations=permutations, min_size=min_size, seed=seed, risk=risk
+        )
         if p > pvalue:
             break
-        found.append(ChangePoint(index=index, pvalue=p, statistic=q))
+        found.append(ChangePoint(index=index, pvalue=p, statistic=q, permutations=drawn))
     return sorted(found, key=lambda c: c.index)

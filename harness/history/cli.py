@@ -94,7 +94,8 @@ def _settings(args: argparse.Namespace) -> check.Settings:
         raise ScalegateError(
             f"--recent {args.recent}, --min-size {args.min_size}, --permutations {args.permutations}: "
             "need --recent >= 1, --min-size >= 2, --permutations >= 19",
-            "the defaults are --recent 5 --min-size 3 --permutations 199",
+            f"the defaults are --recent {check.DEFAULT_RECENT} --min-size {changepoint.DEFAULT_MIN_SIZE} "
+            f"--permutations {changepoint.DEFAULT_PERMUTATIONS}",
         )
     return check.Settings(
         pvalue=args.pvalue,
@@ -157,7 +158,8 @@ def _judging(p: argparse.ArgumentParser, baseline_dir: str) -> None:
         "--permutations",
         type=int,
         default=changepoint.DEFAULT_PERMUTATIONS,
-        help="shuffles in the permutation test (default: %(default)s)",
+        help="most shuffles in the permutation test; it stops as soon as the verdict at --pvalue is settled "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--min-size",

@@ -120,8 +120,8 @@ def write(verdicts: list[C.SeriesVerdict], out: Path, db: Path, settings: C.Sett
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     body = [
         f"<h1>scalegate history</h1><p>{html.escape(str(db))}, {now}. E-divisive means, p &le; {settings.pvalue}, "
-        f"{settings.permutations} permutations, segments of at least {settings.min_size} runs; <i>new</i> = first "
-        f"bad run among the last {settings.recent}. Lines: red regression, green improvement, orange suspicious "
+        f"up to {settings.permutations} permutations (sequential), segments of at least {settings.min_size} runs; "
+        f"<i>new</i> = first bad run among the last {settings.recent}. Lines: red regression, green improvement, orange suspicious "
         f"(smaller than the minimum effect); solid = new, dashed = old; black: each segment's median.</p>",
         banner,
         "<h2>Latest verdicts</h2><table><tr><th>case</th><th>metric</th><th>verdict</th><th>latest change</th>"
