@@ -2,13 +2,16 @@
 
 One process runs the example script's own model, data and optimizer step (examples/train_script/train.py) in
 rounds of three blocks of steps, back to back in rotating order: bare, with everything the bootstrap adds to a step
-(the global optimizer step hook and its count, the heartbeat write, the step mark, the timed collectives' wrappers,
-the loss line read through rank 0's stream wrapper), and bare again. Each block is timed with the host clock; the
-overhead is the median of the rounds' ratios (instrumented / bare: the host's own drift cancels within a round),
-printed beside the same ratio of the two bare blocks, the benchmark's own floor. The window's memory sampler thread
-(a reading every 50 ms) runs throughout, as in a measured window; no wire counter (no namespace).
+(the global optimizer step hook and its count, the step mark, the deferred heartbeat, the timed collectives'
+wrappers, rank 0's loss lines read from its log file when the block ends, or with --wrapped through wrapped
+streams), and bare again. Every step prints its loss line to fd 1, a file during the blocks as a rank's log is.
+Each block is timed with the host clock; the overhead is the median of the rounds' ratios (instrumented / bare:
+the host's own drift cancels within a round), printed beside the same ratio of the two bare blocks, the
+benchmark's own floor. The window's memory sampler thread (a reading every 50 ms) runs throughout, as in a
+measured window; no wire counter (no namespace).
 
-    .venv/bin/python benchmarks/script_overhead.py --blocks 40 --steps 50
+    .venv/bin/python benchmarks/script_overhead.py                 # 600 rounds of 5 steps each kind, ~30 s
+    .venv/bin/python benchmarks/script_overhead.py --wrapped       # the loss read through wrapped streams
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import train  # noqa: E402  (the example script's data and model)
 from scalegate.contract.script import ScriptSpec  # noqa: E402
 from scalegate.contract.spec import CaseSpec  # noqa: E402
 from scalegate.worker import script as bootstrap  # noqa: E402
+from scalegate.worker import script_loss  # noqa: E402
 from scalegate.worker.loop import rank_context  # noqa: E402
 
 
@@ -69,23 +73,23 @@ def make_clock(out_dir: Path) -> bootstrap.StepClock:
 
 
 @contextlib.contextmanager
-def instrumented(clock: bootstrap.StepClock):
-    """What the bootstrap installs around a script, installed for one block."""
+def instrumented(clock: bootstrap.StepClock, wrapped: bool):
+    """What the bootstrap installs around a script, installed for one block: the step hook, the collectives'
+    wrappers, and rank 0's loss reading (its log file, read when the block ends, or its wrapped streams)."""
     handle = register_optimizer_step_post_hook(clock.optimizer_hook)
     untime = bootstrap._time_collectives(clock)
-    stdout = sys.stdout
-    pattern = re.compile(clock.spec.script.loss_pattern)  # type: ignore[union-attr]
-    sys.stdout = bootstrap._LossReader(io.StringIO(), pattern, clock.losses)  # type: ignore[assignment]
+    losses = script_loss.Losses(clock.spec.script.loss_pattern, clock.losses, files=not wrapped)  # type: ignore[union-attr]
     try:
         yield
     finally:
-        sys.stdout = stdout
+        losses.close()
         untime()
         handle.remove()
+        assert clock.losses, "the instrumented block's loss lines were not read"  # the benchmark measures real work
         del clock.losses[:]  # a reading a step: keep the list short
 
 
-def block(model, optimizer, data, steps: int, quiet_stream) -> float:
+def block(model, optimizer, data, steps: int) -> float:
     loss_fn = torch.nn.CrossEntropyLoss()
     start = time.perf_counter()
     for step in range(steps):
@@ -94,15 +98,16 @@ def block(model, optimizer, data, steps: int, quiet_stream) -> float:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        print(f"step {step} loss {loss.item():.4f}", file=sys.stdout if quiet_stream is None else quiet_stream)
+        print(f"step {step} loss {loss.item():.4f}")  # to fd 1, a file during the blocks, as a rank's log
     return (time.perf_counter() - start) / steps
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=40, help="blocks of each kind, alternating")
-    parser.add_argument("--steps", type=int, default=50, help="steps a block")
+    parser.add_argument("--blocks", type=int, default=600, help="rounds of the three kinds of block")
+    parser.add_argument("--steps", type=int, default=5, help="steps a block")
     parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--wrapped", action="store_true", help="read the loss through wrapped streams, not the log")
     parser.add_argument("--out", default="results/script-overhead")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -111,21 +116,37 @@ def main() -> None:
     model, optimizer = _model(args.dim)
     data = train.batches(0, 32, args.dim)
     clock = make_clock(out)
-    with instrumented(clock):  # opens the window (sampler thread) once, as a run does
-        block(model, optimizer, data, args.steps, None)
-    block(model, optimizer, data, args.steps, io.StringIO())  # warm up
-    runs: dict[str, list[float]] = {"bare": [], "timed": [], "bare again": []}
-    orders = [("bare", "timed", "bare again"), ("timed", "bare again", "bare"), ("bare again", "bare", "timed")]
-    for i in range(args.blocks):
-        for kind in orders[i % 3]:  # each kind in each position equally often
-            if kind == "timed":
-                with instrumented(clock):
-                    runs[kind].append(block(model, optimizer, data, args.steps, None))
-            else:
-                runs[kind].append(block(model, optimizer, data, args.steps, io.StringIO()))
+    with as_rank_log(out / "rank0.log"):  # stdout is a file during the blocks, as torchrun's --redirects make it
+        with instrumented(clock, args.wrapped):  # opens the window (sampler thread) once, as a run does
+            block(model, optimizer, data, args.steps)
+        block(model, optimizer, data, args.steps)  # warm up
+        runs: dict[str, list[float]] = {"bare": [], "timed": [], "bare again": []}
+        orders = [("bare", "timed", "bare again"), ("timed", "bare again", "bare"), ("bare again", "bare", "timed")]
+        for i in range(args.blocks):
+            for kind in orders[i % 3]:  # each kind in each position equally often
+                if kind == "timed":
+                    with instrumented(clock, args.wrapped):
+                        runs[kind].append(block(model, optimizer, data, args.steps))
+                else:
+                    runs[kind].append(block(model, optimizer, data, args.steps))
     print(parts(clock, model, optimizer))
     clock.window.sampler.__exit__(None, None, None)
     print(summary(runs, args))
+
+
+@contextlib.contextmanager
+def as_rank_log(path: Path):
+    """fd 1 (and sys.stdout) on a file for the block, then back."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def summary(runs: dict[str, list[float]], args: argparse.Namespace) -> str:
@@ -152,7 +173,7 @@ def parts(clock: bootstrap.StepClock, model, optimizer, n: int = 20000) -> str:
     for _ in range(n):
         clock.on_step()
     on_step = (time.perf_counter() - start) / n
-    reader = bootstrap._LossReader(io.StringIO(), re.compile(r"step (\d+) loss ([0-9.eE+-]+)"), [])
+    reader = script_loss.LossReader(io.StringIO(), re.compile(r"step (\d+) loss ([0-9.eE+-]+)"), [])
     start = time.perf_counter()
     for i in range(n):
         print(f"step {i} loss 1.2345", file=reader)

@@ -124,6 +124,7 @@ def test_the_example_script_is_gated_on_ddp_and_fsdp_from_its_own_directory(tmp_
         rank0 = case["result"]["ranks"][0]
         assert len(rank0["step_times_s"]) == 5 and rank0["extra"]["optimizer_steps"] == 40  # ran to its end
         assert rank0["peak_memory_bytes"] > 0 and len(rank0["extra"]["loss_curve"]) == 40
+        assert rank0["extra"]["loss_read_from"] == ["file", "file"]  # the rank logs, not wrapped streams
         assert case["resources"]["wire"]["bytes_per_step"] > 1e6  # ~1.6 MB of gradients a rank a step
     written = json.loads(next((project / "baselines").glob("*.json")).read_text())
     assert {"ddp-mlp-1x2:script", "fsdp-mlp-1x2:script"} <= set(written["cases"])

@@ -12,16 +12,15 @@ end of the step before it to its own end). On CPU a step is timed with the host 
 ``optimizer.step()``; on CUDA with an event recorded there, and one host sync when the window closes, not one per
 step. The window's instruments are the workloads' (peak memory, bytes on the wire, CPU time: measured.py), opened
 in the hook that ends the step before the window and closed in the hook of its last step. The loss curve is read
-from rank 0's own output with the case's ``loss_pattern`` (every line it prints, to stdout or stderr).
+from rank 0's own output with the case's ``loss_pattern`` (harness/worker/script_loss.py: its log files, read when
+the window closes and when the script ends; a stream that is no file is wrapped).
 """
 
 from __future__ import annotations
 
 import functools
-import io
 import math
 import os
-import re
 import runpy
 import socket
 import sys
@@ -32,12 +31,13 @@ from typing import Any, Callable
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from scalegate.contract import atomic
+from scalegate.contract import atomic, heartbeat
 from scalegate.contract.errors import SpecError
 from scalegate.contract.results import RankResult
 from scalegate.contract.spec import CaseSpec
 from scalegate.measure.memory import cuda_peaks
 from scalegate.strategies.base import RankContext
+from scalegate.worker import script_loss
 from scalegate.worker.measured import MeasuredWindow
 
 ACTIVE: StepClock | None = None  # the clock of the script this process runs (scalegate.step() finds it here)
@@ -52,7 +52,8 @@ class StepClock:
     """Counts the script's optimizer steps, times the measured window, and writes the rank's result."""
 
     def __init__(self, spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, str], None]) -> None:
-        self.spec, self.ctx, self.out_dir, self.beat = spec, ctx, out_dir, beat
+        self.spec, self.ctx, self.out_dir = spec, ctx, out_dir
+        self.beats = heartbeat.Deferred(beat)  # the beat is inside the step here: a thread writes it
         self.first = max(spec.warmup, 1)  # a step before the window marks where its first step starts
         self.last = self.first + spec.steps - 1
         self.count = 0  # optimizer steps completed
@@ -65,6 +66,7 @@ class StepClock:
         self.comm = 0.0  # seconds this step spent in blocking collectives called from Python
         self.collective_s: list[float] = []  # per measured step
         self.losses: list[tuple[float, float]] = []  # (the script's step, or the line's index; loss), rank 0
+        self.loss_source: script_loss.Losses | None = None  # rank 0's output, where the case has a loss_pattern
         self.started = time.perf_counter()
 
     # --- the hooks --------------------------------------------------------------------------------------------
@@ -82,7 +84,7 @@ class StepClock:
 
     def on_step(self) -> None:
         step, self.count = self.count, self.count + 1
-        self.beat(step, "step")
+        self.beats.step(step)
         if step < self.first - 1 or step > self.last:
             return  # outside the window a step costs its count and its heartbeat (docs/your-script.md)
         if step == self.first - 1:
@@ -114,6 +116,8 @@ class StepClock:
         else:
             self.times = [b - a for a, b in zip(self.marks, self.marks[1:])]
         self.window.close()
+        if self.loss_source is not None:
+            self.loss_source.read()
         self.write()  # now, so a script that later exits hard keeps its measurement
 
     # --- the rank's result ------------------------------------------------------------------------------------
@@ -161,44 +165,12 @@ class StepClock:
                 "optimizer_steps": self.count,
                 "steps_marked_by": "scalegate.step()" if self.manual else "optimizer.step()",
                 "loss_curve": [list(p) for p in self.losses],
+                "loss_read_from": self.loss_source.how if self.loss_source else [],  # [stdout, stderr]: file/wrapped
                 "collective_s": self.collective_s,  # blocking collectives the script called, per measured step
                 "throughput_unit": "samples/s" if batch else "steps/s",
             },
         )
         atomic.write_json(self.out_dir / f"rank{self.ctx.rank}.json", result.__dict__)
-
-
-class _LossReader(io.TextIOBase):
-    """Passes a stream through and reads ``pattern`` off every whole line (rank 0's stdout and stderr)."""
-
-    def __init__(self, stream: Any, pattern: re.Pattern, found: list[tuple[float, float]]) -> None:
-        self.stream, self.pattern, self.found, self.pending = stream, pattern, found, ""
-
-    def write(self, text: str) -> int:
-        self.stream.write(text)
-        if "\n" not in text:  # print() writes its text and its end apart: only a line's end is read
-            self.pending += text
-            return len(text)
-        self.pending += text
-        *lines, self.pending = self.pending.split("\n")
-        for line in lines:
-            match = self.pattern.search(line)
-            if match:
-                try:
-                    values = [float(g) for g in match.groups()]
-                except ValueError:
-                    continue
-                self.found.append((values[0], values[1]) if len(values) == 2 else (float(len(self.found)), values[0]))
-        return len(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-    def fileno(self) -> int:
-        return self.stream.fileno()
-
-    def isatty(self) -> bool:
-        return False
 
 
 # torch.distributed's collectives a script calls from Python: timed while the window is open (their host time is the
@@ -254,14 +226,12 @@ def run(spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, st
     untime = _time_collectives(clock)
     streams = sys.stdout, sys.stderr
     if ctx.rank == 0 and script.loss_pattern:
-        pattern = re.compile(script.loss_pattern)
-        sys.stdout = _LossReader(sys.stdout, pattern, clock.losses)  # type: ignore[assignment]
-        sys.stderr = _LossReader(sys.stderr, pattern, clock.losses)  # type: ignore[assignment]
+        clock.loss_source = script_loss.Losses(script.loss_pattern, clock.losses)
     argv, cwd = sys.argv, os.getcwd()
     sys.argv = [script.path, *script.argv]
     os.chdir(script.cwd)
     sys.path.insert(0, os.path.dirname(script.path))  # as `python train.py` puts the script's directory first
-    beat(-1, "script")
+    clock.beats.now(-1, "script")
     try:
         runpy.run_path(script.path, run_name="__main__")
     except WindowClosed:
@@ -270,6 +240,9 @@ def run(spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, st
         if exc.code not in (None, 0):
             raise
     finally:
+        clock.beats.close()
+        if clock.loss_source is not None:
+            clock.loss_source.close()
         handle.remove()
         untime()
         sys.stdout, sys.stderr = streams
