@@ -128,6 +128,16 @@ def test_the_example_script_is_gated_on_ddp_and_fsdp_from_its_own_directory(tmp_
         assert case["resources"]["wire"]["bytes_per_step"] > 1e6  # ~1.6 MB of gradients a rank a step
     written = json.loads(next((project / "baselines").glob("*.json")).read_text())
     assert {"ddp-mlp-1x2:script", "fsdp-mlp-1x2:script"} <= set(written["cases"])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    added = subprocess.run(
+        [sys.executable, "-m", "scalegate", "history", "add", "results/latest"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert added.returncode == 0 and "2 cases" in added.stdout, added.stdout + added.stderr  # the team's history
+    assert (project / "results" / "history.sqlite").exists()
 
 
 def _marker(project: Path, old: str, new: str) -> None:
