@@ -150,6 +150,7 @@ def test_a_transformer_encoder_passes_ddp_with_its_key_bias_left_out(project):
         assert rank.grad_check["params"]["errors"]["enc.layers.0.self_attn.in_proj_bias"]["scale"] > 0
 
 
+@pytest.mark.slow  # two launches: not the fast tier's single ones
 def test_a_batchnorm_resnet_passes_ddp_and_the_whole_batch_reference_shows_the_old_failure(project):
     the_spec = spec(project, "resnet_bn:BatchNormResNet", "bn_resnet")
     passes(run_case(the_spec, project / "right"))

@@ -109,6 +109,7 @@ def test_the_breakdown_splits_each_ranks_step_into_compute_and_exposed_communica
     assert found["exposed_share"] == pytest.approx((0.050 - 0.035) / 0.050)  # slowest step, ranks' mean compute
 
 
+@pytest.mark.slow  # two launches: not the fast tier's single ones
 def test_an_extra_blocking_all_reduce_shows_as_exposed_communication(tmp_path):
     from scalegate.figures import breakdown
 
