@@ -204,9 +204,16 @@ def test_ctrl_c_while_waiting_kills_the_whole_tree(pool, tmp_path, token):
         wait_until_hung(tmp_path / "case" / "ranks")
         os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=interrupt_when_hung, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        run_case(spec(timeout_s=600, hang_rank=1, hang_step=2), tmp_path / "case", agents=pool)
+    # Ctrl-C as an interactive shell delivers it: a pytest started as a background job of a non-interactive shell
+    # (`bash .ci/run &`) inherits SIGINT ignored, and the interrupt would never come (the case then ran to its
+    # 600 s timeout in a CI rehearsal started that way)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_when_hung, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            run_case(spec(timeout_s=120, hang_rank=1, hang_step=2), tmp_path / "case", agents=pool)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert pool.server is None and eventually_none(token) == []
 
 
