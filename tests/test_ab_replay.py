@@ -28,7 +28,10 @@ def replay():
         import detection_ab
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    detection_ab.detection._memoize_estimates()
+    from scalegate.judge import estimates
+
+    saved = estimates.local, estimates.classic
+    detection_ab.detection._memoize_estimates()  # the replay's looks re-estimate each launch: once per launch
     rows = list(detection_ab.detection._rows(DATA))
 
     def verdicts(strategy: str, slowdown: float) -> Counter:
@@ -37,7 +40,8 @@ def replay():
         trials = [rounds[start:] for start in range(len(rounds) - BUDGET + 1)]
         return Counter(detection_ab._one(strategy, trial, None, BUDGET)[0] for trial in trials)
 
-    return verdicts
+    yield verdicts
+    estimates.local, estimates.classic = saved  # the rest of the session judges with the module as shipped
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed-zero2"])

@@ -214,18 +214,7 @@ def throwaway_repo(where):
     return where
 
 
-AB_ARGS = [
-    "-k",
-    "ddp-cnn-1x2 or single-cnn-1x1",
-    "--scaling-strategies",
-    "single,ddp",
-    "--scaling-steps",
-    "10",
-    "--scaling-warmup",
-    "2",
-    "--scaling-local-steps",
-    "20",
-]
+AB_ARGS = [*GATE_CASE, "--scaling-local-steps", "20"]
 
 
 def _ab(repo, tmp_path, base: str, *extra: str, gap_s: str = "30") -> subprocess.CompletedProcess:

@@ -77,11 +77,15 @@ def step(argv: list[str]) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
     report = out / f"step-{commit}.json"
     args = argparse.Namespace(base=good, results_dir=str(out / "gate"), markdown=None, json=str(report))
-    code = gate.main(args, user_args)
+    return judged(commit, gate.main(args, user_args), report)
+
+
+def judged(what: str, code: int, report: Path) -> int:
+    """A step's gate exit code and JSON -> bad, good or skip, printed with the cases' verdicts."""
     data = json.loads(report.read_text()) if code in (0, 1) and report.exists() else {}
     found = verdict(data) if data else SKIP
     cases = ", ".join(f"{c.get('key')} {c.get('status')}" for c in data.get("cases", [])) or f"gate exit {code}"
-    print(f"bisect: {commit} is {({GOOD: 'good', BAD: 'bad', SKIP: 'skipped'})[found]} ({cases})", flush=True)
+    print(f"bisect: {what} is {({GOOD: 'good', BAD: 'bad', SKIP: 'skipped'})[found]} ({cases})", flush=True)
     return found
 
 

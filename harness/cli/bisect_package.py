@@ -15,7 +15,6 @@ Exit codes: 0 a first bad release was found (printed), 1 none (BAD is not bad, o
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -127,9 +126,4 @@ def _step(package: str, version: str, python: str, good_python: str, out: Path, 
     cmd = [python, "-m", "scalegate", "gate", "--base-python", good_python, "--results-dir", str(out / "gate")]
     cmd += ["--json", str(report), *user_args]
     env = checkout.environment({k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"})
-    done = subprocess.run(cmd, env=env)
-    data = json.loads(report.read_text()) if done.returncode in (0, 1) and report.exists() else {}
-    found = bisect.verdict(data) if data else bisect.SKIP
-    cases = ", ".join(f"{c.get('key')} {c.get('status')}" for c in data.get("cases", [])) or f"exit {done.returncode}"
-    print(f"bisect: {package} {version} is {({0: 'good', 1: 'bad', 125: 'skipped'})[found]} ({cases})", flush=True)
-    return found
+    return bisect.judged(f"{package} {version}", subprocess.run(cmd, env=env).returncode, report)

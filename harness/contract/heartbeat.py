@@ -40,15 +40,18 @@ class Writer:
         self.rank = rank
         self.pid = os.getpid()
         self.thread = threading.main_thread().ident or 0  # names the main thread in a faulthandler dump
-        self.phases: dict[str, str] = {}  # each phase's JSON string, quoted once
 
     def beat(self, step: int, phase: str) -> None:
-        # The record is the JSON ``read`` parses, built by formatting: it runs at every step of a team's script
-        # (docs/your-script.md, what the bootstrap costs), where a json.dumps of a dict cost more than the write.
-        quoted = self.phases.get(phase)
-        if quoted is None:
-            quoted = self.phases[phase] = json.dumps(phase[:64])
-        record = f'{{"rank": {self.rank}, "pid": {self.pid}, "thread": {self.thread}, "step": {step}, "phase": {quoted}, "time": {time.time()!r}}}'
+        record = json.dumps(
+            {
+                "rank": self.rank,
+                "pid": self.pid,
+                "step": step,
+                "phase": phase[:64],
+                "time": time.time(),
+                "thread": self.thread,
+            }
+        )
         try:
             os.pwrite(self.fd, record.ljust(RECORD_BYTES).encode()[:RECORD_BYTES], 0)
         except OSError:

@@ -85,8 +85,6 @@ class StepClock:
     def on_step(self) -> None:
         step, self.count = self.count, self.count + 1
         self.beats.step(step)
-        if step < self.first - 1 or step > self.last:
-            return  # outside the window a step costs its count and its heartbeat (docs/your-script.md)
         if step == self.first - 1:
             self.window.open()  # its barrier and idle reading happen before the mark: not in a step's time
             self._mark()
