@@ -102,6 +102,7 @@ def test_a_and_a_across_environments_passes_and_records_both(tmp_path):
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     data = json.loads((tmp_path / "gate.json").read_text())
     assert data["environments"]["base"]["python"] == data["environments"]["head"]["python"] == sys.executable
+    assert data["environments"]["base"]["scalegate"] == data["environments"]["head"]["scalegate"] != "unknown"
     assert "the same versions on both sides" in (tmp_path / "gate.md").read_text()
     assert "regressed" not in (tmp_path / "gate.md").read_text()
 

@@ -34,6 +34,7 @@ from scalegate.cli import environments, gate_rounds, worktree
 from scalegate.cli.project import Project
 from scalegate.contract import atomic, checkout
 from scalegate.contract.errors import ScalegateError
+from scalegate.plan import hostinfo
 from scalegate.record import baselines, runfiles
 from scalegate.report import compare
 from scalegate.report import environments as env_report
@@ -243,7 +244,9 @@ def _ab(
             f"[{c['case_id']}]" for c in cases if compare.outcome_of(c, stored, base=theirs[c["key"]]).next_launches
         ]
 
+    head_env = {**head_env, "scalegate": hostinfo.commit(head_tree)}  # the code each side imports
     with worktree.base_tree(head_tree, ref, gate_dir / "base-tree") as base:
+        base_env = {**base_env, "scalegate": hostinfo.commit(base.path)}
         where = f" in {base_env['python']}" if base_python else ""
         print(f"gate: A/B, {head_tree} against {base.ref} ({base.commit[:12]}){where}, both launched in every round")
         parity_run, parity_code = _parity(project, user_args, gate_dir, head_tree)
@@ -270,8 +273,8 @@ def _ab(
         base_cases=merged["base"],
         base={"ref": base.ref, "commit": base.commit},
     )
-    atomic.write_json(run_dir / env_report.FILE, {**head_env, "scalegate": worktree.describe(head_tree)})
-    atomic.write_json(run_dir / "base" / env_report.FILE, {**base_env, "scalegate": base.commit[:12] or "?"})
+    atomic.write_json(run_dir / env_report.FILE, head_env)
+    atomic.write_json(run_dir / "base" / env_report.FILE, base_env)
     return run_dir, run_dir / "base", [*codes, parity_code]
 
 

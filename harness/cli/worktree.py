@@ -91,15 +91,6 @@ def copy_checkout(root: Path, dest: Path) -> None:
             (dest / name).write_bytes((root / name).read_bytes())
 
 
-def describe(root: Path) -> str:
-    """``root``'s HEAD commit (12 digits), with ``+dirty`` where tracked files differ from it; "?" outside git."""
-    done = _git(root, "rev-parse", "--short=12", "HEAD")
-    if done.returncode != 0:
-        return "?"
-    dirty = _git(root, "status", "--porcelain", "--untracked-files=no").stdout.strip()
-    return done.stdout.strip() + ("+dirty" if dirty else "")
-
-
 @contextlib.contextmanager
 def base_tree(root: Path, ref: str | None, path: Path) -> Iterator[Tree]:
     """The A/B gate's base side: ``ref`` checked out at ``path`` (``checkout``), or, without a ref (``--base-python``

@@ -87,10 +87,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.") or "unknown"
 
 
-def commit() -> str:
-    """The commit of the repository under test (the directory the session runs in: a team's repository, or the
-    base worktree of an A/B gate), with -dirty for uncommitted changes; "unknown" outside git."""
-    return _commit(os.getcwd())
+def commit(where: Path | None = None) -> str:
+    """The commit of the repository under test (``where``, default the directory the session runs in: a team's
+    repository, or the base worktree of an A/B gate), with -dirty for uncommitted changes; "unknown" outside git."""
+    return _commit(str(where or os.getcwd()))
 
 
 @functools.lru_cache(maxsize=8)
