@@ -93,16 +93,18 @@ def head() -> dict[str, Any]:
 
 def check_same_device(base: dict[str, Any], head_env: dict[str, Any]) -> None:
     """Both sides' torch must drive the same device: a CPU build against a CUDA one measures the hardware."""
-    kind = {True: "CUDA {}", False: "CPU only"}
-    base_kind = kind[bool(base.get("cuda"))].format(base.get("cuda"))
-    head_kind = kind[bool(head_env.get("cuda"))].format(head_env.get("cuda"))
-    if bool(base.get("cuda")) != bool(head_env.get("cuda")):
-        raise ScalegateError(
-            f"the base side's torch ({base['packages'].get('torch')}, {base_kind}, {base['python']}) is built for "
-            f"another device than the head's ({head_env['packages'].get('torch')}, {head_kind})",
-            "install the same kind of torch build on both sides (the CUDA wheel for the driver on a GPU machine, "
-            "the CPU wheel on a CPU one)",
-        )
+    if bool(base.get("cuda")) == bool(head_env.get("cuda")):
+        return
+
+    def build(env: dict[str, Any]) -> str:
+        return f"{env['packages'].get('torch')}, " + (f"CUDA {env['cuda']}" if env.get("cuda") else "CPU only")
+
+    raise ScalegateError(
+        f"the base side's torch ({build(base)}, {base['python']}) is built for another device than the head's "
+        f"({build(head_env)})",
+        "install the same kind of torch build on both sides (the CUDA wheel for the driver on a GPU machine, "
+        "the CPU wheel on a CPU one)",
+    )
 
 
 def overlay(package: str, version: str, root: Path) -> str:

@@ -17,10 +17,8 @@ bad arguments.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -29,6 +27,7 @@ from pathlib import Path
 from scalegate.cli import gpu_phases
 from scalegate.cli.project import Project
 from scalegate.contract.errors import ScalegateError
+from scalegate.launch import process
 from scalegate.plan import hostinfo
 from scalegate.plan import option_types as t
 from scalegate.report import acceptance, acceptance_page
@@ -126,8 +125,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def in_git(root: Path) -> bool:
-    done = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "-q", "HEAD"], capture_output=True)
-    return done.returncode == 0
+    return hostinfo.commit(root) != "unknown"
 
 
 def dry_run(phases: list[gpu_phases.Phase], settings: gpu_phases.Settings) -> int:
@@ -177,8 +175,9 @@ def run_phase(phase: gpu_phases.Phase, timeout_s: float, root: Path) -> acceptan
         proc = subprocess.Popen(phase.argv, cwd=root, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(timeout=max(1.0, timeout_s))
-        except subprocess.TimeoutExpired:
-            timed_out, code = True, stop(proc)
+        except subprocess.TimeoutExpired:  # the phase's group and every rank it started, TERM then KILL
+            process.kill_tree(proc, grace_s=15)
+            timed_out, code = True, proc.wait()
     wall = time.monotonic() - start
     print(f"selftest: {phase.name}: exit {code}{' (budget ran out)' if timed_out else ''} after {wall:.0f} s")
     done = acceptance.PhaseRun(
@@ -194,20 +193,6 @@ def run_phase(phase: gpu_phases.Phase, timeout_s: float, root: Path) -> acceptan
     if done.problem or code not in (0, 5):
         print("".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:]), end="", flush=True)
     return done
-
-
-def stop(proc: subprocess.Popen) -> int:
-    """SIGTERM to the phase's process group (pytest, its launchers and ranks), SIGKILL after 15 s."""
-    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            return proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-    return proc.wait()
 
 
 def rows_of(phase: gpu_phases.Phase) -> list[acceptance.CaseRow]:
