@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract import cards
+from scalegate.record import runfiles
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 # skip reasons that mean the run did not see its GPU, or its setup left out a package (harness/contract/cards.py)
@@ -77,17 +78,10 @@ def junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
 
 
 def case_files(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """The case results a session wrote (``run_dir`` is its results directory; the session's run is ``latest``)."""
+    """The case results a session wrote (``run_dir`` is its results directory; the session's run is ``latest``,
+    absent when a phase was stopped before its first case)."""
     latest = run_dir / "latest"
-    found: dict[str, dict[str, Any]] = {}
-    for path in sorted(latest.glob("*.json")) if latest.is_dir() else []:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(data, dict) and "case_id" in data:
-            found[data["case_id"]] = data
-    return found
+    return {case["case_id"]: case for case in runfiles.load_run(latest)} if latest.is_dir() else {}
 
 
 def measures(case: dict[str, Any]) -> dict[str, Any]:
