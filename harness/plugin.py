@@ -35,6 +35,36 @@ CATALOG = pytest.StashKey[catalog.Catalog]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
+    parser.addini(
+        options.TESTPATHS_MATRIX_INI,
+        "the scaling matrix of a bare `pytest` (run from testpaths, no path named) when --scaling-matrix is not "
+        f"given: one of {', '.join(sorted(options.MATRICES))} (default: default)",
+        default="",
+    )
+
+
+def _bare_matrix(config: pytest.Config) -> None:
+    """A bare `pytest` takes the ini's matrix (this repository's: the smoke one, so its own tests stay fast);
+    `pytest scaling_tests` and any named path keep the default one."""
+    if config.option.scaling_matrix is not None or config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        return
+    name = config.getini(options.TESTPATHS_MATRIX_INI).strip()
+    if name and name not in options.MATRICES:
+        raise pytest.UsageError(
+            f"{options.TESTPATHS_MATRIX_INI} = {name} in {config.inipath}: not a matrix\n"
+            f"HINT: set it to one of {', '.join(sorted(options.MATRICES))}, or remove it"
+        )
+    config.option.scaling_matrix = name or None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    state = config.stash.get(SESSION, None)
+    if state is None or state.options.matrix != "smoke":
+        return None
+    return (
+        f"scaling: the smoke matrix (every strategy on {options.SMOKE_MODEL} only, and its 1x1 reference); "
+        "`pytest scaling_tests` runs the default matrix, every strategy x workload"
+    )
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -58,6 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "scaling_matrix(models=[...], strategies=[...], topologies=[...]): the "
         "scaling matrix of a test taking scaling_case (docs/your-model.md)",
     )
+    _bare_matrix(config)
     try:
         known = catalog.discover(
             config.pluginmanager.hook.pytest_scaling_workloads.get_hookimpls(), search_paths=[str(config.rootpath)]

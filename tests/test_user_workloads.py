@@ -322,3 +322,37 @@ def test_a_bad_scaling_matrix_marker_names_the_test(pytester, marker, says):
         test_mine=f"import pytest\n\n@pytest.mark.scaling_matrix({marker})\ndef test_mine(scaling_case):\n    pass\n"
     )
     _assert_error(_run(pytester, "--co", "test_mine.py"), "test_mine.py::test_mine", says)
+
+
+# --- the matrix of a bare `pytest` (pytest.ini's scaling_testpaths_matrix) --------------------------------------
+
+
+def _collect_bare(pytester: pytest.Pytester, *args: str, matrix: str = "smoke") -> pytest.RunResult:
+    """Collect as `pytest` does with no path named: from the ini's testpaths, which set the smoke matrix."""
+    pytester.makepyfile(test_user_scaling=SCALING_TEST)
+    pytester.makeini(f"[pytest]\ntestpaths = test_user_scaling.py\nscaling_testpaths_matrix = {matrix}\n")
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "--co", *args)
+
+
+def _collected(result: pytest.RunResult) -> list[str]:
+    return re.findall(r"\[([^\]]+)\]>$", result.stdout.str(), flags=re.M)
+
+
+def test_a_bare_pytest_runs_the_ini_matrix_and_a_named_path_the_default_one(pytester):
+    bare = _collect_bare(pytester)
+    assert "ddp-cnn-1x2" in _collected(bare) and "single-cnn-1x1" in _collected(bare)
+    assert not [i for i in _collected(bare) if "bert_qa" in i or "resnet" in i], bare.stdout.str()
+    assert "scaling: the smoke matrix (every strategy on cnn only" in bare.stdout.str()  # the header says so
+    named = _collect_bare(pytester, "test_user_scaling.py")  # `pytest scaling_tests`: the default matrix
+    assert "ddp-bert_qa-1x2" in _collected(named) and "smoke matrix" not in named.stdout.str()
+    given = _collect_bare(pytester, "--scaling-matrix", "default")
+    assert "ddp-bert_qa-1x2" in _collected(given)
+    # models named on the command line run in the smoke matrix too
+    assert _collected(_collect_bare(pytester, "--scaling-models", "bert_qa", "--scaling-strategies", "ddp")) == [
+        "ddp-bert_qa-1x1",
+        "ddp-bert_qa-1x2",
+    ]
+
+
+def test_a_testpaths_matrix_that_is_not_one_is_a_usage_error(pytester):
+    _assert_error(_collect_bare(pytester, matrix="smok"), "scaling_testpaths_matrix = smok", "smoke")

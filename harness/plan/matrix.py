@@ -104,10 +104,10 @@ def skip_reason(spec: CaseSpec, host: HostInfo) -> str | None:
 
 
 def _outside_matrix(spec: CaseSpec, matrix: str) -> str | None:
-    """The default matrix runs only the single reference on 1x1: other 1x1 cases say where they are."""
-    if matrix == "default" and spec.topology == "1x1" and spec.strategy != "single":
+    """The default and smoke matrices run only the single reference on 1x1: other 1x1 cases say where they are."""
+    if matrix in ("default", "smoke") and spec.topology == "1x1" and spec.strategy != "single":
         return (
-            f"{spec.case_id} is in the full matrix only (1x1 is the single reference in the default one): "
+            f"{spec.case_id} is in the full matrix only (1x1 is the single reference in the {matrix} one): "
             "pass --scaling-matrix full, or --scaling-topologies 1x1"
         )
     return None

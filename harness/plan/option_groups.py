@@ -17,9 +17,13 @@ from scalegate.plan import option_types as t
 
 AddOption = Callable[..., Any]  # pytest's OptionGroup.addoption or argparse's add_argument
 
-# The default matrix keeps CI inside its budget: every strategy x workload on 1x2 plus the single
-# 1x1 references. --scaling-matrix full adds 1x1 for every strategy, 1x4 and emulated 2x1, 2x2.
-MATRICES = {"default": "1x1,1x2", "full": "1x1,1x2,1x4,2x1,2x2"}
+# The default matrix: every strategy x workload on 1x2 plus the single 1x1 references (the main job, the nightly).
+# --scaling-matrix full adds 1x1 for every strategy, 1x4 and emulated 2x1, 2x2. smoke: every strategy once, on
+# SMOKE_MODEL only, on the default matrix's topologies: what a bare `pytest` runs in a repository whose pytest.ini
+# sets `scaling_testpaths_matrix = smoke` (this one's: the harness's own tests, docs/testing.md).
+MATRICES = {"default": "1x1,1x2", "full": "1x1,1x2,1x4,2x1,2x2", "smoke": "1x1,1x2"}
+SMOKE_MODEL = "cnn"  # the cheapest built-in: a smoke case costs its launch, not its steps
+TESTPATHS_MATRIX_INI = "scaling_testpaths_matrix"
 PROFILE_STEPS = 3  # --scaling-profile's default window: enough steps to see one repeat, a small trace
 # The same-launch reference and the sequential gate (docs/gate.md, docs/detection.md): 40 pairs give a
 # launch-to-launch spread of ~2% on the 2-core VMs (20 pairs: ~4.5%); a 10% drop, 1% false alarms, 5% misses.
@@ -54,10 +58,11 @@ def add_selection_options(addoption: AddOption, prefix: str = "scaling-") -> Non
     )
     addoption(
         f"--{prefix}matrix",
-        default="default",
+        default=None,
         choices=sorted(MATRICES),
         help="default: every strategy x workload on 1x2 plus the single 1x1 references; full: also every strategy "
-        f"on {MATRICES['full']} (default: %(default)s)",
+        f"on {MATRICES['full']}; smoke: every strategy on {SMOKE_MODEL} only, on the default topologies "
+        f"(default: default; a bare `pytest`, run from the ini's testpaths, takes the ini's {TESTPATHS_MATRIX_INI})",
     )
     addoption(
         f"--{prefix}topologies",

@@ -28,6 +28,8 @@ from scalegate.plan.option_groups import (
     MAX_LAUNCHES,
     PARITY_TOLERANCE,
     PROFILE_STEPS,
+    SMOKE_MODEL,
+    TESTPATHS_MATRIX_INI,
     add_scaling_options,
 )
 
@@ -44,6 +46,8 @@ __all__ = [  # the defaults are re-exported: benchmarks and tests read them here
     "MAX_LAUNCHES",
     "PARITY_TOLERANCE",
     "PROFILE_STEPS",
+    "SMOKE_MODEL",
+    "TESTPATHS_MATRIX_INI",
     "Options",
     "add_options",
     "parse",
@@ -60,7 +64,7 @@ class Options:
     strategies: tuple[str, ...]
     models: tuple[str, ...]
     topologies: tuple[str, ...]
-    matrix: str = "explicit"  # "default", "full", or "explicit" when --scaling-topologies was given
+    matrix: str = "explicit"  # "default", "full", "smoke", or "explicit" when --scaling-topologies was given
     preset: str
     steps: int
     warmup: int
@@ -112,15 +116,16 @@ def parse(values: argparse.Namespace, rootdir: Path, strategy_names: Sequence[st
     ``type=``. ``catalog`` (the plugin's, harness/plan/catalog.py): the workloads ``--scaling-models`` may name;
     an import path there registers its workload in it."""
     v = values
-    topologies = v.scaling_topologies or tuple(MATRICES[v.scaling_matrix].split(","))
+    matrix_name = v.scaling_matrix or "default"  # None: not given (the plugin resolves a bare run's first)
+    topologies = v.scaling_topologies or tuple(MATRICES[matrix_name].split(","))
     _refuse_faulty_baseline(v)
     scaling, global_batch = _scaling(v.scaling_scaling, v.scaling_global_batch, topologies)
     return Options(
         strategies=_strategies(v.scaling_strategies, strategy_names),
-        models=_models(v.scaling_models, catalog),
+        models=_smoke(_models(v.scaling_models, catalog), matrix_name, v.scaling_models),
         workloads=catalog.registered(),
         topologies=topologies,
-        matrix="explicit" if v.scaling_topologies else v.scaling_matrix,
+        matrix="explicit" if v.scaling_topologies else matrix_name,
         preset=v.scaling_preset,
         scaling=scaling,
         global_batch=global_batch,
@@ -175,6 +180,13 @@ def _models(text: str, catalog: "Catalog") -> tuple[str, ...]:
     if text.strip() == "all":  # the opt-in ones (the decoder LM) run only when named
         return tuple(catalog.defaults())
     return _known("--scaling-models", items, catalog.names(), ", or name a Workload class as package.module:Class")
+
+
+def _smoke(models: tuple[str, ...], matrix_name: str, text: str) -> tuple[str, ...]:
+    """The smoke matrix runs every strategy on one workload, unless ``--scaling-models`` names others."""
+    if matrix_name != "smoke" or text.strip() != "all" or SMOKE_MODEL not in models:
+        return models
+    return (SMOKE_MODEL,)
 
 
 def _known(option: str, items: Sequence[str], known: Sequence[str], refs: str) -> tuple[str, ...]:
