@@ -226,6 +226,7 @@ def _run(tmp_path, model_type: str, strategy: str, steps: int, warmup: int):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # default tier -> nightly (issue 25): the hf matrix is nightly
 def test_fsdp_gpt2_on_two_ranks_agrees_with_a_single_process(tmp_path):
     result = _run(tmp_path, "gpt2", "fsdp", steps=2, warmup=2)
     assert agreement.agreement(result) is None and agreement.loss_curve(result) is None

@@ -168,6 +168,7 @@ def test_a_strategy_that_stops_sharding_optimizer_state_fails_with_the_byte_coun
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["fsdp", "zero1-torch"])
+@pytest.mark.nightly  # default tier -> nightly (issue 25): the sharding gate's fault test is in the fast tier
 def test_sharded_strategies_keep_their_promise(strategy, tmp_path):
     result = run_case(spec(strategy), tmp_path / "case")
     assert sharding.check(result) is None

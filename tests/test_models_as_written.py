@@ -270,6 +270,7 @@ def pytest_scaling_workloads():
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # default tier -> nightly (issue 25): every model x strategy; each model's own launch is in the fast tier
 def test_every_model_passes_every_strategy_in_a_session_of_the_teams_own(project, tmp_path):
     (project / "conftest.py").write_text(CONFTEST)
     (project / "test_teams.py").write_text(SCALING_TESTS)
