@@ -35,6 +35,9 @@ from scalegate.record import baselines, run_status
 ROOT = Path(__file__).resolve().parents[1]
 HANG_TIMEOUT_S = 40.0
 TOKEN_ENV = "SCALEGATE_TEST_TOKEN"
+# cold torchrun launches throughout, their leftovers counted by this process's namespaces: the session's warm agent
+# (tests/conftest.py) is closed first
+pytestmark = pytest.mark.usefixtures("without_agents")
 
 
 def _spec(fault: str, timeout_s: float = HANG_TIMEOUT_S) -> CaseSpec:
