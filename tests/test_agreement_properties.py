@@ -25,7 +25,7 @@ from scalegate.launch import run_case
     world=st.integers(1, 4),
     strategy=st.sampled_from(["ddp", "single"]),
 )
-def test_ddp_agrees_for_drawn_shapes(tmp_path_factory, width, hidden, micro_batch, world, strategy):
+def test_ddp_agrees_for_drawn_shapes(tmp_path_factory, agents, width, hidden, micro_batch, world, strategy):
     if strategy == "single":
         world = 1
     spec = CaseSpec(
@@ -38,6 +38,6 @@ def test_ddp_agrees_for_drawn_shapes(tmp_path_factory, width, hidden, micro_batc
         warmup=2,
         dims={"width": width, "hidden": hidden},
     )
-    result = run_case(spec, tmp_path_factory.mktemp("case"))
+    result = run_case(spec, tmp_path_factory.mktemp("case"), agents=agents)
     assert agreement.agreement(result) is None
     assert len(result.ranks) == world
