@@ -35,9 +35,6 @@ from scalegate.record import baselines, run_status
 ROOT = Path(__file__).resolve().parents[1]
 HANG_TIMEOUT_S = 40.0
 TOKEN_ENV = "SCALEGATE_TEST_TOKEN"
-# cold torchrun launches throughout, their leftovers counted by this process's namespaces: the session's warm agent
-# (tests/conftest.py) is closed first
-pytestmark = pytest.mark.usefixtures("without_agents")
 
 
 def _spec(fault: str, timeout_s: float = HANG_TIMEOUT_S) -> CaseSpec:
@@ -75,8 +72,9 @@ def _master_ports(case_dir: Path) -> list[int]:
 
 
 @pytest.fixture
-def tagged(monkeypatch):
-    """Every process launched from here carries a unique token, so leftovers can be found."""
+def tagged(monkeypatch, without_agents):
+    """Every process launched from here carries a unique token, so leftovers can be found; the session's warm agent
+    (tests/conftest.py), whose namespace is named by this process too, is closed first."""
     token = uuid.uuid4().hex
     monkeypatch.setenv(TOKEN_ENV, token)
     return token
