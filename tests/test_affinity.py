@@ -55,7 +55,7 @@ def test_bind_sets_this_process_affinity():
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 @pytest.mark.parametrize("binding", [True, False])
-def test_real_ranks_record_their_cores(tmp_path, binding):
+def test_real_ranks_record_their_cores(tmp_path, binding, agents):
     preset = workloads.preset("cnn", "tiny")
     spec = CaseSpec(
         strategy="ddp",
@@ -68,7 +68,7 @@ def test_real_ranks_record_their_cores(tmp_path, binding):
         grad_check=False,
         cpu_binding=binding,
     )
-    result = run_case(spec, tmp_path / "case")
+    result = run_case(spec, tmp_path / "case", agents=agents)
     cpus = sorted(os.sched_getaffinity(0))
     got = [r.extra["cpu_binding"] for r in result.ranks]
     if binding:

@@ -26,7 +26,7 @@ from scalegate.launch import run_case
     strategy=st.sampled_from(["ddp", "single"]),
 )
 @pytest.mark.nightly  # default tier -> nightly (issue 25): a launch per drawn shape
-def test_ddp_agrees_for_drawn_shapes(tmp_path_factory, width, hidden, micro_batch, world, strategy):
+def test_ddp_agrees_for_drawn_shapes(tmp_path_factory, agents, width, hidden, micro_batch, world, strategy):
     if strategy == "single":
         world = 1
     spec = CaseSpec(
@@ -39,6 +39,6 @@ def test_ddp_agrees_for_drawn_shapes(tmp_path_factory, width, hidden, micro_batc
         warmup=2,
         dims={"width": width, "hidden": hidden},
     )
-    result = run_case(spec, tmp_path_factory.mktemp("case"))
+    result = run_case(spec, tmp_path_factory.mktemp("case"), agents=agents)
     assert agreement.agreement(result) is None
     assert len(result.ranks) == world

@@ -49,12 +49,12 @@ def spec(strategy: str, directory, **changes) -> CaseSpec:
         ("deepspeed-zero3", "deepspeed"),
     ],
 )
-def test_a_checkpoint_round_trip_is_timed_measured_and_exact(tmp_path, strategy, fmt):
+def test_a_checkpoint_round_trip_is_timed_measured_and_exact(tmp_path, strategy, fmt, agents):
     if strategy.startswith("deepspeed"):
         pytest.importorskip("deepspeed")
     directory = tmp_path / "case" / "checkpoint"
     keep = strategy == "fsdp"  # its files are loaded again below, by one process (2 -> 1)
-    result = run_case(spec(strategy, directory, checkpoint_keep=keep), tmp_path / "case")
+    result = run_case(spec(strategy, directory, checkpoint_keep=keep), tmp_path / "case", agents=agents)
     assert agreement.checkpoint(result) is None
     for rank in result.ranks:
         found = rank.extra["checkpoint"]
@@ -86,9 +86,9 @@ def test_a_checkpoint_round_trip_is_timed_measured_and_exact(tmp_path, strategy,
         assert compared["missing"] == [] and compared["errors"][compared["worst"]]["rel"] <= tol.param_rel
 
 
-def test_a_resume_without_the_optimizer_state_fails_the_case_naming_the_parameter(tmp_path):
+def test_a_resume_without_the_optimizer_state_fails_the_case_naming_the_parameter(tmp_path, agents):
     faulty = spec("ddp", tmp_path / "case" / "checkpoint", faults=Faults(checkpoint_skip_optimizer=True))
-    result = run_case(faulty, tmp_path / "case")
+    result = run_case(faulty, tmp_path / "case", agents=agents)
     problem = agreement.checkpoint(result)
     assert problem is not None and problem.startswith("checkpoint round trip failed [ddp ddp-cnn-1x2] rank 0:")
     assert "worst parameter '" in problem and "tolerance 1e-05" in problem, problem
@@ -242,7 +242,7 @@ def _resume_on_rank(rank: int, directory: str, port: int, out: str) -> None:
 
 
 @pytest.mark.nightly
-def test_resume_at_another_world_size_one_rank_to_two(tmp_path):
+def test_resume_at_another_world_size_one_rank_to_two(tmp_path, agents):
     """A single-process DCP checkpoint loaded by two FSDP2 ranks (each reads its shards): the step resumed on the
     same global batch, split over the two ranks, matches the single process's uninterrupted step."""
     import json
@@ -264,7 +264,7 @@ def test_resume_at_another_world_size_one_rank_to_two(tmp_path):
         checkpoint_dir=str(directory),
         checkpoint_keep=True,
     )
-    result = run_case(one, tmp_path / "case")
+    result = run_case(one, tmp_path / "case", agents=agents)
     assert agreement.checkpoint(result) is None
     out = tmp_path / "resumed.json"
     mp.start_processes(_resume_on_rank, args=(str(directory), free_port(), str(out)), nprocs=2, start_method="spawn")

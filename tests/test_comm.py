@@ -36,8 +36,8 @@ def spec(strategy: str = "ddp", **faults) -> CaseSpec:
 
 
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory):
-    return run_case(spec(), tmp_path_factory.mktemp("clean") / "case")
+def clean(tmp_path_factory, agents):
+    return run_case(spec(), tmp_path_factory.mktemp("clean") / "case", agents=agents)
 
 
 def baseline_from(result, tmp_path) -> baselines.BaselineFile:
@@ -61,11 +61,11 @@ def test_ddp_sends_what_ring_all_reduce_predicts(clean):
 
 
 @needs_netns
-def test_an_extra_all_reduce_per_step_fails_the_bytes_gate(clean, tmp_path):
+def test_an_extra_all_reduce_per_step_fails_the_bytes_gate(clean, tmp_path, agents):
     base = baseline_from(clean, tmp_path / "baselines")
     key = "ddp-cnn-1x2:tiny"
     assert judge(from_results([clean], [], key=key, profile="cpu-test"), base).status != "regressed"
-    faulty = run_case(spec(extra_allreduce=1), tmp_path / "faulty")
+    faulty = run_case(spec(extra_allreduce=1), tmp_path / "faulty", agents=agents)
     outcome = judge(from_results([faulty], [], key=key, profile="cpu-test"), base)
     problems = [m.message for m in outcome.metrics if m.status == "regressed"]
     assert len(problems) == 1, problems
@@ -79,6 +79,7 @@ def test_an_extra_all_reduce_per_step_fails_the_bytes_gate(clean, tmp_path):
 
 def test_without_a_namespace_bytes_are_unavailable_with_the_reason(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_DISABLE, "1")
+    # a cold torchrun: tests/test_warm.py checks the warm agent says the same, from a server in the root namespace
     result = run_case(spec(), tmp_path / "case")
     wire = resources.wire(result)
     assert wire["bytes_per_step"] is None and wire["source"] == "unavailable"

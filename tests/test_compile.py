@@ -26,8 +26,8 @@ def spec(strategy: str, **fields) -> CaseSpec:
     )
 
 
-def test_a_compiled_ddp_step_computes_what_the_eager_single_process_does(tmp_path):
-    result = run_case(spec("ddp"), tmp_path / "case")
+def test_a_compiled_ddp_step_computes_what_the_eager_single_process_does(tmp_path, agents):
+    result = run_case(spec("ddp"), tmp_path / "case", agents=agents)
     assert agreement.agreement(result) is None and agreement.loss_curve(result) is None
     assert all(r.compile_s and r.compile_s > 0 for r in result.ranks)
     assert summary(result)["compile_s"] == max(r.compile_s for r in result.ranks)  # reported apart from steps

@@ -208,7 +208,7 @@ def test_models_whose_forward_does_more_than_the_chain_have_no_pipeline_cases():
 # --- real torchrun jobs ------------------------------------------------------------------------
 
 
-def _run(tmp_path, model_type: str, strategy: str, steps: int, warmup: int):
+def _run(tmp_path, agents, model_type: str, strategy: str, steps: int, warmup: int):
     from scalegate.launch import run_case
 
     name = hf.hf_workload(model_type).name
@@ -222,13 +222,13 @@ def _run(tmp_path, model_type: str, strategy: str, steps: int, warmup: int):
         warmup=warmup,
         workload=f"hf:{model_type}",
     )
-    return run_case(spec, tmp_path / spec.case_id)
+    return run_case(spec, tmp_path / spec.case_id, agents=agents)
 
 
 @pytest.mark.slow
 @pytest.mark.nightly  # default tier -> nightly (issue 25): the hf matrix is nightly
-def test_fsdp_gpt2_on_two_ranks_agrees_with_a_single_process(tmp_path):
-    result = _run(tmp_path, "gpt2", "fsdp", steps=2, warmup=2)
+def test_fsdp_gpt2_on_two_ranks_agrees_with_a_single_process(tmp_path, agents):
+    result = _run(tmp_path, agents, "gpt2", "fsdp", steps=2, warmup=2)
     assert agreement.agreement(result) is None and agreement.loss_curve(result) is None
     report = result.ranks[0].grad_check["grads"]
     assert report["worst"] and report["errors"][report["worst"]]["rel"] < 2e-5
@@ -241,8 +241,8 @@ def test_fsdp_gpt2_on_two_ranks_agrees_with_a_single_process(tmp_path):
     [(m, s) for m in ("gpt2", "llama", "bert", "opt") for s in ("ddp", "fsdp", "deepspeed-zero3")]
     + [("llama", "pipeline-gpipe")],
 )
-def test_heavy_agreement_and_convergence(tmp_path, model_type, strategy):
-    result = _run(tmp_path, model_type, strategy, steps=20, warmup=5)
+def test_heavy_agreement_and_convergence(tmp_path, agents, model_type, strategy):
+    result = _run(tmp_path, agents, model_type, strategy, steps=20, warmup=5)
     assert agreement.agreement(result) is None
     assert agreement.loss_curve(result) is None
     assert agreement.convergence(result) is None

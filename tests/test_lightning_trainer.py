@@ -204,7 +204,7 @@ def assert_agrees(result, parameters: int) -> None:
         assert len(rank.extra["trainer_step_times_s"]) == len(rank.step_times_s)  # the Trainer-side clock
 
 
-def test_a_users_lightning_module_trains_through_the_trainer_and_agrees_with_one_process(user_module):
+def test_a_users_lightning_module_trains_through_the_trainer_and_agrees_with_one_process(user_module, agents):
     _, project = user_module
     spec = CaseSpec(
         strategy="lightning-ddp",
@@ -218,7 +218,7 @@ def test_a_users_lightning_module_trains_through_the_trainer_and_agrees_with_one
         warmup=2,
         timeout_s=240,
     )
-    assert_agrees(run_case(spec, project / "case"), parameters=2)
+    assert_agrees(run_case(spec, project / "case", agents=agents), parameters=2)
 
 
 @pytest.mark.slow

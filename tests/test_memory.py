@@ -115,8 +115,8 @@ def spec(strategy: str) -> CaseSpec:
 
 
 @pytest.fixture(scope="module")
-def ddp_result(tmp_path_factory):
-    return run_case(spec("ddp"), tmp_path_factory.mktemp("ddp") / "case")
+def ddp_result(tmp_path_factory, agents):
+    return run_case(spec("ddp"), tmp_path_factory.mktemp("ddp") / "case", agents=agents)
 
 
 def test_every_rank_reports_peak_timeline_source_and_cpu(ddp_result):
@@ -169,8 +169,8 @@ def test_a_strategy_that_stops_sharding_optimizer_state_fails_with_the_byte_coun
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["fsdp", "zero1-torch"])
 @pytest.mark.nightly  # default tier -> nightly (issue 25): the sharding gate's fault test is in the fast tier
-def test_sharded_strategies_keep_their_promise(strategy, tmp_path):
-    result = run_case(spec(strategy), tmp_path / "case")
+def test_sharded_strategies_keep_their_promise(strategy, tmp_path, agents):
+    result = run_case(spec(strategy), tmp_path / "case", agents=agents)
     assert sharding.check(result) is None
     declared, _ = sharding.promise(result)  # what the ranks reported their strategy promises
     assert declared == strategies.get(strategy).shards
@@ -195,7 +195,7 @@ def test_state_bytes_count_every_byte_of_a_storage_once():
     assert tensor_bytes([flat], seen) == 400 and tensor_bytes([flat[10:20]], seen) == 0  # shared across kinds
 
 
-def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, tmp_path):
+def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, tmp_path, agents):
     from scalegate.figures import resources
     from scalegate.record import baselines
 
@@ -214,7 +214,7 @@ def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, t
 
     assert judge(from_results([ddp_result], [], key=key, profile="cpu-test"), base).status != "regressed"
     # Injected fault: every rank holds 400 MiB more through the measured steps.
-    faulty = run_case(spec("ddp").replace(faults=Faults(hold_memory_mb=400)), tmp_path / "faulty")
+    faulty = run_case(spec("ddp").replace(faults=Faults(hold_memory_mb=400)), tmp_path / "faulty", agents=agents)
     outcome = judge(from_results([faulty], [], key=key, profile="cpu-test"), base)
     problems = [m.message for m in outcome.metrics if m.status == "regressed"]
     assert outcome.status == "regressed"
@@ -224,4 +224,4 @@ def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, t
             f"peak memory of rank {rank.rank} {rank.peak_memory_bytes / 2**20:.1f} MiB is above "
             f"baseline {ddp_result.ranks[rank.rank].peak_memory_bytes / 2**20:.1f} MiB"
         )
-        assert line.endswith(f"(tolerance 25%, source rss [torchrun launcher]) [{where}]")
+        assert line.endswith(f"(tolerance 25%, source rss [warm launcher]) [{where}]")  # RSS is judged per launcher

@@ -140,8 +140,8 @@ def passes(result, fraction: float = 0.8) -> None:
     assert agreement.convergence(result, fraction) is None, agreement.convergence(result, fraction)
 
 
-def test_a_transformer_encoder_passes_ddp_with_its_key_bias_left_out(project):
-    result = run_case(spec(project, "teams_models:Encoder", "team_encoder"), project / "case")
+def test_a_transformer_encoder_passes_ddp_with_its_key_bias_left_out(project, agents):
+    result = run_case(spec(project, "teams_models:Encoder", "team_encoder"), project / "case", agents=agents)
     passes(result)
     keys = {f"enc.layers.{i}.self_attn.in_proj_bias": {"numel": 96, "ranges": [[32, 64]]} for i in range(2)}
     assert result.spec.zero_grad["params"] == keys and result.spec.zero_grad["dtype"] == "float64"
@@ -151,10 +151,10 @@ def test_a_transformer_encoder_passes_ddp_with_its_key_bias_left_out(project):
 
 
 @pytest.mark.slow  # two launches: not the fast tier's single ones
-def test_a_batchnorm_resnet_passes_ddp_and_the_whole_batch_reference_shows_the_old_failure(project):
+def test_a_batchnorm_resnet_passes_ddp_and_the_whole_batch_reference_shows_the_old_failure(project, agents):
     the_spec = spec(project, "resnet_bn:BatchNormResNet", "bn_resnet")
-    passes(run_case(the_spec, project / "right"))
-    wrong = run_case(the_spec.replace(faults=Faults(whole_batch_reference=True)), project / "wrong")
+    passes(run_case(the_spec, project / "right", agents=agents))
+    wrong = run_case(the_spec.replace(faults=Faults(whole_batch_reference=True)), project / "wrong", agents=agents)
     message = agreement.agreement(wrong) or ""
     assert "gradient agreement failed [ddp ddp-bn_resnet-1x2]" in message, message
     assert "parameter agreement failed [ddp ddp-bn_resnet-1x2]" in message
@@ -162,8 +162,8 @@ def test_a_batchnorm_resnet_passes_ddp_and_the_whole_batch_reference_shows_the_o
     assert worst["errors"][worst["worst"]]["rel"] > 100 * tolerances.for_dtype("fp32").grad_rel  # not noise
 
 
-def test_a_model_returning_a_dict_passes_ddp(project):
-    result = run_case(spec(project, "teams_models:Attention", "team_attention"), project / "case")
+def test_a_model_returning_a_dict_passes_ddp(project, agents):
+    result = run_case(spec(project, "teams_models:Attention", "team_attention"), project / "case", agents=agents)
     passes(result)
     assert result.ranks[0].grad_check["grads"]["not_compared"] == {"attn.in_proj_bias": 64}
 
@@ -305,10 +305,12 @@ def test_every_model_passes_every_strategy_in_a_session_of_the_teams_own(project
 
 
 @pytest.mark.slow
-def test_without_the_probe_the_encoder_shows_the_old_false_alarm(project):
+def test_without_the_probe_the_encoder_shows_the_old_false_alarm(project, agents):
     """The key bias's float32 noise, compared, fails parameter agreement on a correct DDP: the alarm issue 23 saw."""
     unprobed = {"dtype": "", "why": "left out by the test", "params": {}}
-    result = run_case(spec(project, "teams_models:Encoder", "team_encoder", zero_grad=unprobed), project / "case")
+    result = run_case(
+        spec(project, "teams_models:Encoder", "team_encoder", zero_grad=unprobed), project / "case", agents=agents
+    )
     message = agreement.agreement(result) or ""
     assert "parameter agreement failed [ddp ddp-team_encoder-1x2]" in message, message
     assert "worst parameter 'enc.layers." in message and "self_attn.in_proj_bias'" in message

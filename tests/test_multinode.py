@@ -17,6 +17,9 @@ from scalegate.launch.emulated import EmulatedLauncher
 
 NO_NETNS = netns.available()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# these tests count this process's namespaces and worker processes: the session's warm agent (tests/conftest.py)
+# is closed first
+pytestmark = pytest.mark.usefixtures("without_agents")
 
 
 def spec_2x1(**changes) -> CaseSpec:

@@ -50,9 +50,9 @@ def cnn(topology: str, **changes) -> CaseSpec:
     )
 
 
-def test_a_profiled_ddp_case_writes_one_chrome_trace_per_rank_with_labelled_steps(tmp_path):
+def test_a_profiled_ddp_case_writes_one_chrome_trace_per_rank_with_labelled_steps(tmp_path, agents):
     profile_dir = tmp_path / "case" / "profile"
-    result = run_case(cnn("1x2", profile_steps=2, profile_dir=str(profile_dir)), tmp_path / "case")
+    result = run_case(cnn("1x2", profile_steps=2, profile_dir=str(profile_dir)), tmp_path / "case", agents=agents)
     assert sorted(p.name for p in profile_dir.iterdir()) == ["rank0.json.gz", "rank1.json.gz"]  # no temp files left
     for rank in result.ranks:
         path = profile_dir / f"rank{rank.rank}.json.gz"

@@ -72,8 +72,9 @@ def _master_ports(case_dir: Path) -> list[int]:
 
 
 @pytest.fixture
-def tagged(monkeypatch):
-    """Every process launched from here carries a unique token, so leftovers can be found."""
+def tagged(monkeypatch, without_agents):
+    """Every process launched from here carries a unique token, so leftovers can be found; the session's warm agent
+    (tests/conftest.py), whose namespace is named by this process too, is closed first."""
     token = uuid.uuid4().hex
     monkeypatch.setenv(TOKEN_ENV, token)
     return token

@@ -74,8 +74,8 @@ def test_the_straggler_fault_parses_and_sleeps_only_its_rank():
     assert len(clock.times) == 1 and clock.times[0] > 0
 
 
-def test_a_real_rank_sleeping_in_its_forward_is_named(tmp_path):
-    result = run_case(spec(faults=Faults(straggler_rank=1, straggler_ms=40)), tmp_path / "case")
+def test_a_real_rank_sleeping_in_its_forward_is_named(tmp_path, agents):
+    result = run_case(spec(faults=Faults(straggler_rank=1, straggler_ms=40)), tmp_path / "case", agents=agents)
     found = stragglers.attribute(result)
     assert found["rank"] == 1, found
     assert found["message"].startswith("straggler: rank 1 reaches its first collective")
@@ -110,11 +110,13 @@ def test_the_breakdown_splits_each_ranks_step_into_compute_and_exposed_communica
 
 
 @pytest.mark.slow  # two launches: not the fast tier's single ones
-def test_an_extra_blocking_all_reduce_shows_as_exposed_communication(tmp_path):
+def test_an_extra_blocking_all_reduce_shows_as_exposed_communication(tmp_path, agents):
     from scalegate.figures import breakdown
 
-    clean = breakdown.summary(run_case(spec(local_steps=8), tmp_path / "clean"))
-    faulted = breakdown.summary(run_case(spec(local_steps=8, faults=Faults(extra_allreduce=8)), tmp_path / "faulted"))
+    clean = breakdown.summary(run_case(spec(local_steps=8), tmp_path / "clean", agents=agents))
+    faulted = breakdown.summary(
+        run_case(spec(local_steps=8, faults=Faults(extra_allreduce=8)), tmp_path / "faulted", agents=agents)
+    )
     # eight more gradient-sized all-reduces a step: every rank waits longer than any rank of the clean launch
     assert faulted["exposed_share"] > clean["exposed_share"], (clean, faulted)
     assert min(r["exposed_comm_s"] for r in faulted["per_rank"]) > max(r["exposed_comm_s"] for r in clean["per_rank"])

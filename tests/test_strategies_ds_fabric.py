@@ -90,5 +90,5 @@ def test_deepspeed_config_follows_the_spec():
 
 # --- real jobs --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("strategy", ["deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3", "fabric-ddp"])
-def test_deepspeed_and_fabric_agree_with_a_single_process_on_two_ranks(strategy, tmp_path):
-    assert_agrees(run_case(small_spec(strategy), tmp_path / "case"))
+def test_deepspeed_and_fabric_agree_with_a_single_process_on_two_ranks(strategy, tmp_path, agents):
+    assert_agrees(run_case(small_spec(strategy), tmp_path / "case", agents=agents))

@@ -145,8 +145,8 @@ def assert_agrees(result) -> None:
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "zero1-torch", "pipeline-gpipe", "pipeline-1f1b"])
-def test_strategy_agrees_with_a_single_process_on_two_ranks(strategy, tmp_path):
-    result = run_case(small_spec(strategy, "1x2"), tmp_path / "case")
+def test_strategy_agrees_with_a_single_process_on_two_ranks(strategy, tmp_path, agents):
+    result = run_case(small_spec(strategy, "1x2"), tmp_path / "case", agents=agents)
     assert_agrees(result)
     if strategy.startswith("pipeline"):  # only the last stage computes (and reports) the loss
         assert [r.loss_weight for r in result.ranks] == [0.0, 1.0]

@@ -54,8 +54,8 @@ def test_cases_that_cannot_be_split_skip_with_the_reason(spec, reason):
     assert reason in (skip_reason(spec, detect()) or "")
 
 
-def test_tp_trains_the_single_process_model_on_half_the_weights_and_predicts_its_bytes(tmp_path):
-    result = run_case(gpt("tp"), tmp_path / "case")
+def test_tp_trains_the_single_process_model_on_half_the_weights_and_predicts_its_bytes(tmp_path, agents):
+    result = run_case(gpt("tp"), tmp_path / "case", agents=agents)
     assert agreement.agreement(result) is None and agreement.loss_curve(result) is None
     assert sharding.check(result) is None
     for rank in result.ranks:
@@ -66,8 +66,8 @@ def test_tp_trains_the_single_process_model_on_half_the_weights_and_predicts_its
         assert sent["measured_over_analytic"] == pytest.approx(1.0, abs=0.05)
 
 
-def test_a_broken_tp_promise_is_named_with_its_bytes(tmp_path):
-    result = run_case(gpt("tp", tp_sequence_parallel=True), tmp_path / "case")
+def test_a_broken_tp_promise_is_named_with_its_bytes(tmp_path, agents):
+    result = run_case(gpt("tp", tp_sequence_parallel=True), tmp_path / "case", agents=agents)
     assert agreement.agreement(result) is None  # sequence parallelism computes the same gradients
     first = result.ranks[0]
     found = first.extra["tp"]

@@ -42,7 +42,8 @@ HANG_TIMEOUT_S = 20.0
 GONE_WITHIN_S = 60.0  # a bound on waiting for the kernel to reap, not a timing under test
 
 needs_netns = pytest.mark.skipif(netns.available() is not None, reason=f"no network namespaces: {netns.available()}")
-pytestmark = pytest.mark.slow
+# leftovers include this process's namespaces: the session's warm agent (tests/conftest.py) is closed first
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("without_agents")]
 
 
 def spec(strategy: str = "ddp", timeout_s: float = 240.0, **faults) -> CaseSpec:

@@ -293,7 +293,7 @@ def test_data_dir_option_must_be_a_directory(tmp_path):
 
 @pytest.mark.slow  # two launches: not the fast tier's single ones
 @pytest.mark.nightly  # default tier -> nightly (issue 25): two launches on real data files
-def test_workers_read_the_data_dir_and_report_a_missing_file(tmp_path):
+def test_workers_read_the_data_dir_and_report_a_missing_file(tmp_path, agents):
     """A real one-process launch: the worker looks in the data directory and its SpecError comes back."""
     from scalegate.contract.errors import LaunchError
     from scalegate.contract.spec import CaseSpec
@@ -312,8 +312,8 @@ def test_workers_read_the_data_dir_and_report_a_missing_file(tmp_path):
     empty = tmp_path / "data"
     empty.mkdir()
     with pytest.raises(LaunchError, match=r"(?s)train-images-idx3-ubyte not found under .*data.*download the MNIST"):
-        run_case(spec, tmp_path / "bad", data_dir=str(empty))
-    result = run_case(spec, tmp_path / "good", data_dir=str(_mnist_dir(empty, n=8)))
+        run_case(spec, tmp_path / "bad", data_dir=str(empty), agents=agents)
+    result = run_case(spec, tmp_path / "good", data_dir=str(_mnist_dir(empty, n=8)), agents=agents)
     assert len(result.losses) == 1
 
 
