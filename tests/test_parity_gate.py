@@ -154,15 +154,17 @@ def test_a_slowed_candidate_fails_throughput_parity_naming_both_and_the_toleranc
     outcome = slowed.run()
     assert outcome.failed and outcome.max_loss_diff == 0.0, outcome.message
     [problem] = outcome.problems
-    assert re.match(
-        rf"throughput parity failed \[{CASE}\]: fabric-ddp runs at [\d.]+x ddp's throughput over 3 launches "
-        r"\([\d.]+ \([\d.]+-[\d.]+\), [\d.]+ \([\d.]+-[\d.]+\), [\d.]+ \([\d.]+-[\d.]+\); 95% intervals\): a 10% shortfall explains it "
+    said = re.match(
+        rf"throughput parity failed \[{CASE}\]: fabric-ddp runs at [\d.]+x ddp's throughput over (\d) launches "
+        r"\([\d.]+ \([\d.]+-[\d.]+\)(?:, [\d.]+ \([\d.]+-[\d.]+\))+; 95% intervals\): a 10% shortfall explains it "
         r"better than an overhead of 5% or less \(sequential test: caught with probability 95%, false alarms 1%; per-launch "
         r"spread ±[\d.]+%\); fabric-ddp [\d.]+ vs ddp [\d.]+ samples/s in the last launch, both trained "
         r"interleaved step by step in each: fabric-ddp's framework overhead is a regression$",
         problem,
-    ), problem
-    assert outcome.status == "regressed" and len(outcome.launch_ratios) == 3  # a shortfall is confirmed by two more
+    )
+    assert said, problem
+    # a shortfall is confirmed by two more launches at least (a noisy host's spread may ask for a fourth)
+    assert outcome.status == "regressed" and len(outcome.launch_ratios) == int(said.group(1)) >= 3
     assert outcome.ratio_ci[1] < 0.9
     assert json.loads((tmp_path / "parity" / f"{CASE}.json").read_text())["problems"] == [problem]
     # compare judges it again from the launches the file keeps, with the same judge: the same verdict
