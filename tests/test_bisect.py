@@ -32,6 +32,16 @@ def test_a_step_is_bad_on_a_regression_good_when_all_ok_else_skipped():
     assert bisect.verdict({"cases": []}) == bisect.SKIP
 
 
+def test_a_step_gives_the_gate_every_option_of_its_command_line():
+    """A step runs gate.main in-process; its arguments come from the gate's parser (a hand-made Namespace once
+    lacked --base-python, and every step died with an AttributeError)."""
+    from scalegate.cli import gate
+
+    args = gate.namespace(base="abc123", json="step.json")
+    assert (args.base, args.base_python, args.markdown, args.json) == ("abc123", None, None, "step.json")
+    assert args.results_dir == "results/gate" and args.gate is True
+
+
 def _history(where):
     """base, a neutral commit, the slow one, another neutral one: (their hashes in order)."""
     return [

@@ -76,7 +76,7 @@ def step(argv: list[str]) -> int:
     good, out, user_args = argv[0], Path(argv[1]), argv[2:]
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
     report = out / f"step-{commit}.json"
-    args = argparse.Namespace(base=good, results_dir=str(out / "gate"), markdown=None, json=str(report))
+    args = gate.namespace(base=good, results_dir=str(out / "gate"), json=str(report))
     return judged(commit, gate.main(args, user_args), report)
 
 

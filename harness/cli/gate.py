@@ -301,3 +301,13 @@ def add_parser(sub) -> None:
     g.add_argument("--markdown", help="also write the table to this file (a PR comment)")
     g.add_argument("--json", help="also write the verdicts as JSON to this file")
     g.set_defaults(func=None, gate=True)
+
+
+def namespace(**given: object) -> argparse.Namespace:
+    """The gate's arguments as its command line gives them: every option's default, then ``given``. For a caller
+    that runs the gate itself (bisect's steps), so an option added here is never missing there."""
+    sub = argparse.ArgumentParser().add_subparsers()
+    add_parser(sub)
+    args = sub.choices["gate"].parse_args([])
+    vars(args).update(given)
+    return args
