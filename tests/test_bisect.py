@@ -42,6 +42,19 @@ def test_a_step_gives_the_gate_every_option_of_its_command_line():
     assert args.results_dir == "results/gate" and args.gate is True
 
 
+def test_a_crash_of_the_gate_stops_the_bisect_instead_of_calling_the_commit_bad(tmp_path, monkeypatch, capsys):
+    from scalegate.cli import gate
+
+    def crash(args, user_args):
+        raise AttributeError("'Namespace' object has no attribute 'base_python'")
+
+    monkeypatch.setattr(gate, "main", crash)
+    monkeypatch.chdir(tmp_path)  # not a repository: the commit reads as ""
+    assert bisect.step(["abc123", str(tmp_path), "-k", "ddp-cnn-1x2"]) == bisect.ABORT >= 128
+    out = capsys.readouterr().out
+    assert "bisect: the gate crashed at" in out and "AttributeError: 'Namespace' object" in out and "stopped" in out
+
+
 def _history(where):
     """base, a neutral commit, the slow one, another neutral one: (their hashes in order)."""
     return [

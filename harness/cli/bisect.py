@@ -7,8 +7,9 @@
 as its predicate: at each commit it tested, the selected cases are measured against GOOD in the same run,
 in alternating rounds, with the sequential A/B test (``harness/judge/ab.py``), which launches again until it
 is sure (the gate's budget). A commit where a selected case is ``regressed`` is bad; where every selected case
-is ``ok`` it is good; anything else (undecided within the budget, a crash, no result) is skipped (exit 125), so
-an unsure step can never point bisect the wrong way. Parity is left out: it needs no base. The worktree and
+is ``ok`` it is good; anything else (undecided within the budget, a crashed case, no result) is skipped (exit 125),
+so an unsure step can never point bisect the wrong way; a crash of the gate itself stops the bisect (exit 255),
+naming the commit and the error. Parity is left out: it needs no base. The worktree and
 the bisect state are removed whatever happens (Ctrl-C, a failing step).
 
 Exit codes: 0 a first bad commit was found (printed), 1 none (every candidate skipped, or BAD is not bad),
@@ -23,6 +24,7 @@ import re
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from scalegate.cli import worktree
 from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
 
-GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's meanings
+GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255  # git bisect run's meanings (128 and above stop the bisect)
 
 
 # The predicate git bisect runs at each commit: this scalegate's own step(), whatever the commit under test holds.
@@ -77,7 +79,13 @@ def step(argv: list[str]) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
     report = out / f"step-{commit}.json"
     args = gate.namespace(base=good, results_dir=str(out / "gate"), json=str(report))
-    return judged(commit, gate.main(args, user_args), report)
+    try:
+        code = gate.main(args, user_args)
+    except Exception as exc:  # our own crash is no verdict on the commit: git bisect run reads exit 1 as "bad"
+        traceback.print_exc(file=sys.stdout)  # into bisect.log
+        print(f"bisect: the gate crashed at {commit} ({type(exc).__name__}: {exc}): bisect stopped", flush=True)
+        return ABORT
+    return judged(commit, code, report)
 
 
 def judged(what: str, code: int, report: Path) -> int:
