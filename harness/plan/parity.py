@@ -53,6 +53,8 @@ def build(options: Options, host: HostInfo, pairs=PAIRS, topologies=TOPOLOGIES) 
                     companion=baseline, local_steps=0
                 )
                 skip = matrix.skip_reason(spec, host)  # either strategy's reason, or an unknown companion's error
+                if skip is None and options.matrix == "smoke":  # every strategy once: a pair is two of them again
+                    skip = "parity pairs are in the default matrix, not the smoke one: pass --scaling-matrix default"
                 if skip is None and spec.topo.multi_node:
                     skip = f"parity runs single-node topologies; {topology} has {spec.topo.nodes} nodes"
                 cases.append(
