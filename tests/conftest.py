@@ -12,7 +12,6 @@ import pytest
 from scalegate.launch import warm
 
 ROOT = Path(__file__).resolve().parents[1]
-_AGENTS: list[warm.AgentPool] = []  # the session's warm agent, once a test has asked for it
 
 
 def run_suite(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -50,16 +49,13 @@ def agents(tmp_path_factory):
     torchrun's ~5 s). It restarts when a case needs other preloaded modules (DeepSpeed, Lightning,
     transformers) and is closed at the end of the session. Tests of the cold torchrun itself launch without it."""
     pool = warm.pool(log_dir=tmp_path_factory.mktemp("agents"))
-    _AGENTS.append(pool)
     yield pool
-    _AGENTS.remove(pool)
     pool.close()
 
 
 @pytest.fixture
-def without_agents():
+def without_agents(agents):
     """For a test that counts what this process left behind (namespaces named by its pid, worker processes under
     it): the session's warm agent, if one runs, is closed first, with its namespace and its whole tree. It is
     not a leftover, but it would be counted as one; the next warm launch starts it again."""
-    for pool in _AGENTS:
-        pool.close()
+    agents.close()
