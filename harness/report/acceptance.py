@@ -63,6 +63,8 @@ def junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         name = case.get("name", "")
+        if not name:  # a session stopped mid-case leaves a nameless entry; its phase's row says it was stopped
+            continue
         case_id = name[name.find("[") + 1 : -1] if name.endswith("]") else name
         outcome, reason = PASSED, ""
         for tag in ("failure", "error", "skipped"):

@@ -185,13 +185,20 @@ class _Steps:
                 window.open()
             measured = step >= self.unmeasured
             companion = self.setup.companion
-            elapsed, value = companion.interleave(step, self._main(step), measured) if companion else self._main(step)()
+            with self._kernels():
+                elapsed, value = (
+                    companion.interleave(step, self._main(step), measured) if companion else self._main(step)()
+                )
             self.clock.keep(measured)
             if measured:
                 self.times.append(elapsed)
                 self.losses.append(value)
             else:
                 self.warmup_losses.append(value)
+
+    def _kernels(self):
+        """Deterministic kernels while the reference steps beside the strategy (CUDA; worker/device.py)."""
+        return device.deterministic_kernels(self.ctx.device) if self.reference is not None else contextlib.nullcontext()
 
     def _end_reference(self) -> None:
         """After the untimed steps: compare the parameters the optimizer moved, then drop the reference."""
