@@ -57,7 +57,7 @@ def add_parser(sub) -> None:
         help="workloads every strategy runs on, comma-separated, or all; every workload's single reference runs "
         "anyway (default: %(default)s)",
     )
-    s.add_argument("--steps", type=t.whole("--steps", 1, 1000), default=10, help="measured steps (default: 10)")
+    s.add_argument("--steps", type=t.whole("--steps", 1, 1000), default=20, help="measured steps (default: 20)")
     s.add_argument("--warmup", type=t.whole("--warmup", 0, 100), default=3, help="warm-up steps (default: 3)")
     s.add_argument("--out", help="where the page and its JSON go (default: docs/gpu of this checkout)")
     s.add_argument("--work-dir", help="where the phases' results go (default: results/gpu-acceptance)")

@@ -174,7 +174,7 @@ class LightningTrainerStrategy(Strategy):
             accelerator="cuda" if self.ctx.device.type == "cuda" else "cpu",
             devices=self.ctx.local_world_size,
             num_nodes=self.ctx.nodes,
-            strategy=self.trainer_strategy,
+            strategy=self._lightning_strategy(),
             plugins=[TorchElasticEnvironment()],
             precision="bf16-mixed" if self.spec.dtype == "bf16" else "32-true",
             max_epochs=1,
@@ -186,6 +186,9 @@ class LightningTrainerStrategy(Strategy):
             use_distributed_sampler=False,
             callbacks=[pacer.callback()],
         )
+
+    def _lightning_strategy(self):
+        return self.trainer_strategy
 
     def _module(self, model, make_optimizer):
         """The LightningModule the Trainer fits: the user's own, or the harness's wrapper of a plain model.
@@ -260,6 +263,16 @@ class LightningFSDP(SummonedFsdp, LightningTrainerStrategy):
 class LightningDeepSpeed(GatheredDeepSpeed, LightningTrainerStrategy):
     name = "lightning-deepspeed"
     trainer_strategy = "deepspeed"  # Lightning's default: ZeRO stage 2
+
+    def _lightning_strategy(self):
+        """Lightning's DeepSpeedStrategy with the micro-batch given: left to "auto" it reads it off the loader's
+        ``batch_sampler``, which the harness's loader of whole batches (batch_size=None) has not, and ``fit`` died
+        with AttributeError (the first H100 run, docs/gpu). DeepSpeed uses the number for its throughput logs."""
+        if self.ctx.device.type != "cuda":
+            return self.trainer_strategy  # Lightning refuses CPU with its own message (the skip reason quotes it)
+        from lightning.pytorch.strategies import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(stage=2, logging_batch_size_per_gpu=self.spec.local_batch)
 
     def state_bytes(self) -> dict[str, int]:
         # Lightning's DeepSpeedStrategy hands the Trainer the engine's ZeRO optimizer (``trainer.optimizers``):
