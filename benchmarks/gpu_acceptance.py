@@ -1,6 +1,6 @@
 """The GPU acceptance run from a fresh clone, in one command: set up, run every GPU phase, write the report.
 
-    python3 benchmarks/gpu_acceptance.py                         # ./setup.sh, then selftest --gpu (8 minutes)
+    python3 benchmarks/gpu_acceptance.py                         # ./setup.sh, then selftest --gpu (10 minutes)
     python3 benchmarks/gpu_acceptance.py --no-setup              # .venv is ready: the run alone
     python3 benchmarks/gpu_acceptance.py -- --budget-s 300 --models cnn   # after --: selftest's own options
 

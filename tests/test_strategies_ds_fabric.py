@@ -88,6 +88,29 @@ def test_deepspeed_config_follows_the_spec():
     assert zero1.config()["zero_optimization"] == {"stage": 1} and zero1.config()["bf16"] == {"enabled": False}
 
 
+def test_every_deepspeed_front_end_turns_deepspeeds_default_clipping_off():
+    """DeepSpeed clips gradients at norm 1.0 when a config leaves ``gradient_clipping`` out, and Fabric's config
+    does: on the first H100 run fabric-deepspeed's parameters were 0.15 apart from the reference's after 3 steps.
+    Each front end must train what the reference trains, so each says 0.0. The Lightning objects are built for a
+    cuda context (only their configs are read; Lightning refuses CPU, so on CPU the names stay strings)."""
+    import torch
+    from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT
+
+    from scalegate.strategies.base import RankContext
+
+    assert GRADIENT_CLIPPING_DEFAULT == 1.0  # the default the configs below must override
+    ctx = RankContext(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0, device=torch.device("cuda"))
+    for name in ("deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3"):
+        assert strategies.get(name)(ctx, small_spec(name)).config()["gradient_clipping"] == 0.0
+    fabric = strategies.get("fabric-deepspeed")(ctx, small_spec("fabric-deepspeed"))._fabric_strategy()
+    assert fabric.config["gradient_clipping"] == 0.0 and fabric.config["zero_optimization"]["stage"] == 2
+    spec = small_spec("lightning-deepspeed", micro_batch=16)
+    trainer = strategies.get("lightning-deepspeed")(ctx, spec)._lightning_strategy()
+    assert trainer.config["train_micro_batch_size_per_gpu"] == spec.local_batch  # not read off the loader
+    cpu = RankContext(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0, device=torch.device("cpu"))
+    assert strategies.get("fabric-deepspeed")(cpu, small_spec("fabric-deepspeed"))._fabric_strategy() == "deepspeed"
+
+
 # --- real jobs --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("strategy", ["deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3", "fabric-ddp"])
 def test_deepspeed_and_fabric_agree_with_a_single_process_on_two_ranks(strategy, tmp_path, agents):

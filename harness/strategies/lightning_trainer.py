@@ -276,7 +276,7 @@ class LightningDeepSpeed(GatheredDeepSpeed, LightningTrainerStrategy):
 
     def state_bytes(self) -> dict[str, int]:
         # Lightning's DeepSpeedStrategy hands the Trainer the engine's ZeRO optimizer (``trainer.optimizers``):
-        # its flat partitions live outside param.grad, as for deepspeed-zero*. Runs on CUDA only (not checked here)
+        # its flat partitions live outside param.grad, as for deepspeed-zero*. Runs on CUDA only (passed on an H100: docs/gpu)
         from scalegate.measure.state_bytes import deepspeed_state_bytes
 
         return deepspeed_state_bytes(self.model, self.optimizer)
