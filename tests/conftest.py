@@ -42,15 +42,36 @@ def suite(tmp_path):
     return run
 
 
+class KeyedAgents:
+    """The session's warm agents side by side, one product ``AgentPool`` per server key (plain torch, DeepSpeed,
+    Lightning, transformers, no wire count). A suite session meets its strategies grouped and restarts its one
+    server a few times; these tests alternate between keys test by test, and each change of key cost a restart
+    (4-6 s). Only the keeping side by side is the tests' own; the pools and their servers are the product's."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.pools: dict[object, warm.AgentPool] = {}
+
+    def run(self, spec, argv, **how):
+        key = warm.key_for(spec)
+        if key not in self.pools:
+            self.pools[key] = warm.pool(log_dir=self.log_dir / f"key-{len(self.pools)}")
+        return self.pools[key].run(spec, argv, **how)
+
+    def close(self) -> None:
+        for made in self.pools.values():
+            made.close()
+
+
 @pytest.fixture(scope="session")
 def agents(tmp_path_factory):
-    """The session's warm agent, as the suite launches through it by default (harness/plugin.py): tests that
-    call ``run_case(spec, case_dir, agents=agents)`` share one server (~2 s a launch instead of a cold
-    torchrun's ~5 s). It restarts when a case needs other preloaded modules (DeepSpeed, Lightning,
-    transformers) and is closed at the end of the session. Tests of the cold torchrun itself launch without it."""
-    pool = warm.pool(log_dir=tmp_path_factory.mktemp("agents"))
-    yield pool
-    pool.close()
+    """The session's warm agents, as the suite launches through one by default (harness/plugin.py): tests that
+    call ``run_case(spec, case_dir, agents=agents)`` share its servers (~2 s a launch instead of a cold
+    torchrun's ~5 s), one per set of preloaded modules (``KeyedAgents``), all closed at the end of the session.
+    Tests of the cold torchrun itself launch without them."""
+    pools = KeyedAgents(tmp_path_factory.mktemp("agents"))
+    yield pools
+    pools.close()
 
 
 @pytest.fixture

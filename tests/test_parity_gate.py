@@ -50,10 +50,11 @@ def options() -> Options:
     )
 
 
-def runner(tmp_path: Path, faults: Faults) -> parity.ParityRunner:
+def runner(tmp_path: Path, faults: Faults, agents=None) -> parity.ParityRunner:
+    """Parity's runner as a session holds it, through the session's warm agent (as the suite's parity cases)."""
     case = parity_plan.build(options(), hostinfo.detect())[0]
     case = parity_plan.ParityCase(id=case.id, spec=case.spec.replace(faults=faults), oversubscribed=case.oversubscribed)
-    return parity.ParityRunner(case=case, out_dir=tmp_path / "parity")
+    return parity.ParityRunner(case=case, out_dir=tmp_path / "parity", agents=agents)
 
 
 # --- cases ------------------------------------------------------------------------------------------
@@ -147,8 +148,8 @@ def test_a_clean_parity_case_passes_with_both_front_ends_in_one_launch(suite, tm
 
 
 @pytest.mark.slow
-def test_a_slowed_candidate_fails_throughput_parity_naming_both_and_the_tolerance(tmp_path):
-    slowed = runner(tmp_path, Faults(slowdown=0.6))  # the candidate's steps only: the companion is clean
+def test_a_slowed_candidate_fails_throughput_parity_naming_both_and_the_tolerance(tmp_path, agents):
+    slowed = runner(tmp_path, Faults(slowdown=0.6), agents)  # the candidate's steps only: the companion is clean
     if slowed.case.oversubscribed:
         pytest.skip("1x2 oversubscribes this machine: parity judges no throughput here")
     outcome = slowed.run()
@@ -179,8 +180,10 @@ def test_a_slowed_candidate_fails_throughput_parity_naming_both_and_the_toleranc
 
 
 @pytest.mark.slow
-def test_a_wrong_candidate_fails_loss_parity_naming_the_rank_and_step(tmp_path):
-    outcome = runner(tmp_path, Faults(grad_scale=2.0)).run()  # rank 0 of the candidate updates with 2x gradients
+def test_a_wrong_candidate_fails_loss_parity_naming_the_rank_and_step(tmp_path, agents):
+    outcome = runner(
+        tmp_path, Faults(grad_scale=2.0), agents
+    ).run()  # rank 0 of the candidate updates with 2x gradients
     assert outcome.failed and outcome.max_loss_diff > parity_judge.LOSS_ATOL
     [problem] = outcome.problems  # no throughput verdict on a run that computes something else
     assert re.match(

@@ -172,7 +172,7 @@ class AgentPool:
         return process.Completed(returncode=json.loads(line)["returncode"], wall_s=wall, timed_out=False)
 
     def _server_for(self, spec: CaseSpec) -> _Server:
-        key = _Key(modules=modules_for(spec), no_wire=wirecount.unavailable(spec) or "")
+        key = key_for(spec)
         if key in self.failed:
             raise AgentUnavailable(self.failed[key], COLD_HINT)
         if self.server is not None and self.server.alive() and self.server.key == key:
@@ -343,6 +343,11 @@ class WarmLauncher(TorchrunLauncher):
 
 
 _POOLS: list[AgentPool] = []
+
+
+def key_for(spec: CaseSpec) -> _Key:
+    """The server a case needs: its preloaded modules, and where its bytes on the wire are counted."""
+    return _Key(modules=modules_for(spec), no_wire=wirecount.unavailable(spec) or "")
 
 
 def pool(env: dict[str, str] | None = None, log_dir: Path | None = None) -> AgentPool:
