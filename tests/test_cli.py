@@ -371,3 +371,19 @@ def test_record_baselines_refuses_bad_rounds_and_makes_one_launch_per_case_per_r
     assert (
         record_baselines.round_argv(["tests/test_cli.py", "-k", "x"], tmp_path)[5] == "tests/test_cli.py"
     )  # no scaling_tests
+
+
+def test_a_gate_whose_parity_cases_all_skip_goes_on_without_parity(tmp_path, capsys):
+    """On one GPU the parity pair (1x2) skips with its reason, so its session opens no run: the gate goes on
+    without parity. The first H100 run stopped there ("the gate's parity session wrote no run"). A real pytest
+    session of a repository whose parity test only skips."""
+    from scalegate.cli import gate
+    from scalegate.cli.project import PARITY_TEST, Project
+
+    root = tmp_path / "team"
+    (root / "scaling_tests").mkdir(parents=True)
+    (root / PARITY_TEST).write_text(
+        "import pytest\n\n\ndef test_pair():\n    pytest.skip('topology 1x2 needs 2 GPUs per node, this node has 1')\n"
+    )
+    assert gate._parity(Project(root=root, parity=[PARITY_TEST]), [], tmp_path / "gate", root) == (None, 0)
+    assert "gate: parity: every parity case was skipped here" in capsys.readouterr().out
