@@ -13,7 +13,7 @@ from scalegate.contract.results import CaseResult
 
 
 def agreement(result: CaseResult) -> str | None:
-    tol = tolerances.for_dtype(result.spec.dtype)
+    tol = tolerances.for_spec(result.spec)
     problems = []
     for kind, bound in (("grads", tol.grad_rel), ("params", tol.param_rel)):
         worst_rank, worst = None, None
@@ -38,7 +38,8 @@ def agreement(result: CaseResult) -> str | None:
             problems.append(
                 f"{what} agreement failed [{result.spec.strategy} {result.spec.case_id}] rank {worst_rank}: "
                 f"worst parameter {name!r} max abs error {err['abs']:.3g}, relative {err['rel']:.3g} "
-                f"> tolerance {bound:.1g} ({result.spec.dtype}) {when}, against a single process on the same "
+                f"> tolerance {bound:.1g} ({result.spec.dtype}{', compiled' if result.spec.compile else ''}) {when}, "
+                f"against a single process on the same "
                 f"global batch"
             )
     if problems and not_compared(result.spec):

@@ -13,7 +13,7 @@ parameter bound is looser; it still catches a rank that skips a step or a wrong 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,5 +40,20 @@ TOLERANCES = {
 DEFAULT_CONVERGENCE_FRACTION = 0.7
 
 
+# --scaling-compile: the compiled blocks' kernels (Inductor's fusions) round differently from the eager reference's,
+# as a reordered reduction does. Gradients stay within the dtype's bound (measured 1.3e-6 to 4e-6, single/ddp/fsdp x
+# cnn/resnet x 1x1/1x2 on CPU), and AdamW turns that into parameters 4.4e-3 apart on the cnn's head after 5 steps
+# (resnet 4.5e-5), so a compiled fp32 case gets this parameter bound. Before the blocks really compiled
+# (harness/worker/compiling.py) the compiled cases ran eager and met the eager bound.
+COMPILED_PARAM_REL = {"fp32": 1e-2}
+
+
 def for_dtype(dtype: str) -> Tolerance:
     return TOLERANCES[dtype]
+
+
+def for_spec(spec) -> Tolerance:
+    """The case's bounds: its dtype's, with the compiled parameter bound where it is compiled."""
+    tol = TOLERANCES[spec.dtype]
+    looser = COMPILED_PARAM_REL.get(spec.dtype) if spec.compile else None
+    return replace(tol, param_rel=max(tol.param_rel, looser)) if looser else tol

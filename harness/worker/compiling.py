@@ -19,8 +19,19 @@ import torch
 def compile_blocks(workload, model: torch.nn.Module) -> int:
     blocks = workload.fsdp_blocks(model)
     for block in blocks:
-        block.compile()
+        # The block's bound forward, not ``block.compile()``: that compiles ``_call_impl``, and Dynamo then traces
+        # nothing when the block's class is torch's own (the cnn's nn.Sequential stages: no frame compiled, eager
+        # steps, compile_s 0.06 s on CPU with torch 2.13 and 0.4 s on the H100 with 2.11). The forward compiles
+        # for any class, keeps the parameters' names, and leaves the module's hooks (FSDP's, TP's) outside.
+        block.forward = torch.compile(block.forward)
     return len(blocks)
+
+
+def compiled_frames() -> int:
+    """Frames Dynamo compiled in this process so far: 0 after ``compile_step`` means nothing was compiled."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["ok"])
 
 
 def compile_step(

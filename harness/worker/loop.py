@@ -267,6 +267,8 @@ def train(
         return _step(spec, ctx, setup.strategy, setup.workload, i, setup.full_state, inject=inject)
 
     extra, series = windows.windows_after(spec, ctx, setup, first, beat, step)
+    if spec.compile:  # proof that torch.compile compiled something, beside its time (tests/test_compile.py)
+        extra["compiled_frames"] = compiling.compiled_frames()
     beat(first, "teardown")
     if setup.companion is not None:
         series.update(setup.companion.result())
