@@ -309,6 +309,7 @@ def _problems(
             agreement.convergence(r, fraction),
             sharding.check(r),
             agreement.checkpoint(r),
+            agreement.compiled(r),
         )
         if p
     )

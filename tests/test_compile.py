@@ -10,6 +10,7 @@ from scalegate.launch import run_case
 from scalegate.plan.hostinfo import detect
 from scalegate.plan.matrix import skip_reason
 from scalegate.record import baselines
+from tests.test_convergence import _result  # a result built as the ranks write it
 
 
 def spec(strategy: str, **fields) -> CaseSpec:
@@ -57,3 +58,17 @@ def test_a_compiled_case_keeps_the_gradient_bound_and_gets_a_looser_parameter_bo
     assert compiled.param_rel == tolerances.COMPILED_PARAM_REL["fp32"] > eager.param_rel
     bf16 = tolerances.for_spec(spec("ddp", dtype="bf16"))
     assert bf16 == tolerances.for_dtype("bf16")  # bf16's own parameter bound is already looser
+
+
+def test_a_compiled_case_whose_blocks_compiled_nothing_fails():
+    """The first H100 run: compile_s 0.4 s, yet Dynamo had compiled no frame and the "compiled" steps ran eager."""
+    eager = _result([2.3 * 0.9**i for i in range(5)], [2.31], compile=True)
+    for rank in eager.ranks:
+        rank.extra["compiled_frames"] = 2 if rank.rank == 0 else 0
+    assert agreement.compiled(eager) == (
+        "torch.compile compiled nothing [ddp-cnn-1x2] rank 1: 0 frames compiled, so its steps ran eager and are no "
+        "compiled measurement"
+    )
+    eager.ranks[1].extra["compiled_frames"] = 2
+    assert agreement.compiled(eager) is None
+    assert agreement.compiled(_result([2.3] * 5, [2.31])) is None  # not compiled: nothing to prove

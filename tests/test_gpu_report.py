@@ -109,22 +109,11 @@ def test_a_passed_case_without_what_a_gpu_shows_fails_naming_it(tmp_path, over, 
 
 
 def test_a_compiled_case_must_record_its_compile_time(tmp_path):
-    ranks = {"median_step_s": 0.00412, "throughput": 31067.9, "ranks": [{"extra": {"compiled_frames": 2}}]}
-    phase = _phase_dir(tmp_path, [gpu_case("single-cnn-1x1", result=ranks)])
+    phase = _phase_dir(tmp_path, [gpu_case("single-cnn-1x1")])
     row = next(
         r for r in acceptance.pytest_rows("compile", phase / "junit.xml", phase, True) if r.case_id.startswith("single")
     )
     assert row.problems == ["compile time None: --scaling-compile left no compile_s"]
-
-
-def test_a_compiled_case_whose_blocks_compiled_no_frame_fails(tmp_path):
-    """The first H100 run: compile_s 0.4 s, yet Dynamo had compiled nothing and the steps ran eager."""
-    ranks = {"median_step_s": 0.00412, "throughput": 31067.9, "ranks": [{"extra": {"compiled_frames": 0}}]}
-    phase = _phase_dir(tmp_path, [gpu_case("single-cnn-1x1", result=ranks, compile_s=0.4)])
-    row = next(
-        r for r in acceptance.pytest_rows("compile", phase / "junit.xml", phase, True) if r.case_id.startswith("single")
-    )
-    assert row.problems == ["torch.compile compiled no frame (compiled_frames per rank: [0]): the steps ran eager"]
 
 
 def test_a_session_killed_at_its_budget_leaves_its_finished_cases_as_failed_rows(tmp_path):

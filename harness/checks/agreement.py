@@ -73,6 +73,22 @@ def _left_out(entry: dict) -> int:
     return sum(stop - start for start, stop in entry["ranges"])
 
 
+def compiled(result: CaseResult) -> str | None:
+    """--scaling-compile: Dynamo compiled something on every rank (``compiled_frames``, harness/worker/compiling.py).
+    A compile time alone proves nothing: the first H100 run recorded 0.4 s while no frame compiled and the steps
+    ran eager, measured as if compiled."""
+    if not result.spec.compile:
+        return None
+    for rank in result.ranks:
+        frames = rank.extra.get("compiled_frames")
+        if not (isinstance(frames, int) and frames > 0):
+            return (
+                f"torch.compile compiled nothing [{result.spec.case_id}] rank {rank.rank}: {frames!r} frames "
+                f"compiled, so its steps ran eager and are no compiled measurement"
+            )
+    return None
+
+
 def checkpoint(result: CaseResult) -> str | None:
     """--scaling-checkpoint's round trip (harness/measure/checkpoint.py): the step resumed from the checkpoint must give
     the loss and parameters of the same step taken without stopping, on every rank."""
