@@ -29,9 +29,9 @@ if [ -n "$tv" ]; then
     echo "setup: WARNING: a GPU is visible but torch $tv is a CPU build; for the CUDA build: .venv/bin/pip uninstall -y torch && ./setup.sh" >&2
   fi
 elif has_gpu; then
-  # the CUDA build of the same pinned torch that this driver runs (harness/plan/cuda_wheel.py: a pure function of
+  # the CUDA build of the same pinned torch that this driver runs (harness/scalegate/plan/cuda_wheel.py: a pure function of
   # nvidia-smi's 'CUDA Version'; a driver too old for every build stops here with a HINT)
-  mapfile -t torch_args < <("$PY" harness/plan/cuda_wheel.py) || true
+  mapfile -t torch_args < <("$PY" harness/scalegate/plan/cuda_wheel.py) || true
   if [ "${#torch_args[@]}" -eq 0 ]; then exit 2; fi
   echo "setup: a GPU is visible: installing ${torch_args[*]}"
   pip_install "${torch_args[@]}"
@@ -52,7 +52,7 @@ fi
 # ~/.cache/torch_extensions): build it here once rather than inside the first DeepSpeed case.
 # The same call DeepSpeed makes; it does nothing where the accelerator has no such op (CUDA).
 echo "setup: warming DeepSpeed's CPU comm op (first time ~1 min)"
-# into this venv's own cache, where the launchers point the ranks (harness/launch/base.py): a second checkout's venv
+# into this venv's own cache, where the launchers point the ranks (harness/scalegate/launch/base.py): a second checkout's venv
 # does not build it again, nor use another torch's build
 export TORCH_EXTENSIONS_DIR="$PWD/.venv/torch_extensions"
 "$VPY" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null 2>&1 \

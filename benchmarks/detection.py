@@ -59,7 +59,7 @@ SLOWDOWNS = (0.0, 0.093, 0.111)
 MAX_LAUNCHES = int(gate.SETTINGS[gate.SETTINGS.index("--scaling-max-launches") + 1])
 
 
-PARITY = "parity"  # parity-fabric-ddp-vs-ddp-cnn-1x2: fabric-ddp with ddp as its companion (harness/parity.py)
+PARITY = "parity"  # parity-fabric-ddp-vs-ddp-cnn-1x2: fabric-ddp with ddp as its companion (scalegate/parity.py)
 
 
 def spec_for(strategy: str, slowdown: float) -> CaseSpec:

@@ -5,9 +5,9 @@
     python3 benchmarks/gpu_acceptance.py -- --budget-s 300 --models cnn   # after --: selftest's own options
 
 The setup is the repository's own ``./setup.sh``: on a machine whose ``nvidia-smi`` lists a GPU it installs the
-CUDA build of the pinned torch (torch==2.13.0) that the driver runs (harness/plan/cuda_wheel.py chooses it from
+CUDA build of the pinned torch (torch==2.13.0) that the driver runs (harness/scalegate/plan/cuda_wheel.py chooses it from
 the driver's CUDA version), DeepSpeed without building its ops, and the suite; an installed torch is kept. Then
-``.venv/bin/python -m scalegate selftest --gpu`` (harness/cli/selftest.py) runs the phases and writes
+``.venv/bin/python -m scalegate selftest --gpu`` (harness/scalegate/cli/selftest.py) runs the phases and writes
 ``docs/gpu/<device>-<date>.md`` with its raw JSON: commit both.
 
 This file imports nothing but the standard library: it runs before anything is installed. Exit codes:

@@ -1,8 +1,8 @@
 """A team's training script as the GPU acceptance run times it: examples/train_script/train.py, unchanged.
 
-Run by ``python -m scalegate selftest --gpu`` (its ``script`` phase, harness/cli/gpu_phases.py), which passes this
+Run by ``python -m scalegate selftest --gpu`` (its ``script`` phase, harness/scalegate/cli/gpu_phases.py), which passes this
 file to pytest by path; its name keeps it out of the default test run. On CUDA a script's steps are timed by CUDA
-events at its optimizer steps (harness/worker/script.py), a path no CPU run takes: 1x1 runs on one GPU, 1x2 on two.
+events at its optimizer steps (harness/scalegate/worker/script.py), a path no CPU run takes: 1x1 runs on one GPU, 1x2 on two.
 
     .venv/bin/pytest benchmarks/gpu_script_cases.py --scaling-topologies 1x1     # also runs on CPU (gloo, clocks)
 """

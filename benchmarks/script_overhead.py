@@ -50,7 +50,7 @@ def _model(dim: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 
 
 def make_clock(out_dir: Path) -> bootstrap.StepClock:
-    """The bootstrap's step clock as it runs a script (harness/worker/script.py); its window opens at the first
+    """The bootstrap's step clock as it runs a script (harness/scalegate/worker/script.py); its window opens at the first
     instrumented step and never closes, so every later step pays the in-window path."""
     from scalegate.contract import heartbeat
 

@@ -65,7 +65,7 @@ class KeyedAgents:
 
 @pytest.fixture(scope="session")
 def agents(tmp_path_factory):
-    """The session's warm agents, as the suite launches through one by default (harness/plugin.py): tests that
+    """The session's warm agents, as the suite launches through one by default (harness/scalegate/plugin.py): tests that
     call ``run_case(spec, case_dir, agents=agents)`` share its servers (~2 s a launch instead of a cold
     torchrun's ~5 s), one per set of preloaded modules (``KeyedAgents``), all closed at the end of the session.
     Tests of the cold torchrun itself launch without them."""

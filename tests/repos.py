@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # (file, the line the change goes before, the change)
 SLOW_COMMIT = (
-    "harness/strategies/ddp.py",
+    "harness/scalegate/strategies/ddp.py",
     "        loss = loss_fn(self.wrapped(inputs), targets)\n",
     "        __import__('time').sleep(0.012)  # the PR's synchronous host-side check\n",
 )

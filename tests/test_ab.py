@@ -1,4 +1,4 @@
-"""The A/B judge (harness/judge/ab.py): a PR's launches against its base commit's, measured in the same run.
+"""The A/B judge (harness/scalegate/judge/ab.py): a PR's launches against its base commit's, measured in the same run.
 
 Synthetic records, as in tests/test_judge.py; the gate's real A/B runs (a throwaway repository whose head
 commit slows DDP) are in tests/test_gate.py.

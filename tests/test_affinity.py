@@ -1,4 +1,4 @@
-"""CPU binding of ranks (harness/contract/affinity.py): the plan, and real ranks on cores of their own."""
+"""CPU binding of ranks (harness/scalegate/contract/affinity.py): the plan, and real ranks on cores of their own."""
 
 import os
 import subprocess

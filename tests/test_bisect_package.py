@@ -2,7 +2,7 @@
 
 Fast: the halving over releases with skips (a predicate over version strings: the search's own logic), the
 releases between GOOD and BAD, and bad input. Nightly: the whole command over three DeepSpeed releases, each in a
-venv of its own (harness/cli/environments.py overlay), the A/B gate as its predicate.
+venv of its own (harness/scalegate/cli/environments.py overlay), the A/B gate as its predicate.
 """
 
 from __future__ import annotations

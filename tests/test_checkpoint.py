@@ -1,7 +1,7 @@
 """``--scaling-checkpoint``: real launches save and load checkpoints, resume, and catch a broken resume.
 
 Each launch is a real two-rank torchrun job (``scalegate.launch.run_case``), two measured steps after one warm-up
-step, then the checkpoint window (harness/measure/checkpoint.py). No timing is asserted (shared 2-core hosts): only
+step, then the checkpoint window (harness/scalegate/measure/checkpoint.py). No timing is asserted (shared 2-core hosts): only
 that times and bytes are there and the round trip is exact.
 """
 

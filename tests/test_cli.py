@@ -43,7 +43,7 @@ def make_case(
     spread: float = 0.01,
     tolerances: dict | None = None,
 ) -> dict:
-    """One results/<run>/<case_id>.json as harness/session.py writes it."""
+    """One results/<run>/<case_id>.json as harness/scalegate/session.py writes it."""
     strategy, model, topology = case_id.split("-")
     steps, ref_steps, batch = _steps(step_s, spread=spread), _steps(ref_step_s, spread=spread), 32
     throughput = batch * world / stats.median(steps)

@@ -111,7 +111,7 @@ def test_a_worker_outside_a_private_namespace_records_no_bytes():
 
 def synthetic(topology: str, strategy: str, wires: list[dict], device: str = "cpu", wire_factor: float | None = None):
     """A CaseResult from hand-written rank results: the arithmetic of the wire summary, no job. The ranks report
-    the strategy's wire factor for their backend, as harness/worker/loop.py does."""
+    the strategy's wire factor for their backend, as harness/scalegate/worker/loop.py does."""
     from scalegate.contract.results import RankResult, aggregate
 
     s = spec(strategy).replace(topology=topology)

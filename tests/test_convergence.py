@@ -1,5 +1,5 @@
-"""The convergence gates catch a run that does not learn: the workloads' (harness/checks/agreement.py) and a
-training script's loss checks (harness/checks/script.py), on results built as the ranks write them."""
+"""The convergence gates catch a run that does not learn: the workloads' (harness/scalegate/checks/agreement.py) and a
+training script's loss checks (harness/scalegate/checks/script.py), on results built as the ranks write them."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from scalegate.plan import cuda_wheel
 from scalegate.plan.cuda_wheel import WheelError, choose, driver_cuda_version
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "harness" / "plan" / "cuda_wheel.py"
+SCRIPT = ROOT / "harness" / "scalegate" / "plan" / "cuda_wheel.py"
 # nvidia-smi's header as a 570-series driver prints it
 NVIDIA_SMI = """\
 +-----------------------------------------------------------------------------------------+
@@ -78,4 +78,4 @@ def test_the_script_refuses_an_old_driver_in_one_error_line_and_its_hint():
 def test_setup_sh_pins_the_same_torch_on_cpu_and_cuda_and_asks_the_script():
     setup = (ROOT / "setup.sh").read_text()
     assert re.search(r"^TORCH_CPU_VERSION=(\S+)$", setup, re.M).group(1) == cuda_wheel.TORCH_VERSION
-    assert "harness/plan/cuda_wheel.py" in setup
+    assert "harness/scalegate/plan/cuda_wheel.py" in setup

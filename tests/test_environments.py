@@ -1,4 +1,4 @@
-"""``gate --base-python``: the A/B gate across two Python environments (harness/cli/environments.py).
+"""``gate --base-python``: the A/B gate across two Python environments (harness/scalegate/cli/environments.py).
 
 Fast: each bad interpreter is refused naming the side, with a HINT and no traceback, before anything launches;
 the table's lines for two environments. Default tier: the whole command with the same interpreter on both sides

@@ -21,7 +21,7 @@ MiB = 2**20
 
 
 def gpu_case(case_id: str, nvml_mib=(1450,), allocated_mib=(402,), **over) -> dict:
-    """One <case>.json as harness/session.py writes it on a GPU (the fields the rows read)."""
+    """One <case>.json as harness/scalegate/session.py writes it on a GPU (the fields the rows read)."""
     strategy = over.pop("strategy", case_id.rsplit("-", 2)[0])
     case = {
         "case_id": case_id,

@@ -1,4 +1,4 @@
-"""E-divisive means with a permutation test (harness/history/changepoint.py), and the verdicts built on it."""
+"""E-divisive means with a permutation test (harness/scalegate/history/changepoint.py), and the verdicts built on it."""
 
 from __future__ import annotations
 

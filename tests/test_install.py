@@ -2,8 +2,8 @@
 another project's package (PyPI's ``fixtures``, testing-cabal's, is the name the repository's fixtures/ folder
 once installed over).
 
-The repository keeps its folders (harness/, fixtures/: DESIGN.md); pyproject.toml maps harness/ to ``scalegate``
-and harness/workloads is a link to ../fixtures, so the workloads install as ``scalegate.workloads``.
+The repository keeps its folders (harness/, fixtures/: DESIGN.md); the package is harness/scalegate/ (a src layout)
+and harness/scalegate/workloads is a link to ../../fixtures, so the workloads install as ``scalegate.workloads``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import tomllib
 
 from tests.conftest import ROOT
 
+PACKAGE = ROOT / "harness" / "scalegate"
+
 
 def _listed_packages() -> set[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -27,15 +29,15 @@ def _listed_packages() -> set[str]:
 
 def test_every_package_of_the_tree_is_listed_for_the_wheel():
     found = {"scalegate", "scalegate.workloads"} | {
-        "scalegate." + ".".join(p.parent.relative_to(ROOT / "harness").parts)
-        for p in (ROOT / "harness").rglob("__init__.py")
-        if p.parent != ROOT / "harness"
+        "scalegate." + ".".join(p.parent.relative_to(PACKAGE).parts)
+        for p in PACKAGE.rglob("__init__.py")
+        if p.parent != PACKAGE
     }
     assert found == _listed_packages(), "add the new package to [tool.setuptools] packages in pyproject.toml"
 
 
 def test_the_workloads_link_points_at_the_fixtures_folder():
-    link = ROOT / "harness" / "workloads"
+    link = PACKAGE / "workloads"
     assert link.is_symlink() and link.resolve() == (ROOT / "fixtures").resolve()
 
 
@@ -114,7 +116,7 @@ def test_no_code_imports_the_folder_names():
         *ROOT.glob("benchmarks/*.py"),
         *ROOT.glob("examples/**/*.py"),
     ]:
-        if "workloads" in path.relative_to(ROOT).parts[:2] and path.parts[-3] == "harness":
+        if "workloads" in path.relative_to(ROOT).parts[:3] and path.parts[-4:-2] == ("harness", "scalegate"):
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             stripped = line.strip()

@@ -229,7 +229,7 @@ def test_the_runs_tolerance_travels_with_its_record(baseline):
 
 
 def test_gate_rounds_merge_into_one_record_in_launch_order(baseline):
-    """The gate's rounds (harness/cli/gate_rounds.py): one launch per round, judged as one session's relaunches."""
+    """The gate's rounds (harness/scalegate/cli/gate_rounds.py): one launch per round, judged as one session's relaunches."""
     from scalegate.cli import gate_rounds
 
     rounds = [

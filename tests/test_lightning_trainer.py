@@ -1,4 +1,4 @@
-"""The Lightning Trainer front end (harness/strategies/lightning_trainer.py) and a user's LightningModule as a
+"""The Lightning Trainer front end (harness/scalegate/strategies/lightning_trainer.py) and a user's LightningModule as a
 workload (fixtures/lightning_module.py): Lightning's own refusals as skip reasons, bad inputs, and real 1x2
 launches: lightning-ddp held to ddp in one parity launch, and a user's module with its gradients checked."""
 

@@ -1,5 +1,5 @@
-"""Parity: fabric-ddp and ddp trained in one launch, interleaved step by step (harness/parity.py,
-harness/worker/companion.py). Real 1x2 cnn launches: a clean case passes through the suite, and the gate fires on
+"""Parity: fabric-ddp and ddp trained in one launch, interleaved step by step (harness/scalegate/parity.py,
+harness/scalegate/worker/companion.py). Real 1x2 cnn launches: a clean case passes through the suite, and the gate fires on
 a slowed candidate (throughput) and on a wrong one (losses); the companion is never faulted."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The pytest side's look at a model before its launch (fixtures/probe.py, harness/plan/probe.py), and what the
-ranks and the checks do with it (harness/measure/gradcheck.py, harness/checks/agreement.py). In process, no launch.
+"""The pytest side's look at a model before its launch (fixtures/probe.py, harness/scalegate/plan/probe.py), and what the
+ranks and the checks do with it (harness/scalegate/measure/gradcheck.py, harness/scalegate/checks/agreement.py). In process, no launch.
 
 - Elements with a true gradient of 0 are found in float64 (float32 where the model refuses, saying so): the key
   part of an attention's input bias, a conv bias before BatchNorm; nothing else of an ordinary model.

@@ -1,4 +1,4 @@
-"""Quarantine (harness/record/quarantine.py): a flaky case reports its verdict but does not fail, until a date.
+"""Quarantine (harness/scalegate/record/quarantine.py): a flaky case reports its verdict but does not fail, until a date.
 
 Synthetic records and run directories as in tests/test_judge.py and tests/test_cli.py; the end-to-end test runs
 a real launch whose gradients are wrong (an injected fault) under a quarantine, through pytest.

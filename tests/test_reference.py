@@ -1,4 +1,4 @@
-"""The single-process reference computes what the strategy computes (harness/worker/reference.py), in process.
+"""The single-process reference computes what the strategy computes (harness/scalegate/worker/reference.py), in process.
 
 Without batch-statistics layers the reference of pieces equals the whole-batch one, so those models keep it. With
 BatchNorm, DDP normalises each rank's shard: two copies of the model, one per shard, with their gradients averaged

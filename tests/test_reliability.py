@@ -209,9 +209,9 @@ def test_heartbeat_summary_names_the_rank_that_stopped_first(tmp_path):
 def test_innermost_frame_of_the_main_thread():
     dump = (
         'Process 1: python\nPython v3.11\n\nThread 7 (idle): "Thread-1"\n    run (threading.py:1)\n'
-        'Thread 5 (idle): "MainThread"\n    inject_stop_fault (harness/worker/faults.py:20)\n    train (x.py:1)\n'
+        'Thread 5 (idle): "MainThread"\n    inject_stop_fault (harness/scalegate/worker/faults.py:20)\n    train (x.py:1)\n'
     )
-    assert hang._innermost(dump) == "inject_stop_fault (harness/worker/faults.py:20)"
+    assert hang._innermost(dump) == "inject_stop_fault (harness/scalegate/worker/faults.py:20)"
 
 
 def test_first_failure_picks_the_earliest_error_file(tmp_path):
@@ -377,7 +377,7 @@ def test_a_faulthandler_dump_is_read_at_the_main_thread_not_the_first_one_listed
     dump = (
         "(faulthandler)\n"
         "Thread 0x00007f00000000aa (most recent call first):\n"
-        '  File "/x/harness/measure/memory.py", line 80 in _run\n\n'
+        '  File "/x/harness/scalegate/measure/memory.py", line 80 in _run\n\n'
         "Current thread 0x00007f00000000bb (most recent call first):\n"
         '  File "/x/torch/distributed/distributed_c10d.py", line 2800 in all_reduce\n'
         '  File "/x/train.py", line 10 in step\n'

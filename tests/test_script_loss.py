@@ -1,4 +1,4 @@
-"""Rank 0's loss lines (harness/worker/script_loss.py): read from its log file where its output is one, from
+"""Rank 0's loss lines (harness/scalegate/worker/script_loss.py): read from its log file where its output is one, from
 wrapped streams where it is not; stdout's curve first, else stderr's."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A team's own training script as scaling cases (harness/plan/script.py, harness/worker/script.py).
+"""A team's own training script as scaling cases (harness/scalegate/plan/script.py, harness/scalegate/worker/script.py).
 
 The marker's bad inputs are refused at collection with the marker's test named. Real sessions, each in a copy of
 examples/train_script outside this checkout: the example itself (ddp and fsdp on 1x2, efficiency, memory, bytes,

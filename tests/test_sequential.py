@@ -1,4 +1,4 @@
-"""The sequential test over launches (harness/judge/sequential.py): decisions and operating characteristics.
+"""The sequential test over launches (harness/scalegate/judge/sequential.py): decisions and operating characteristics.
 
 The rates are checked by simulation under the normal model the design assumes (seeded, so they repeat);
 what the real launches on this machine give is measured by benchmarks/detection.py, not here.

@@ -1,7 +1,0 @@
-"""``python -m scalegate ...``: the commands (harness/cli/main.py)."""
-
-import sys
-
-from scalegate.cli.main import main
-
-sys.exit(main())

@@ -1,0 +1,166 @@
+"""The GPU acceptance run's phases (``python -m scalegate selftest --gpu``): each one a command as an argument list.
+
+One pytest session (or one ``gate``) per phase, so a phase that hangs or crashes costs its own budget, not the
+others', and each leaves its own results directory and JUnit file for the report (harness/scalegate/report/acceptance.py):
+
+| phase | what it proves on CUDA | GPUs |
+|---|---|---|
+| ``matrix-1x1`` | every strategy on one GPU (``--scaling-matrix full`` at 1x1, the Lightning Trainer's too) and every workload's single reference: NVML sampling, DeepSpeed, FSDP1, Fabric's and the Trainer's fsdp/deepspeed, DataParallel (2+ GPUs), MFU; the rest skip with their reason | 1 |
+| ``matrix-1x2-nccl`` | the default matrix on 1x2 over NCCL, with the same-launch local efficiency and parity | 2 |
+| ``compile`` | ``--scaling-compile`` for single, ddp and fsdp | 1 |
+| ``script`` | a team's script (examples/train_script) timed by CUDA events | 1 |
+| ``ab-gate`` | ``gate --base HEAD`` (an A/A): the worktree, the rounds and the A/B judge, once | 1 |
+
+The matrix phases run every strategy on ``--models`` (default cnn) and every workload's single reference, so
+the whole strategy list fits the budget; ``--models all --budget-s 1200`` runs every strategy on every workload.
+Budgets: each phase has a weight, and when it starts it gets its weight's share of the time still left, so time a
+fast phase leaves is spent by the later ones (``timeout_for``). The plan is a pure function of the GPU count and
+the settings, tested on CPU. The weights are the first H100 run's walls (docs/gpu/nvidia-h100-80gb-hbm3-2026-11-24.md):
+matrix-1x1 279-292 s, compile 41-49 s, script 37-40 s, the A/A gate 134 s; 10 minutes hold them with a margin.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from scalegate.contract import cards
+
+GATE_BASE = "HEAD"  # an A/A: the machinery runs once; a verdict other than ok or noisy is a finding
+SCRIPT_CASES = "benchmarks/gpu_script_cases.py"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What the command line chose (harness/scalegate/cli/selftest.py checks each value as it reads it)."""
+
+    budget_s: float = 600.0
+    models: str = "cnn"  # the workloads every strategy runs on; the single references run on every workload
+    steps: int = 20  # 10 left resnet at 74% of its first loss (convergence asks 70%); steps cost ms on a GPU
+    warmup: int = 3
+    case_timeout_s: float = 120.0
+    work_dir: Path = Path("results/gpu-acceptance")
+    python: str = sys.executable
+
+
+@dataclass(frozen=True, kw_only=True)
+class Phase:
+    name: str
+    proves: str
+    argv: tuple[str, ...]
+    weight: float
+    results_dir: Path
+    skip: str = ""  # why it does not run on this machine
+    junit: Path | None = None  # where its JUnit XML goes (pytest phases)
+    gate_json: Path | None = None  # where its verdicts go (the gate)
+
+
+def all_strategies() -> str:
+    """Every strategy, the opt-in Lightning Trainer ones too: on a GPU each runs or says why it cannot."""
+    return ",".join(cards.names())
+
+
+def common(settings: Settings) -> list[str]:
+    """The measurement settings every phase shares: short windows, one launch, no stored baselines (a GPU profile
+    has none yet, and the acceptance run checks the path, not a level)."""
+    return [
+        "--scaling-steps",
+        str(settings.steps),
+        "--scaling-warmup",
+        str(settings.warmup),
+        "--scaling-timeout",
+        f"{settings.case_timeout_s:g}",
+        "--scaling-baseline-dir",
+        str(settings.work_dir / "no-baselines"),
+    ]
+
+
+def selection(s: Settings, topology: str = "") -> list[str]:
+    """Every strategy on ``s.models`` and the single-process reference of every workload: the whole strategy list
+    at the cost of one workload (``all``: every strategy on every workload, a budget of ~20 minutes). With
+    ``topology``, only its cases besides the references (the default matrix's other 1x1 cases only say they are
+    in the full matrix)."""
+    cases = ["" if s.models == "all" else m for m in s.models.split(",")]
+    terms = [" and ".join(filter(None, (m, topology))) for m in cases]
+    if terms == [""]:
+        return ["--scaling-models", "all"]
+    references = "(single and 1x1)" if topology else "single"
+    return ["--scaling-models", "all", "-k", " or ".join([references, *(f"({t})" if " " in t else t for t in terms)])]
+
+
+def pytest_phase(name: str, proves: str, weight: float, tests: list[str], args: list[str], s: Settings) -> Phase:
+    results = s.work_dir / name
+    junit = results / "junit.xml"
+    argv = [s.python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *tests, f"--junitxml={junit}"]
+    argv += [*common(s), "--scaling-max-launches", "1", "--scaling-confirm", "0"]
+    argv += ["--scaling-results-dir", str(results), *args]
+    return Phase(name=name, proves=proves, argv=tuple(argv), weight=weight, results_dir=results, junit=junit)
+
+
+def plan(gpus: int, s: Settings, in_git: bool = True) -> list[Phase]:
+    """The phases for a node of ``gpus`` GPUs, in the order they run; those that cannot run here carry ``skip``."""
+    per_node = "1x1,1x2" if gpus >= 2 else "1x1"
+    two = "" if gpus >= 2 else f"needs 2 GPUs on one node, this node has {gpus}"
+    phases = [
+        pytest_phase(
+            "matrix-1x1",
+            "every strategy at 1x1 and every workload's reference (NVML, DeepSpeed, FSDP1, Fabric, Trainer, dp, MFU)",
+            6.0,  # the first H100 run (docs/gpu): ~16 s a case, 14 cases in 223 s of 224 and the Trainer's not reached
+            ["scaling_tests/test_scaling.py"],
+            ["--scaling-matrix", "full", "--scaling-topologies", "1x1", "--scaling-strategies", all_strategies()]
+            + selection(s),
+            s,
+        ),
+        pytest_phase(
+            "matrix-1x2-nccl",
+            "the default matrix on 1x2 over NCCL, local efficiency, parity",
+            4.0,
+            ["scaling_tests"],
+            ["--scaling-matrix", "default", "--scaling-topologies", "1x1,1x2", "--scaling-strategies", all_strategies()]
+            + [*selection(s, "1x2"), "--scaling-local-steps", "20"],
+            s,
+        ),
+        pytest_phase(
+            "compile",
+            "torch.compile on CUDA: single, ddp, fsdp",
+            1.0,
+            ["scaling_tests/test_scaling.py"],
+            ["--scaling-compile", "--scaling-matrix", "full", "--scaling-topologies", per_node]
+            + ["--scaling-strategies", "single,ddp,fsdp", "--scaling-models", "cnn"],
+            s,
+        ),
+        pytest_phase(
+            "script",
+            "a team's training script, its steps timed by CUDA events",
+            0.8,
+            [SCRIPT_CASES],
+            ["--scaling-topologies", per_node],
+            s,
+        ),
+        gate_phase(per_node, s),
+    ]
+    skips = {"matrix-1x2-nccl": two, "ab-gate": "" if in_git else "not a git checkout: the A/B gate's base is HEAD"}
+    return [replace(p, skip=skips.get(p.name, "")) for p in phases]
+
+
+def gate_phase(per_node: str, s: Settings) -> Phase:
+    results = s.work_dir / "ab-gate"
+    verdicts = results / "gate.json"
+    argv = [s.python, "-m", "scalegate", "gate", "--base", GATE_BASE, "--results-dir", str(results)]
+    argv += ["--json", str(verdicts), *common(s), "--scaling-max-launches", "2", "--scaling-models", "cnn"]
+    argv += ["--scaling-strategies", "single,ddp", "--scaling-topologies", per_node]
+    return Phase(
+        name="ab-gate",
+        proves="the A/B gate (gate --base HEAD, an A/A) and its judge, once",
+        argv=tuple(argv),
+        weight=2.6,  # two rounds of single and ddp, each side a pytest session: 134 s on the H100
+        results_dir=results,
+        gate_json=verdicts,
+    )
+
+
+def timeout_for(phase: Phase, later: list[Phase], remaining_s: float) -> float:
+    """The phase's share of the time left: its weight over its own and the later running phases' weights."""
+    weights = phase.weight + sum(p.weight for p in later if not p.skip)
+    return max(0.0, remaining_s * phase.weight / weights)

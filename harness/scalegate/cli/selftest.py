@@ -1,0 +1,241 @@
+"""``python -m scalegate selftest --gpu``: the whole CUDA path in one command, and a report the project keeps.
+
+    python3 benchmarks/gpu_acceptance.py                   # a fresh GPU machine: ./setup.sh (the CUDA wheel), then this
+    python -m scalegate selftest --gpu                     # every phase within 10 minutes; docs/gpu/<device>-<date>.md
+    python -m scalegate selftest --gpu --dry-run --gpus 2  # the phases' commands for 2 GPUs, nothing run (any machine)
+    python -m scalegate selftest --render docs/gpu/nvidia-h100-80gb-hbm3-2026-12-01.json   # the page again
+
+On a CUDA machine it runs the phases of harness/scalegate/cli/gpu_phases.py (every strategy at 1x1; 1x2 over NCCL on 2+
+GPUs; torch.compile; a team's script timed by CUDA events; an A/A ``gate --base HEAD``), each a pytest session (or
+the gate) with its share of ``--budget-s``, checks what only a GPU shows (harness/scalegate/report/acceptance.py: NVML peak
+per rank against ``torch.cuda.max_memory_allocated``, MFU against the datasheet peak), and writes
+``docs/gpu/<device>-<date>.md`` with the raw JSON beside it. Exit codes: 0 every case passed or skipped for a
+reason this machine explains; 1 a failure (listed at the end and in the page); 2 no CUDA device (one line), or
+bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scalegate.cli import gpu_phases
+from scalegate.cli.project import Project
+from scalegate.contract.errors import ScalegateError
+from scalegate.launch import process
+from scalegate.plan import hostinfo
+from scalegate.plan import option_types as t
+from scalegate.report import acceptance, acceptance_page
+
+EXIT_OK, EXIT_FAILED, EXIT_NO_GPU = 0, 1, 2
+NO_GPU = "selftest --gpu: no CUDA device here (torch {torch}: torch.cuda.is_available() is False); nothing to verify"
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser(
+        "selftest",
+        help="the GPU path in one command: every phase, a report under docs/gpu (needs CUDA)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--gpu", action="store_true", help="run the GPU acceptance phases (the only self test so far)")
+    s.add_argument(
+        "--budget-s",
+        type=t.real("--budget-s", lambda v: 60 <= v <= 3600, "is not in 60..3600 seconds", "e.g. --budget-s 600"),
+        default=600.0,
+        help="wall time for all phases together, shared by weight (default: %(default)s)",
+    )
+    s.add_argument(
+        "--models",
+        type=models,
+        default="cnn",
+        help="workloads every strategy runs on, comma-separated, or all; every workload's single reference runs "
+        "anyway (default: %(default)s)",
+    )
+    s.add_argument("--steps", type=t.whole("--steps", 1, 1000), default=20, help="measured steps (default: 20)")
+    s.add_argument("--warmup", type=t.whole("--warmup", 0, 100), default=3, help="warm-up steps (default: 3)")
+    s.add_argument("--out", help="where the page and its JSON go (default: docs/gpu of this checkout)")
+    s.add_argument("--work-dir", help="where the phases' results go (default: results/gpu-acceptance)")
+    s.add_argument("--dry-run", action="store_true", help="print the phases' commands and budgets; run nothing")
+    s.add_argument("--gpus", type=t.whole("--gpus", 1, 64), help="with --dry-run: plan for this many GPUs")
+    s.add_argument("--render", metavar="JSON", help="write the page again from a recorded report's JSON")
+    s.set_defaults(func=main)
+
+
+def models(text: str) -> str:
+    """``all`` or built-in workload names: they become a ``-k`` expression (harness/scalegate/cli/gpu_phases.py)."""
+    names = text.split(",")
+    if text != "all" and not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) for n in names):
+        raise t.usage(
+            f"--models={text!r} is not 'all' or comma-separated workload names",
+            "e.g. --models cnn,bert_qa (a workload class or hf:<type>: run pytest scaling_tests with --scaling-models)",
+        )
+    return text
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The combinations argparse cannot refuse: one ScalegateError naming them, with a HINT."""
+    if args.render and (args.dry_run or args.gpu):
+        raise ScalegateError("--render rewrites a recorded page: it runs nothing", "pass --render JSON alone")
+    if not args.render and not args.gpu:
+        raise ScalegateError(
+            "selftest needs --gpu: the GPU acceptance run is its only test so far",
+            "python -m scalegate selftest --gpu (on a CUDA machine), or add --dry-run --gpus N to see its phases",
+        )
+    if args.gpus is not None and not args.dry_run:
+        raise ScalegateError(
+            f"--gpus {args.gpus} only plans (with --dry-run); a run uses the GPUs it finds",
+            "drop --gpus, or add --dry-run",
+        )
+
+
+def main(args: argparse.Namespace) -> int:
+    check_args(args)
+    if args.render:
+        report = acceptance_page.load(Path(args.render))
+        md, _ = acceptance_page.paths(Path(args.render).parent, report)
+        md.write_text(acceptance_page.markdown(report))
+        print(f"selftest: {md}")
+        return EXIT_OK
+    root = Project.find().root
+    settings = gpu_phases.Settings(
+        budget_s=args.budget_s,
+        models=args.models,
+        steps=args.steps,
+        warmup=args.warmup,
+        work_dir=Path(args.work_dir or root / "results" / "gpu-acceptance").resolve() / time.strftime("%Y%m%d-%H%M%S"),
+    )
+    if args.dry_run and args.gpus:
+        return dry_run(gpu_phases.plan(args.gpus, settings, in_git(root)), settings)
+    host = hostinfo.detect()
+    if host.device != "cuda":
+        import torch  # its full version says which build it is (2.13.0+cpu)
+
+        print(NO_GPU.format(torch=torch.__version__), file=sys.stderr)
+        return EXIT_NO_GPU
+    phases = gpu_phases.plan(host.devices_per_node, settings, in_git(root))
+    if args.dry_run:
+        return dry_run(phases, settings)
+    return run(phases, settings, host, root, Path(args.out or root / "docs" / "gpu").resolve())
+
+
+def in_git(root: Path) -> bool:
+    return hostinfo.commit(root) != "unknown"
+
+
+def dry_run(phases: list[gpu_phases.Phase], settings: gpu_phases.Settings) -> int:
+    for i, phase in enumerate(phases):
+        if phase.skip:
+            print(f"{phase.name}: not run here: {phase.skip}")
+            continue
+        share = gpu_phases.timeout_for(phase, phases[i + 1 :], settings.budget_s) if i == 0 else None
+        budget = f"{share:.0f} s" if share is not None else "its share of the time left"
+        print(f"{phase.name} ({budget}): {phase.proves}\n  {shlex.join(phase.argv)}")
+    return EXIT_OK
+
+
+def run(
+    phases: list[gpu_phases.Phase], settings: gpu_phases.Settings, host: hostinfo.HostInfo, root: Path, out: Path
+) -> int:
+    started = time.monotonic()
+    runs: list[acceptance.PhaseRun] = []
+    rows: list[acceptance.CaseRow] = []
+    for i, phase in enumerate(phases):
+        if phase.skip:
+            print(f"selftest: {phase.name}: not run here: {phase.skip}", flush=True)
+            runs.append(acceptance.PhaseRun(name=phase.name, proves=phase.proves, argv=[], skip=phase.skip))
+            continue
+        left = settings.budget_s - (time.monotonic() - started)
+        done = run_phase(phase, gpu_phases.timeout_for(phase, phases[i + 1 :], left), root)
+        runs.append(done)
+        rows += rows_of(phase)
+    report = record(host, settings, runs, rows, time.monotonic() - started)
+    md, raw = acceptance_page.write(report, out)
+    for item, text in acceptance_page.coverage(report):
+        print(f"selftest: {item}: {text}")
+    failed = acceptance_page.failures(report)
+    for line in failed:
+        print(f"selftest: FAILED {line}")
+    print(f"selftest: {'FAILED' if failed else 'passed'}; report {md} (raw: {raw})")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def run_phase(phase: gpu_phases.Phase, timeout_s: float, root: Path) -> acceptance.PhaseRun:
+    """The phase's command in its own process group, its output in its log, stopped whole at ``timeout_s``."""
+    phase.results_dir.mkdir(parents=True, exist_ok=True)
+    log = phase.results_dir / "phase.log"
+    print(f"selftest: {phase.name} ({timeout_s:.0f} s): {phase.proves}", flush=True)
+    start, timed_out = time.monotonic(), False
+    with log.open("w") as sink:
+        proc = subprocess.Popen(phase.argv, cwd=root, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=max(1.0, timeout_s))
+        except subprocess.TimeoutExpired:  # the phase's group and every rank it started, TERM then KILL
+            process.kill_tree(proc, grace_s=15)
+            timed_out, code = True, proc.wait()
+    wall = time.monotonic() - start
+    print(f"selftest: {phase.name}: exit {code}{' (budget ran out)' if timed_out else ''} after {wall:.0f} s")
+    done = acceptance.PhaseRun(
+        name=phase.name,
+        proves=phase.proves,
+        argv=list(phase.argv),
+        budget_s=timeout_s,
+        wall_s=wall,
+        exit_code=code,
+        timed_out=timed_out,
+        log=str(log),
+    )
+    if done.problem or code not in (0, 5):
+        print("".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:]), end="", flush=True)
+    return done
+
+
+def rows_of(phase: gpu_phases.Phase) -> list[acceptance.CaseRow]:
+    if phase.gate_json is not None:
+        return acceptance.gate_rows(phase.name, phase.gate_json, phase.results_dir)
+    junit = phase.junit or phase.results_dir / "junit.xml"  # every other phase is a pytest session
+    return acceptance.pytest_rows(phase.name, junit, phase.results_dir, compiled="--scaling-compile" in phase.argv)
+
+
+def record(
+    host: hostinfo.HostInfo,
+    settings: gpu_phases.Settings,
+    runs: list[acceptance.PhaseRun],
+    rows: list[acceptance.CaseRow],
+    wall_s: float,
+) -> dict:
+    """The raw JSON the page is made from (harness/scalegate/report/acceptance_page.py reads it back)."""
+    fields = ("torch", "cuda", "nccl", "cpu_model", "cpu_cores")
+    return {
+        "schema": acceptance_page.SCHEMA,
+        "device": host.device_name,
+        "gpus": host.devices_per_node,
+        "date": time.strftime("%Y-%m-%d"),
+        "command": shlex.join(["python", "-m", "scalegate", *sys.argv[1:]]),
+        "commit": hostinfo.commit(),
+        "host": {**{k: getattr(host, k) for k in fields}, "driver": driver_version(), "profile": host.profile},
+        "budget_s": settings.budget_s,
+        "wall_s": wall_s,
+        "settings": {"models": settings.models, "steps": settings.steps, "warmup": settings.warmup},
+        "work_dir": str(settings.work_dir),
+        "phases": [r.to_dict() for r in runs],
+        "cases": [r.to_dict() for r in rows],
+    }
+
+
+def driver_version() -> str:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (done.stdout.strip().splitlines() or ["unknown"])[0]

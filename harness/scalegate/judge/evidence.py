@@ -1,0 +1,175 @@
+"""What the judge reads: a case's launches as numbers, written into the case's result file.
+
+A ``CaseRecord`` holds everything a verdict depends on and nothing it does not: every launch's measured
+steps, same-launch pairs, final loss, peak memory and bytes on the wire, the single-process reference
+steps of the session, the correctness problems found (they need no baseline), the test's tolerance
+marker, and how the run was conducted (launches, confirmation rounds, the sequential design). The session
+builds it from its launches; ``python -m scalegate compare`` reads it back from the result file; both hand
+it to ``scalegate.judge.judge``, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from scalegate.contract.errors import ScalegateError
+from scalegate.contract.results import CaseResult
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchRecord:
+    step_times_s: tuple[float, ...]  # the measured window, slowest rank per step
+    pair_step_times_s: tuple[float, ...] = ()  # same-launch pairs: distributed step (slowest rank)
+    local_step_times_s: tuple[float, ...] = ()  # ... and local step (ranks' mean); scalegate/measure/local_steps.py
+    local_unavailable: str = ""  # why a launch has no pairs although they were asked for
+    final_loss: float | None = None
+    peak_memory_bytes: tuple[int, ...] = ()
+    memory_source: str = ""
+    bytes_per_step: float | None = None
+    analytic_bytes_per_step: float | None = None
+    wire_source: str = ""
+    checkpoint_s_per_gb: float | None = None  # --scaling-checkpoint: (save + load) s per GB written
+    # the 1x1 reference steps of the session this launch ran in, where the gate merges rounds (gate_rounds.merge):
+    # an A/B on the classic efficiency pairs each round with its own reference, not the rounds' pooled one
+    reference_step_times_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conduct:
+    """How the run measured the case: the judge needs it to know whether more launches would be made."""
+
+    launches: int = 1  # --scaling-launches: launches judged together before any verdict
+    confirm: int = 1  # --scaling-confirm: classic gate, rounds of relaunches that must also regress
+    max_launches: int = 4  # --scaling-max-launches: sequential gate, the budget per case
+    alpha: float = 0.01
+    beta: float = 0.05
+    tolerance: float | None = None  # --scaling-tolerance of the run: compare and gate re-judge with the same drop
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseRecord:
+    case_id: str
+    key: str  # baseline key, "<case id>:<preset>"
+    profile: str
+    world_size: int
+    global_batch: int
+    steps: int
+    warmup: int
+    launches: tuple[LaunchRecord, ...] = ()
+    reference_step_times_s: tuple[float, ...] = ()  # the session's single 1x1 launches, pooled
+    reference_global_batch: int = 0
+    reference_launches: int = 0
+    problems: tuple[str, ...] = ()  # correctness failures: no performance verdict
+    failure: str = ""  # the case produced no result (crash, hang, bad input)
+    oversubscribed: bool = False
+    oversubscribed_why: str = ""
+    tolerances: dict[str, float] = field(default_factory=dict)  # @pytest.mark.scaling_tolerance
+    conduct: Conduct = field(default_factory=Conduct)
+    note: str = ""  # e.g. emulated links that could not be shaped
+    reference_itself: bool = False  # the single-process 1x1 reference: its efficiency is 1 by definition
+    host: str = ""  # HostInfo.host_id of the run; "" (hand-built records in unit tests) judges as the baseline's host
+    # MFU's inputs (harness/scalegate/measure/flops.py, harness/scalegate/figures/peaks.py): the single-process model's FLOPs for one global batch,
+    # counted by torch on rank 0; one device's peak at the case's dtype and where that figure comes from
+    flops_per_step: float | None = None
+    flops_unavailable: str = ""
+    peak_flops: float | None = None
+    peak_source: str = ""
+    tokens_per_sample: int | None = None
+    version: int = RECORD_VERSION
+
+    @property
+    def where(self) -> str:
+        return f"{self.key} on {self.profile}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "the result file") -> "CaseRecord":
+        try:
+            if data.get("version") != RECORD_VERSION:
+                raise ValueError(f"record version {data.get('version')!r}, this scalegate reads {RECORD_VERSION}")
+            values = dict(data)
+            values["launches"] = tuple(LaunchRecord(**_tuples(launch)) for launch in values.get("launches", ()))
+            values["conduct"] = Conduct(**values.get("conduct", {}))
+            for name in ("reference_step_times_s", "problems"):
+                values[name] = tuple(values.get(name, ()))
+            return cls(**values)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ScalegateError(
+                f"{source} holds no usable judge record ({exc})",
+                "it was written by another scalegate version: rerun the case with this one",
+            ) from None
+
+
+def _tuples(launch: dict[str, Any]) -> dict[str, Any]:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in launch.items()}
+
+
+def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
+    """One launch's numbers; ``wire`` is ``scalegate.figures.resources.wire(result)``."""
+    from scalegate.figures import resources  # launch side
+    from scalegate.figures.resources import memory_source
+
+    unavailable = next((r.extra.get("local_unavailable") for r in result.ranks if r.extra.get("local_unavailable")), "")
+    return LaunchRecord(
+        step_times_s=tuple(result.step_times_s),
+        pair_step_times_s=tuple(result.pair_step_times_s),
+        local_step_times_s=tuple(result.local_step_times_s),
+        local_unavailable=unavailable or "",
+        final_loss=result.losses[-1] if result.losses else None,
+        peak_memory_bytes=tuple(r.peak_memory_bytes for r in result.ranks),
+        memory_source=memory_source(result),
+        bytes_per_step=wire.get("bytes_per_step"),
+        analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
+        wire_source=wire.get("source") or "",
+        checkpoint_s_per_gb=(resources.checkpoint(result) or {}).get("s_per_gb"),
+    )
+
+
+def pooled_steps(results: Sequence[CaseResult]) -> tuple[float, ...]:
+    """Several launches of the steady single-process reference as one series of steps."""
+    return tuple(t for r in results for t in r.step_times_s)
+
+
+def from_results(
+    results: Sequence[CaseResult], references: Sequence[CaseResult], *, key: str, profile: str, **fields: Any
+) -> CaseRecord:
+    """The record of a case's launches against the session's reference launches; ``fields`` are the rest
+    (problems, oversubscribed, tolerances, conduct, note, failure)."""
+    from scalegate.figures import resources  # launch side: bytes on the wire per launch
+
+    spec = results[0].spec if results else None
+    if spec is None:
+        raise ValueError("from_results needs at least one launch; a case with none is CaseRecord(failure=...)")
+    return CaseRecord(
+        case_id=spec.case_id,
+        key=key,
+        profile=profile,
+        world_size=spec.world_size,
+        global_batch=spec.global_batch_size,
+        steps=spec.steps,
+        warmup=spec.warmup,
+        launches=tuple(launch_record(r, resources.wire(r)) for r in results),
+        reference_step_times_s=pooled_steps(references),
+        reference_global_batch=references[0].spec.global_batch_size if references else 0,
+        reference_launches=len(references),
+        **_flops(results),
+        **fields,
+    )
+
+
+def _flops(results: Sequence[CaseResult]) -> dict[str, Any]:
+    """The counted FLOPs and tokens of the first launch that has them (rank 0 counts; every launch counts the same)."""
+    ranks = [r for result in results for r in result.ranks]
+    counted = next((r for r in ranks if r.flops_per_step), None)
+    why = next((r.flops_unavailable for r in ranks if r.flops_unavailable and r.rank == 0), "not counted")
+    return {
+        "flops_per_step": counted.flops_per_step if counted else None,
+        "flops_unavailable": "" if counted else why,
+        "tokens_per_sample": next((r.tokens_per_sample for r in ranks if r.tokens_per_sample), None),
+    }

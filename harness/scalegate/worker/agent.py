@@ -1,0 +1,153 @@
+"""A warm torchrun agent: torch imported once, every launch's ranks forked fresh from a preloaded forkserver.
+
+    python -m scalegate.worker.agent --fds R,W [--preload deepspeed,lightning]
+
+A cold launch spends ~6 s before its first step: torchrun imports torch, each rank imports torch,
+the harness and ``torch._dynamo`` (AdamW's first construction), for < 1 s of measured steps. This
+process pays those imports once. For each request it runs the *real* torchrun agent
+(``torch.distributed.run``'s own ``parse_args`` + ``config_from_args`` on the argument list the
+launcher built, then ``elastic_launch``) with ``--start-method forkserver``: the ranks are new
+processes, forked from a forkserver that has only imported modules (nothing initialised, no
+threads), so each launch still gets fresh processes, ranks, ports, allocations and scheduling,
+which is what repeated launches are for. Only imported code is shared between launches. Each
+rank's environment is the launch's own plus torchrun's variables, as under a cold torchrun
+(``scalegate.worker.entry.forked_main``).
+
+Protocol, one JSON line each way on the pipes ``--fds`` names (so the agent's own output can go to
+each case's ``launcher.log``): first the server says ``{"ready": true, "pid": ..., "modules":
+[...]}`` once everything is imported, or ``{"ready": false, "error": "..."}`` and
+exits 2 (the traceback goes to its own log). Then per launch: request ``{"argv": [...torchrun
+args...], "env": {...}, "log": PATH}``, reply ``{"returncode": 0 | 1 | 2, "wall_s": ...}`` (1: a
+rank failed, 2: the agent itself failed, e.g. its port was taken; both logged to PATH). End of input
+ends the server; so does SIGTERM (during a launch torchelastic's handler first stops the ranks), which
+it also gets when the process that started it dies. The launching side (``harness/scalegate/launch/warm.py``)
+starts it, inside a private network namespace where there is one, and kills its whole tree on a
+timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+# torch, the worker, and what every built-in torch-only strategy imports; optional packages (DeepSpeed,
+# Lightning, transformers) come per case through --preload (harness/scalegate/launch/warm.py says why)
+BASE_PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.optim",
+    "torch._dynamo",
+    "torch.distributed.fsdp",
+    "torch.distributed.pipelining",
+    "torch.nn.parallel",
+    "scalegate.worker",
+    "scalegate.worker.loop",
+    "scalegate.workloads",
+)
+
+
+_FORKSERVER_ENV: dict[str, str] = {}  # the environment the forkserver (so every rank) started with
+
+
+def _preload(modules: list[str]) -> None:
+    """Import here (so a failure is reported once, by name) and in the forkserver that forks the ranks."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    for name in modules:
+        __import__(name)
+    multiprocessing.set_forkserver_preload(list(modules))
+    _FORKSERVER_ENV.update(os.environ)
+    forkserver.ensure_running()  # the forkserver imports them now, not during the first launch
+
+
+def _launch(argv: list[str], env: dict[str, str]) -> int:
+    import dataclasses
+
+    from torch.distributed import run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    from scalegate.worker.entry import forked_main
+
+    config, _, cmd_args = run.config_from_args(run.parse_args(argv))
+    config = dataclasses.replace(config, start_method="forkserver")
+    try:
+        elastic_launch(config, forked_main)(cmd_args[-2], cmd_args[-1], env, _FORKSERVER_ENV)
+    except ChildFailedError as exc:
+        print(exc.format_msg(), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _redirected(log: str):
+    """fds 1 and 2 into ``log`` for one launch (torchelastic logs there); returns a restore function."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+    def restore() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+    return restore
+
+
+def serve(read_fd: int, write_fd: int) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    requests, replies = os.fdopen(read_fd, "r"), os.fdopen(write_fd, "w", buffering=1)
+    for line in requests:
+        request = json.loads(line)
+        start = time.perf_counter()
+        restore = _redirected(request["log"])
+        try:
+            code = _launch(request["argv"], request.get("env") or {})
+        except SignalException:  # SIGTERM from the launcher: the agent has stopped the ranks; we end too
+            raise
+        except Exception:  # a bad port, a bad argument: the launcher reads the log, the server lives on
+            traceback.print_exc()
+            code = 2
+        finally:
+            restore()
+        replies.write(json.dumps({"returncode": code, "wall_s": time.perf_counter() - start}) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m scalegate.worker.agent",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--fds", required=True, help="R,W: the request and reply pipes")
+    parser.add_argument("--preload", default="", help="more modules to import before forking ranks")
+    args = parser.parse_args(argv)
+    read_fd, write_fd = (int(x) for x in args.fds.split(","))
+    modules = list(dict.fromkeys([*BASE_PRELOAD, *filter(None, args.preload.split(","))]))
+    try:
+        _preload(modules)
+    except Exception as exc:  # reported on the reply pipe, so the launcher can fall back to a cold torchrun
+        traceback.print_exc()
+        os.write(write_fd, (json.dumps({"ready": False, "error": f"{type(exc).__name__}: {exc}"}) + "\n").encode())
+        return 2
+    hello = {"ready": True, "pid": os.getpid(), "modules": modules}
+    print(f"agentserver ready: {json.dumps(hello)}", flush=True)
+    os.write(write_fd, (json.dumps(hello) + "\n").encode())
+    return serve(read_fd, write_fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Worker entry point, one per rank: ``python -m scalegate.worker SPEC.json OUT_DIR``.
+
+Rank, world size and device come from the environment, so the same command runs under torchrun on
+one machine, under each node's torchrun agent in a SLURM allocation, or on its own as rank 0 of 1:
+
+    python -m scalegate.worker spec.json out/                       # one process
+    torchrun --nproc-per-node 2 -m scalegate.worker spec.json out/  # two ranks on this node
+
+``forked_main`` is the same entry as a function, for the warm agent (``harness/scalegate/worker/agent.py``).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from scalegate.contract import affinity, atomic, heartbeat
+from scalegate.contract.spec import CaseSpec
+from scalegate.worker import script
+from scalegate.worker.loop import rank_context, train
+
+
+@record
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m scalegate.worker SPEC.json OUT_DIR", file=sys.stderr)
+        return 2
+    spec = CaseSpec.read(Path(argv[0]))
+    out_dir = Path(argv[1])
+    ctx = rank_context(spec)
+    if ctx.device.type == "cpu":
+        torch.set_num_threads(spec.cpu_threads)
+    beats = heartbeat.Writer(out_dir, ctx.rank)
+    beats.beat(-1, "start")
+    # The py-spy fallback: on SIGUSR1 every thread's stack goes to a file the launcher reads before a kill.
+    stack_file = open(heartbeat.stack_path(out_dir, ctx.rank), "w")
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    try:
+        if spec.script is not None:  # a team's own script: it makes its own process group (scalegate/worker/script.py)
+            script.run(spec, ctx, out_dir, beats.beat)
+            return 0
+        # Under torchrun (MASTER_ADDR set) a process group exists even for one rank, as DDP on 1x1 needs.
+        if (ctx.world_size > 1 or "MASTER_ADDR" in os.environ) and not dist.is_initialized():
+            beats.beat(-1, "init_process_group")
+            dist.init_process_group(
+                backend="nccl" if ctx.device.type == "cuda" else "gloo",
+                device_id=ctx.device if ctx.device.type == "cuda" else None,
+            )
+        binding: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
+        if ctx.device.type == "cpu":  # after the process group: gloo's own threads stay free to run anywhere
+            binding = affinity.bind(spec.cpu_threads) if spec.cpu_binding else {"cpus": None, "why": "off"}
+        result = train(spec, ctx, os.environ.get("SCALEGATE_DATA_DIR") or None, beats.beat)
+        result.extra["cpu_binding"] = binding
+        _write_result(spec, ctx.rank, out_dir / f"rank{ctx.rank}.json", result.__dict__)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+def forked_main(spec_path: str, out_dir: str, env: dict[str, str], inherited: dict[str, str]) -> int:
+    """The same rank, as a function: the warm agent's forkserver forks it (harness/scalegate/worker/agent.py).
+
+    ``env`` is the launch's environment (what a cold torchrun would have inherited: data directory, wire
+    counter, threads), ``inherited`` the environment the forkserver started with. The rank gets ``env`` plus
+    what torchrun's agent set for it (RANK, MASTER_PORT, TORCHELASTIC_ERROR_FILE...: whatever differs from
+    ``inherited``), and nothing left over from the session's start, as under a cold torchrun.
+    """
+    import ctypes
+    from multiprocessing import forkserver
+
+    # The forkserver exits when the agent dies (killed, out of memory) and the rank must go with it. The
+    # forkserver waits for EOF on a pipe whose write end the agent holds and multiprocessing hands to every
+    # process it forks: a rank keeping its copy would keep the forkserver, and so itself, alive.
+    alive_fd = forkserver._forkserver._forkserver_alive_fd  # type: ignore[attr-defined]
+    if alive_fd is not None:
+        os.close(alive_fd)
+        forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
+    parent = os.getppid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+    from_agent = {k: v for k, v in os.environ.items() if inherited.get(k) != v}
+    os.environ.clear()
+    os.environ.update({**env, **from_agent})
+    return main.__wrapped__([spec_path, out_dir])  # torchelastic already wraps this function in @record
+
+
+def _write_result(spec: CaseSpec, rank: int, path: Path, data: dict) -> None:
+    if rank == spec.faults.no_result_rank:
+        return  # injected fault: exit 0 without a result
+    if rank == spec.faults.bad_result_rank:
+        path.write_text('{"rank": ' + str(rank) + ', "step_times_s": [0.1, ')  # injected fault: truncated JSON
+        return
+    atomic.write_json(path, data)

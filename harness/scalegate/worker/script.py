@@ -1,0 +1,251 @@
+"""The bootstrap a rank runs a team's own training script through (``CaseSpec.script``): nothing in it changed.
+
+The script runs in this process as ``__main__`` (``runpy.run_path``), with its own arguments, in its own repository,
+with the rank environment torchrun gave this process (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...);
+it creates its own process group. The bootstrap watches its optimizer steps through torch's global optimizer step
+hooks (DeepSpeed's engines and Lightning end in a torch optimizer's step too); the first optimizer that steps is
+the one counted, so a second optimizer (a GAN's) does not double the count. A loop with no torch optimizer marks
+its steps with ``scalegate.step()``, and then only those count.
+
+Steps ``warmup .. warmup + steps - 1`` are the measured window (at least one step before it: a step lasts from the
+end of the step before it to its own end). On CPU a step is timed with the host clock at the end of each
+``optimizer.step()``; on CUDA with an event recorded there, and one host sync when the window closes, not one per
+step. The window's instruments are the workloads' (peak memory, bytes on the wire, CPU time: measured.py), opened
+in the hook that ends the step before the window and closed in the hook of its last step. The loss curve is read
+from rank 0's own output with the case's ``loss_pattern`` (harness/scalegate/worker/script_loss.py: its log files, read when
+the window closes and when the script ends; a stream that is no file is wrapped).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import runpy
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from scalegate.contract import atomic, heartbeat
+from scalegate.contract.errors import SpecError
+from scalegate.contract.results import RankResult
+from scalegate.contract.spec import CaseSpec
+from scalegate.measure.memory import cuda_peaks
+from scalegate.strategies.base import RankContext
+from scalegate.worker import script_loss
+from scalegate.worker.measured import MeasuredWindow
+
+ACTIVE: StepClock | None = None  # the clock of the script this process runs (scalegate.step() finds it here)
+
+
+class WindowClosed(BaseException):
+    """Raised from the step hook on every rank at the same step to stop a script after its measured window
+    (``stop_after_window``); a BaseException, so the script's own ``except Exception`` does not swallow it."""
+
+
+class StepClock:
+    """Counts the script's optimizer steps, times the measured window, and writes the rank's result."""
+
+    def __init__(self, spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, str], None]) -> None:
+        self.spec, self.ctx, self.out_dir = spec, ctx, out_dir
+        self.beats = heartbeat.Deferred(beat)  # the beat is inside the step here: a thread writes it
+        self.first = max(spec.warmup, 1)  # a step before the window marks where its first step starts
+        self.last = self.first + spec.steps - 1
+        self.count = 0  # optimizer steps completed
+        self.marks: list[Any] = []  # the end of steps first-1 .. last: host times (CPU) or CUDA events
+        self.counted: int | None = None  # id() of the optimizer whose steps count
+        self.manual = False  # scalegate.step() was called: only those calls count
+        self.window = MeasuredWindow(spec, ctx)
+        self.times: list[float] = []
+        self.in_window = False  # between the first mark and the last: collectives are timed into the step
+        self.comm = 0.0  # seconds this step spent in blocking collectives called from Python
+        self.collective_s: list[float] = []  # per measured step
+        self.losses: list[tuple[float, float]] = []  # (the script's step, or the line's index; loss), rank 0
+        self.loss_source: script_loss.Losses | None = None  # rank 0's output, where the case has a loss_pattern
+        self.started = time.perf_counter()
+
+    # --- the hooks --------------------------------------------------------------------------------------------
+    def optimizer_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.manual:
+            return
+        if self.counted is None:
+            self.counted = id(optimizer)
+        if id(optimizer) == self.counted:
+            self.on_step()
+
+    def manual_step(self) -> None:
+        self.manual = True
+        self.on_step()
+
+    def on_step(self) -> None:
+        step, self.count = self.count, self.count + 1
+        self.beats.step(step)
+        if step == self.first - 1:
+            self.window.open()  # its barrier and idle reading happen before the mark: not in a step's time
+            self._mark()
+            self.in_window, self.comm = True, 0.0
+        elif self.first <= step <= self.last:
+            self._mark()
+            self.collective_s.append(self.comm)
+            self.comm = 0.0
+            if step == self.last:
+                self.in_window = False
+                self._close()
+                if self.spec.script.stop_after_window:  # type: ignore[union-attr]
+                    raise WindowClosed()
+
+    def _mark(self) -> None:
+        if self.ctx.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def _close(self) -> None:
+        if self.ctx.device.type == "cuda":
+            torch.cuda.synchronize(self.ctx.device)
+            self.times = [a.elapsed_time(b) / 1000 for a, b in zip(self.marks, self.marks[1:])]
+        else:
+            self.times = [b - a for a, b in zip(self.marks, self.marks[1:])]
+        self.window.close()
+        if self.loss_source is not None:
+            self.loss_source.read()
+        self.write()  # now, so a script that later exits hard keeps its measurement
+
+    # --- the rank's result ------------------------------------------------------------------------------------
+    def check(self) -> None:
+        """After the script: it must have run the whole window."""
+        needed = self.last + 1
+        if self.count == 0:
+            raise SpecError(
+                f"{self.spec.case_id}: the script never called an optimizer step",
+                "step a torch.optim optimizer (DeepSpeed's and Lightning's do), or mark each training step with "
+                "scalegate.step() (docs/your-script.md)",
+            )
+        if self.count < needed:
+            raise SpecError(
+                f"{self.spec.case_id}: the script stopped after {self.count} optimizer steps; the case needs {needed} "
+                f"({self.first} before the window, {self.spec.steps} measured)",
+                "raise its step count or lower --scaling-steps / --scaling-warmup",
+            )
+
+    def write(self) -> None:
+        window, steps = self.window, self.spec.steps
+        script = self.spec.script
+        batch = script.batch if script is not None else None
+        result = RankResult(
+            rank=self.ctx.rank,
+            world_size=self.ctx.world_size,
+            node_rank=self.ctx.node_rank,
+            host=socket.gethostname(),
+            device=str(self.ctx.device),
+            step_times_s=self.times,
+            losses=[math.nan] * steps,  # the script's loss is its output's: extra["loss_curve"]
+            warmup_losses=[],
+            loss_weight=0.0,
+            peak_memory_bytes=window.sampler.peak_bytes,
+            memory_source=window.sampler.source,
+            cpu_user_s=window.cpu1.user - window.cpu0.user,
+            cpu_system_s=window.cpu1.system - window.cpu0.system,
+            wall_s=time.perf_counter() - self.started,
+            memory_interval_s=window.sampler.interval_s,
+            memory_timeline=window.sampler.timeline(),
+            cuda_memory=cuda_peaks(self.ctx.device),
+            wire=window.wire.result(steps),
+            extra={
+                "script": True,
+                "optimizer_steps": self.count,
+                "steps_marked_by": "scalegate.step()" if self.manual else "optimizer.step()",
+                "loss_curve": [list(p) for p in self.losses],
+                "loss_read_from": self.loss_source.how if self.loss_source else [],  # [stdout, stderr]: file/wrapped
+                "collective_s": self.collective_s,  # blocking collectives the script called, per measured step
+                "throughput_unit": "samples/s" if batch else "steps/s",
+            },
+        )
+        atomic.write_json(self.out_dir / f"rank{self.ctx.rank}.json", result.__dict__)
+
+
+# torch.distributed's collectives a script calls from Python: timed while the window is open (their host time is the
+# step's exposed communication: blocking calls hide nothing). DDP's and FSDP's own collectives run in C++ and
+# overlap the backward; what of them the compute does not hide shows in the step time and the efficiency.
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+    "barrier",
+)
+
+
+def _time_collectives(clock: StepClock) -> Callable[[], None]:
+    """Wrap the collectives for the script's run; returns what puts them back."""
+    import torch.distributed as dist
+
+    saved = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+
+    def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not clock.in_window:
+                return fn(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                clock.comm += time.perf_counter() - start
+
+        return call
+
+    for name, fn in saved.items():
+        setattr(dist, name, timed(fn))
+    return lambda: [setattr(dist, name, fn) for name, fn in saved.items()]  # type: ignore[func-returns-value]
+
+
+def run(spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, str], None]) -> None:
+    """Run the case's script to its end (or its window's) under the step clock, then write the rank's result."""
+    global ACTIVE
+    script = spec.script
+    assert script is not None
+    clock = ACTIVE = StepClock(spec, ctx, out_dir, beat)
+    handle = register_optimizer_step_post_hook(clock.optimizer_hook)
+    untime = _time_collectives(clock)
+    streams = sys.stdout, sys.stderr
+    if ctx.rank == 0 and script.loss_pattern:
+        clock.loss_source = script_loss.Losses(script.loss_pattern, clock.losses)
+    argv, cwd = sys.argv, os.getcwd()
+    sys.argv = [script.path, *script.argv]
+    os.chdir(script.cwd)
+    sys.path.insert(0, os.path.dirname(script.path))  # as `python train.py` puts the script's directory first
+    clock.beats.now(-1, "script")
+    try:
+        runpy.run_path(script.path, run_name="__main__")
+    except WindowClosed:
+        pass
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+    finally:
+        clock.beats.close()
+        if clock.loss_source is not None:
+            clock.loss_source.close()
+        handle.remove()
+        untime()
+        sys.stdout, sys.stderr = streams
+        sys.argv = argv
+        os.chdir(cwd)
+        ACTIVE = None
+    clock.check()
+    clock.write()
