@@ -270,7 +270,7 @@ class ScalingSession:
             for r in (outcome.result.ranks if outcome.result else ())
             if r.extra.get("profile_trace")
         ]
-        if traces:  # --scaling-profile: one Chrome trace per rank (scalegate/measure/profiling.py)
+        if traces:  # --scaling-profile: one Chrome trace per rank (harness/scalegate/measure/profiling.py)
             data["traces"] = traces
         if outcome.result is not None and outcome.result.spec.zero_grad:  # what agreement left out, and why
             data["zero_grad"] = outcome.result.spec.zero_grad
@@ -298,6 +298,8 @@ def _problems(
             more, said = script_checks.problems(r, references[0] if references else None)
             found += more
             notes += said
+        for r in [*results, *references]:  # the 1x1 reference's steps make the efficiency too
+            found += script_checks.measurement(r)
         return tuple(dict.fromkeys(found)), list(dict.fromkeys(notes))
     fraction = workloads.preset_of(workloads.resolve(spec), spec.preset).convergence_fraction  # the workload's bar
     found = (

@@ -5,11 +5,18 @@ checked: the loss must be finite and fall (the median of its last quarter below 
 under strong scaling, where the script trains the same global batch on every topology, its curve must track the
 1x1 run's within the marker's ``loss_tolerance`` at the steps both printed (torchtitan's converging.md compares
 each run against a 1x1 or plain DDP run the same way).
+
+The measurement itself is checked too (``measurement``), on every launch and its 1x1 reference: a script's steps are
+counted from outside, so a count that went wrong must fail loudly, never pass as a number. Two peaks of step times
+(a quarter of them under a tenth of the rest: a second optimizer-step call per training step counted as a step of
+its own: a step far shorter than the script's pace), more optimizer steps than the script's own log numbers. A few
+long steps (an evaluation, a checkpoint inside the window) are no second peak: the fast ones must be a quarter.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 
 from scalegate.contract.results import CaseResult
@@ -20,6 +27,67 @@ AGREEMENT_NA = "agreement: n/a (script): gradients cannot be checked from outsid
 def curve(result: CaseResult) -> list[tuple[float, float]]:
     """Rank 0's (step, loss) pairs, as the bootstrap read them."""
     return [(float(s), float(v)) for s, v in result.ranks[0].extra.get("loss_curve", [])] if result.ranks else []
+
+
+MARK_BY_HAND = "mark each training step with scalegate.step() in the script (docs/your-script.md: Step counting)"
+
+
+def measurement(result: CaseResult) -> list[str]:
+    """What makes the launch's step times not a measurement of the script's training steps (any rank's)."""
+    where = f"[{result.spec.case_id}]"
+    found: list[str] = []
+    for rank in result.ranks:
+        if "steps_marked_by" not in rank.extra:  # not a script's rank
+            continue
+        times = sorted(rank.step_times_s)
+        why = _two_peaks(times)
+        if why:
+            found.append(
+                f"rank {rank.rank}'s step times {why}: {_how_counted(rank.extra)} {where} HINT: {MARK_BY_HAND}"
+            )
+            break
+    logged = _logged_steps(result)
+    steps = result.ranks[0].extra.get("optimizer_steps") if result.ranks else None
+    if logged is not None and steps and steps > 1.5 * logged:
+        found.append(
+            f"{steps} optimizer steps were counted where the script's own log numbers {logged:g}: "
+            f"{_how_counted(result.ranks[0].extra)} {where} HINT: {MARK_BY_HAND}"
+        )
+    return found
+
+
+def _two_peaks(times: list[float]) -> str | None:
+    """A quarter of the steps or more under a tenth of the upper quartile: two kinds of 'step' were counted."""
+    if len(times) < 4:
+        return None
+    upper = times[(3 * len(times)) // 4]
+    fast = [t for t in times if t < upper / 10]
+    if len(fast) < len(times) / 4:
+        return None
+    rest = times[len(fast) :]
+    return (
+        f"have two peaks: {len(fast)} of {len(times)} are under a tenth of the others "
+        f"({statistics.median(fast) * 1e3:.3g} ms vs {statistics.median(rest) * 1e3:.3g} ms)"
+    )
+
+
+def _how_counted(extra: dict) -> str:
+    if extra.get("steps_marked_by") == "scalegate.step()":
+        return "each scalegate.step() call counts as one training step: is it called more than once per step?"
+    return (
+        f"the bootstrap counted {extra.get('optimizer_steps')} training steps of {extra.get('counted_optimizer')} "
+        f"({extra.get('optimizer_step_calls')} step calls, {extra.get('backward_calls')} backward passes): this "
+        "stack's training steps are not one optimizer step each"
+    )
+
+
+def _logged_steps(result: CaseResult) -> float | None:
+    """How many steps the script's own loss lines number (their last step + 1), where the pattern reads a step."""
+    script = result.spec.script
+    if script is None or not script.loss_pattern or re.compile(script.loss_pattern).groups != 2:
+        return None  # one group: the points are numbered by the bootstrap, not by the script
+    points = curve(result)
+    return max(s for s, _ in points) + 1 if len(points) >= 2 else None
 
 
 def problems(result: CaseResult, reference: CaseResult | None) -> tuple[list[str], list[str]]:

@@ -48,10 +48,14 @@ class Faults:
     # the single-process reference normalises the whole global batch even where the ranks' BatchNorm sees only their
     # shard (the reference before issue 23): gradient agreement must fail on such a model, so the check is not loose
     whole_batch_reference: bool = False
+    # a script's bootstrap counts every optimizer-step call of every optimizer as a training step (a naive step hook,
+    # as before issue 35): the measurement self-check (harness/scalegate/checks/script.py) must fail the case
+    count_every_step: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checkpoint_skip_optimizer", bool(self.checkpoint_skip_optimizer))  # 1 from the CLI
         object.__setattr__(self, "whole_batch_reference", bool(self.whole_batch_reference))
+        object.__setattr__(self, "count_every_step", bool(self.count_every_step))
         if self.delay_ms < 0:
             raise SpecError(f"injected delay {self.delay_ms} ms is negative", "use a delay >= 0")
         if not 0 <= self.slowdown <= 10:
@@ -72,12 +76,13 @@ class Faults:
             or (self.straggler_rank >= 0 and self.straggler_ms > 0)
             or self.checkpoint_skip_optimizer
             or self.whole_batch_reference
+            or self.count_every_step
         )
 
 
 FAULT_SYNTAX = (
     "hang:rank=R,step=K | crash:rank=R[,step=K] | no-result:rank=R | bad-result:rank=R | "
-    "straggler:rank=R,ms=M | checkpoint-skip-optimizer (with --scaling-checkpoint)"
+    "straggler:rank=R,ms=M | checkpoint-skip-optimizer (with --scaling-checkpoint) | count-every-step (scripts)"
 )
 _FAULT_KEYS = {
     "hang": ("hang", ("rank", "step")),
@@ -86,6 +91,7 @@ _FAULT_KEYS = {
     "bad-result": ("bad_result", ("rank",)),
     "straggler": ("straggler", ("rank", "ms")),
     "checkpoint-skip-optimizer": ("checkpoint_skip_optimizer", ()),
+    "count-every-step": ("count_every_step", ()),
 }  # a switch: no arguments
 _FAULT_REQUIRED = {"hang": ("rank", "step"), "straggler": ("rank", "ms")}  # the others need only a rank
 

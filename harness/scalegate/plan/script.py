@@ -28,7 +28,7 @@ from typing import Any
 
 from scalegate.contract.errors import SpecError
 from scalegate.contract.script import ScriptSpec, fill, values
-from scalegate.contract.spec import SCALINGS, CaseSpec
+from scalegate.contract.spec import SCALINGS, CaseSpec, Faults
 from scalegate.contract.topology import Topology
 from scalegate.plan import cluster
 from scalegate.plan.hostinfo import HostInfo
@@ -156,4 +156,6 @@ def spec_for(
         grad_check=False,  # gradients cannot be checked from outside a script: the table says n/a
         local_steps=0,  # no local copy of a script's model: the classic efficiency decides
         script=script,
+        # the one fault a script's bootstrap injects (the others need the harness's own loop)
+        faults=Faults(count_every_step=bool(dict(options.inject_faults).get("count_every_step"))),
     )

@@ -3,9 +3,20 @@
 The script runs in this process as ``__main__`` (``runpy.run_path``), with its own arguments, in its own repository,
 with the rank environment torchrun gave this process (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...);
 it creates its own process group. The bootstrap watches its optimizer steps through torch's global optimizer step
-hooks (DeepSpeed's engines and Lightning end in a torch optimizer's step too); the first optimizer that steps is
-the one counted, so a second optimizer (a GAN's) does not double the count. A loop with no torch optimizer marks
-its steps with ``scalegate.step()``, and then only those count.
+hooks (DeepSpeed's engines, Accelerate's and Lightning's wrappers all end in a torch optimizer's step). One training
+step is counted once, whatever wraps the optimizer:
+
+- only the first optimizer that steps counts, so a second one (a GAN's, an empty one) does not double the count;
+- a step of it counts only if a backward pass ran since the step counted before it (``torch.autograd.backward``,
+  which ``loss.backward()`` calls): DeepSpeed's ZeRO optimizers step the torch optimizer once per parameter group
+  (an HF Trainer's AdamW has two), Lightning's closure runs its backward inside the step, and gradient accumulation
+  runs several backwards before one step, so each of these is one count;
+- AMP's ``GradScaler.step`` that skips the optimizer (an inf gradient) still ends a training step.
+
+A step lasts from the first counted step call to the next, so the per-group calls after it fall into the next step:
+every step is measured between the same two points. A loop with no torch optimizer marks its steps with
+``scalegate.step()``, and then only those count. What the pytest side checks of the result (one peak of step times,
+as many steps as the script's own log numbers) is harness/scalegate/checks/script.py's ``measurement``.
 
 Steps ``warmup .. warmup + steps - 1`` are the measured window (at least one step before it: a step lasts from the
 end of the step before it to its own end). On CPU a step is timed with the host clock at the end of each
@@ -59,7 +70,11 @@ class StepClock:
         self.count = 0  # optimizer steps completed
         self.marks: list[Any] = []  # the end of steps first-1 .. last: host times (CPU) or CUDA events
         self.counted: int | None = None  # id() of the optimizer whose steps count
+        self.counted_name: str | None = None  # its class
         self.manual = False  # scalegate.step() was called: only those calls count
+        self.backwards = 0  # backward passes seen (torch.autograd.backward)
+        self.backwards_at_step = -1  # ... when the last step was counted
+        self.calls = 0  # step calls of the counted optimizer, including those folded into a training step
         self.window = MeasuredWindow(spec, ctx)
         self.times: list[float] = []
         self.in_window = False  # between the first mark and the last: collectives are timed into the step
@@ -70,13 +85,25 @@ class StepClock:
         self.started = time.perf_counter()
 
     # --- the hooks --------------------------------------------------------------------------------------------
-    def optimizer_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def optimizer_hook(self, optimizer: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
         if self.manual:
             return
+        if self.spec.faults.count_every_step:  # injected: every call of every optimizer, as a naive hook counts
+            self.calls += 1
+            return self.on_step()
         if self.counted is None:
             self.counted = id(optimizer)
-        if id(optimizer) == self.counted:
-            self.on_step()
+            self.counted_name = type(optimizer).__name__
+        if id(optimizer) != self.counted:
+            return
+        self.calls += 1
+        if self.backwards and self.backwards == self.backwards_at_step:
+            return  # the same training step: another parameter group's call, or a GradScaler's after its step
+        self.backwards_at_step = self.backwards
+        self.on_step()
+
+    def backward_seen(self) -> None:
+        self.backwards += 1
 
     def manual_step(self) -> None:
         self.manual = True
@@ -162,6 +189,9 @@ class StepClock:
                 "script": True,
                 "optimizer_steps": self.count,
                 "steps_marked_by": "scalegate.step()" if self.manual else "optimizer.step()",
+                "optimizer_step_calls": self.calls,  # of the counted optimizer: > optimizer_steps where calls folded
+                "counted_optimizer": self.counted_name,
+                "backward_calls": self.backwards,
                 "loss_curve": [list(p) for p in self.losses],
                 "loss_read_from": self.loss_source.how if self.loss_source else [],  # [stdout, stderr]: file/wrapped
                 "collective_s": self.collective_s,  # blocking collectives the script called, per measured step
@@ -214,6 +244,31 @@ def _time_collectives(clock: StepClock) -> Callable[[], None]:
     return lambda: [setattr(dist, name, fn) for name, fn in saved.items()]  # type: ignore[func-returns-value]
 
 
+def _watch_training_steps(clock: StepClock) -> Callable[[], None]:
+    """Count backward passes, and let a GradScaler step that skipped its optimizer end a step; returns the undo."""
+    backward = torch.autograd.backward
+    scaler_step = torch.amp.GradScaler.step
+
+    @functools.wraps(backward)
+    def counted_backward(*args: Any, **kwargs: Any) -> Any:
+        clock.backward_seen()
+        return backward(*args, **kwargs)
+
+    @functools.wraps(scaler_step)
+    def scaled_step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        out = scaler_step(self, optimizer, *args, **kwargs)
+        if isinstance(optimizer, torch.optim.Optimizer):
+            clock.optimizer_hook(optimizer)  # folded into the step if the optimizer stepped; else it ends it
+        return out
+
+    torch.autograd.backward, torch.amp.GradScaler.step = counted_backward, scaled_step
+
+    def undo() -> None:
+        torch.autograd.backward, torch.amp.GradScaler.step = backward, scaler_step
+
+    return undo
+
+
 def run(spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, str], None]) -> None:
     """Run the case's script to its end (or its window's) under the step clock, then write the rank's result."""
     global ACTIVE
@@ -222,6 +277,7 @@ def run(spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, st
     clock = ACTIVE = StepClock(spec, ctx, out_dir, beat)
     handle = register_optimizer_step_post_hook(clock.optimizer_hook)
     untime = _time_collectives(clock)
+    unwatch = _watch_training_steps(clock)
     streams = sys.stdout, sys.stderr
     if ctx.rank == 0 and script.loss_pattern:
         clock.loss_source = script_loss.Losses(script.loss_pattern, clock.losses)
@@ -243,6 +299,7 @@ def run(spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, st
             clock.loss_source.close()
         handle.remove()
         untime()
+        unwatch()
         sys.stdout, sys.stderr = streams
         sys.argv = argv
         os.chdir(cwd)
