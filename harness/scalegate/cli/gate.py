@@ -23,6 +23,7 @@ in numbers, on the 2-core CPU VMs and on quiet GPU nodes: docs/gate.md and docs/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -32,8 +33,9 @@ from pathlib import Path
 
 from scalegate.cli import environments, gate_rounds, worktree
 from scalegate.cli.project import Project
-from scalegate.contract import atomic, checkout
+from scalegate.contract import atomic, checkout, duet
 from scalegate.contract.errors import ScalegateError
+from scalegate.launch.duet import Coordinator
 from scalegate.plan import hostinfo
 from scalegate.record import baselines, runfiles
 from scalegate.report import compare
@@ -48,6 +50,7 @@ SETTINGS = ["--scaling-require-baseline", "--scaling-tolerance", "0.1", "--scali
 
 # A/B (--base): no stored baseline is required (the base commit is measured), the same drop and budget in rounds.
 AB_SETTINGS = ["--scaling-tolerance", "0.1", "--scaling-max-launches", "8"]
+DUET_FILE = "duet.json"  # an A/B run's duet: used or why not, and each job's turns (launch/duet.py report)
 MAX_LAUNCHES = int(SETTINGS[SETTINGS.index("--scaling-max-launches") + 1])
 
 
@@ -111,7 +114,24 @@ def judge_run(
         base_env, head_env = env_report.read(base_dir), env_report.read(run_dir)
         text += env_report.markdown(base_env, head_env)
         data["environments"] = {"base": base_env, "head": head_env}
+        if (run_dir / DUET_FILE).is_file():
+            data["duet"] = json.loads((run_dir / DUET_FILE).read_text())
+            text += _duet_markdown(data["duet"])
     return (EXIT_REGRESSION if failed else EXIT_OK), text, data
+
+
+def _duet_markdown(found: dict) -> str:
+    """One line under the A/B table: whether base and head took turns step by step, and the jobs that ran alone."""
+    if not found.get("duet"):
+        return f"\nNo duet ({found.get('why_not')}): each round ran the base's session, then the head's.\n"
+    alone = [
+        f"{j['side']} {j['job']}: {j['solo'] or j['failed']}"
+        for j in found["jobs"].values()
+        if j["solo"] or j["failed"]
+    ]
+    paired = sum(1 for j in found["jobs"].values() if not j["solo"] and not j["failed"])
+    line = f"\nDuet: base and head took turns step by step ({paired} jobs paired, docs/duet.md)."
+    return line + ("" if not alone else " Not paired: " + "; ".join(alone) + ".") + "\n"
 
 
 def _baseline_dir(user_args: list[str]) -> Path | None:
@@ -129,7 +149,9 @@ def main(args: argparse.Namespace, user_args: list[str]) -> int:
     try:
         project = Project.find()
         if args.base or args.base_python:
-            run_dir, base_dir, codes = _ab(project, args.base, user_args, results_dir, args.base_python)
+            run_dir, base_dir, codes = _ab(
+                project, args.base, user_args, results_dir, args.base_python, getattr(args, "no_duet", False)
+            )
         elif gate_rounds.multi_node_slurm():  # every node's agent takes part in each launch: in-session relaunches
             run_dir, codes = _in_session(project, user_args, results_dir)
             if run_dir is None:  # a node other than 0: node 0 judges and prints
@@ -179,10 +201,16 @@ def _parity(project: Project, user_args: list[str], gate_dir: Path, tree: Path) 
 
 
 def _rounds(
-    sides: list[gate_rounds.Side], user_args: list[str], gate_dir: Path, undecided, parity_run: Path | None, budget: int
+    sides: list[gate_rounds.Side],
+    user_args: list[str],
+    gate_dir: Path,
+    undecided,
+    parity_run: Path | None,
+    budget: int,
+    coordinator: Coordinator | None = None,
 ) -> tuple[dict[str, list[dict]], list[int]]:
     try:
-        return gate_rounds.run(sides, user_args, gate_dir, undecided, budget)
+        return gate_rounds.run(sides, user_args, gate_dir, undecided, budget, coordinator)
     except ScalegateError as exc:
         if parity_run is None or "exit code 5" not in exc.message:
             raise
@@ -209,8 +237,29 @@ def _in_rounds(project: Project, user_args: list[str], results_dir: Path) -> tup
     return gate_rounds.write_merged(gate_dir, merged["head"], parity_run, results_dir), [*codes, parity_code]
 
 
+def _duet_refused(base_tree: Path, no_duet: bool, base_python: str) -> str:
+    """Why this A/B gate runs today's rounds instead of a duet (docs/duet.md), or "". The base side's ranks run the
+    base commit's own harness where the base is scalegate itself, else the base environment's installed one."""
+    if no_duet:
+        return "--no-duet"
+    if checkout.path_entry(base_tree) is not None:
+        if not (base_tree / duet.CLIENT_FILE).is_file():
+            return f"the base commit has no duet client ({duet.CLIENT_FILE}): an older base"
+        return ""
+    if base_python != sys.executable:
+        probe = subprocess.run([base_python, "-c", "import scalegate.measure.turns"], capture_output=True, text=True)
+        if probe.returncode != 0:
+            return f"the base environment's scalegate ({base_python}) has no duet client"
+    return ""
+
+
 def _ab(
-    project: Project, ref: str | None, user_args: list[str], results_dir: Path, base_python: str | None = None
+    project: Project,
+    ref: str | None,
+    user_args: list[str],
+    results_dir: Path,
+    base_python: str | None = None,
+    no_duet: bool = False,
 ) -> tuple[Path, Path, list[int]]:
     """The working tree against ``ref`` (or against itself in another environment: ``base_python``), both launched
     in every round (harness/scalegate/judge/ab.py)."""
@@ -261,14 +310,24 @@ def _ab(
             ),
             gate_rounds.Side(name="head", tree=head_tree, argv=argv(sys.executable)),
         ]
-        merged, codes = _rounds(
-            sides,
-            user_args,
-            gate_dir,
-            undecided,
-            parity_run,
-            gate_rounds.budget_of([*AB_SETTINGS, *user_args], MAX_LAUNCHES),
+        refused = _duet_refused(base.path, no_duet, base_env["python"])
+        print(
+            f"gate: no duet ({refused}): each round runs the base's session, then the head's"
+            if refused
+            else "gate: duet: both commits' jobs of a case take turns step by step (docs/duet.md)",
+            flush=True,
         )
+        with contextlib.nullcontext() if refused else Coordinator() as coordinator:
+            merged, codes = _rounds(
+                sides,
+                user_args,
+                gate_dir,
+                undecided,
+                parity_run,
+                gate_rounds.budget_of([*AB_SETTINGS, *user_args], MAX_LAUNCHES),
+                coordinator,
+            )
+            report = coordinator.report() if coordinator is not None else {}
     run_dir = gate_rounds.write_merged(
         gate_dir,
         merged["head"],
@@ -277,6 +336,7 @@ def _ab(
         base_cases=merged["base"],
         base={"ref": base.ref, "commit": base.commit},
     )
+    atomic.write_json(run_dir / DUET_FILE, {"duet": not refused, "why_not": refused, "jobs": report})
     atomic.write_json(run_dir / env_report.FILE, head_env)
     atomic.write_json(run_dir / "base" / env_report.FILE, base_env)
     return run_dir, run_dir / "base", [*codes, parity_code]
@@ -300,6 +360,11 @@ def add_parser(sub) -> None:
         metavar="PATH",
         help="A/B across environments: the base side runs in this interpreter (another venv's bin/python), with "
         "--base REF or without it (the working tree on both sides): a dependency bump measured (docs/gate.md)",
+    )
+    g.add_argument(
+        "--no-duet",
+        action="store_true",
+        help="A/B: run each round's two sessions one after the other, as before the duet (docs/duet.md)",
     )
     g.add_argument("--results-dir", default="results/gate", help="where the gate's runs go (default: %(default)s)")
     g.add_argument("--markdown", help="also write the table to this file (a PR comment)")

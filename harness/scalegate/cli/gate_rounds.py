@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from scalegate.cli.project import NO_CASES_HINT
-from scalegate.contract import atomic, checkout
+from scalegate.contract import atomic, checkout, duet
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import CaseRecord
 from scalegate.record import runfiles
@@ -58,7 +58,9 @@ def merge(rounds: list[list[dict[str, Any]]], budget: int) -> list[dict[str, Any
         record = dataclasses.replace(
             first,
             launches=tuple(
-                dataclasses.replace(launch, reference_step_times_s=r.reference_step_times_s)
+                dataclasses.replace(
+                    launch, reference_step_times_s=r.reference_step_times_s, reference_duet=r.reference_duet
+                )
                 for r in records
                 for launch in r.launches
             ),
@@ -115,10 +117,12 @@ def run(
     gate_dir: Path,
     undecided: Callable[[dict[str, list[dict[str, Any]]]], list[str]],
     budget: int,
+    coordinator: Any = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], list[int]]:
     """Rounds until no case is undecided or the budget is spent: (every side's merged cases, the head's pytest
     exit codes). With two sides (A/B) each round launches both, in alternating order, so neither commit always
-    runs first after the pause; ``undecided(merged)`` names the case ids that want another round."""
+    runs first after the pause; with a duet ``coordinator`` (launch/duet.py) both sessions run at once and their
+    jobs take turns step by step (docs/duet.md). ``undecided(merged)`` names the case ids that want another round."""
     rounds: dict[str, list[list[dict[str, Any]]]] = {side.name: [] for side in sides}
     codes: list[int] = []
     selection: list[str] = []
@@ -126,7 +130,16 @@ def run(
     for n in range(1, budget + 1):
         started = time.monotonic()
         extra = ["-k", " or ".join(selection)] if n > 1 else []  # later rounds: only the undecided cases
-        for side in sides if n % 2 else sides[::-1]:
+        if coordinator is not None and len(sides) == 2:
+            for side, (code, where) in _duet_round(sides, [*user_args, *extra], gate_dir, n, coordinator).items():
+                what = f"round {n} of the gate ({side} commit, duet)"
+                rounds[side].append(runfiles.load_run(check_run(code, where, what)))
+                if side == sides[-1].name:
+                    codes.append(code)
+            sides_run: list[Side] = []
+        else:
+            sides_run = sides if n % 2 else sides[::-1]
+        for side in sides_run:
             where = gate_dir / f"round-{n:02d}" / (side.name if len(sides) > 1 else "")
             done = subprocess.run(
                 [*side.argv([*user_args, *extra, "--scaling-max-launches", "1"], where), *older_plugin(side.tree)],
@@ -150,6 +163,38 @@ def run(
             break
         time.sleep(max(0.0, ROUND_GAP_S - (time.monotonic() - started)))
     return merged, codes
+
+
+def _duet_round(
+    sides: list[Side], args: list[str], gate_dir: Path, n: int, coordinator: Any
+) -> dict[str, tuple[int, Path]]:
+    """Both sides' sessions of round ``n`` at once, their ranks taking turns through ``coordinator``; each session's
+    output goes to its ``session.log`` (two sessions would interleave on the terminal). {side: (exit code, dir)}."""
+    procs: dict[str, tuple[subprocess.Popen, Path, Any]] = {}
+    for side in sides:
+        where = gate_dir / f"round-{n:02d}" / side.name
+        where.mkdir(parents=True, exist_ok=True)
+        env = checkout.environment({k: v for k, v in os.environ.items() if k not in side.drop}, side.tree)
+        env.update({duet.ADDRESS_ENV: coordinator.address, duet.SIDE_ENV: side.name})
+        log = open(where / "session.log", "w")
+        cmd = [*side.argv([*args, "--scaling-max-launches", "1"], where), *older_plugin(side.tree)]
+        procs[side.name] = (
+            subprocess.Popen(cmd, cwd=side.tree, env=env, stdout=log, stderr=subprocess.STDOUT),
+            where,
+            log,
+        )
+    done: dict[str, tuple[int, Path]] = {}
+    while len(done) < len(procs):
+        for name, (proc, where, log) in procs.items():
+            if name not in done and proc.poll() is not None:
+                log.close()
+                coordinator.side_ended(name)  # its partner jobs stop waiting for it
+                done[name] = (proc.returncode, where)
+                if proc.returncode not in (0, 1):
+                    tail = (where / "session.log").read_text(errors="replace").splitlines()[-20:]
+                    print(f"gate: round {n}, {name} session exited {proc.returncode}:\n" + "\n".join(tail), flush=True)
+        time.sleep(0.2)
+    return done
 
 
 def check_run(returncode: int, run_dir: Path, what: str) -> Path:

@@ -25,7 +25,7 @@ import math
 import statistics
 from pathlib import Path
 
-from scalegate.judge import estimates, sequential
+from scalegate.judge import duet, estimates, sequential
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord
 from scalegate.judge.outcome import AB, Overrides
@@ -94,6 +94,9 @@ def classic_pairs(record: CaseRecord, base: CaseRecord) -> list[tuple[float, flo
 
 
 def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, overrides: Overrides) -> Timing:
+    paired = duet.timing(record, base, baseline, overrides)  # both commits took turns step by step (docs/duet.md)
+    if paired is not None:
+        return paired
     found_pairs, what = pairs(record, base), "local efficiency"
     if not found_pairs and not any(launch.pair_step_times_s for launch in (*record.launches, *base.launches)):
         found_pairs, what = classic_pairs(record, base), "efficiency"
@@ -132,7 +135,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
         f"{', '.join(f'{h:.3f}/{b:.3f}' for h, b in found_pairs)})"
     )
     test = f"A/B sequential test: {sequential.power(design)}; paired spread ±{found.sigma:.1%}, {source}"
-    where = f"[{record.where}, A/B against the base commit]"
+    where = f"[{record.where}, A/B against the base commit{duet.fallback(record, base)}]"
     done = decided(AB, found, state, head, f"the base commit's {other:.3f}", over, test, where, what)
     if done is not None:
         return done

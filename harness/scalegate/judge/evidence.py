@@ -18,6 +18,7 @@ from scalegate.contract.errors import ScalegateError
 from scalegate.contract.results import CaseResult
 
 RECORD_VERSION = 1
+PAIRED = "paired"  # a launch that took turns with the other commit's job (LaunchRecord.duet)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,9 @@ class LaunchRecord:
     # the 1x1 reference steps of the session this launch ran in, where the gate merges rounds (gate_rounds.merge):
     # an A/B on the classic efficiency pairs each round with its own reference, not the rounds' pooled one
     reference_step_times_s: tuple[float, ...] = ()
+    # a gate --base round's duet (docs/duet.md): "paired" (took turns with the other commit's job), "solo: why", or ""
+    duet: str = ""
+    reference_duet: str = ""  # ... of the round's 1x1 reference
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +67,7 @@ class CaseRecord:
     reference_step_times_s: tuple[float, ...] = ()  # the session's single 1x1 launches, pooled
     reference_global_batch: int = 0
     reference_launches: int = 0
+    reference_duet: str = ""  # the reference launches' duet status (LaunchRecord.duet)
     problems: tuple[str, ...] = ()  # correctness failures: no performance verdict
     failure: str = ""  # the case produced no result (crash, hang, bad input)
     oversubscribed: bool = False
@@ -128,7 +133,19 @@ def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
         analytic_bytes_per_step=wire.get("analytic_bytes_per_step"),
         wire_source=wire.get("source") or "",
         checkpoint_s_per_gb=(resources.checkpoint(result) or {}).get("s_per_gb"),
+        duet=duet_status(result),
     )
+
+
+def duet_status(result: CaseResult) -> str:
+    """ "paired" where every rank took turns with the other commit's job, "solo: why" where one ran alone, ""
+    outside a duet (ranks' ``extra["duet"]``, scalegate/measure/turns.py)."""
+    duets = [r.extra.get("duet") or {} for r in result.ranks]
+    if not duets or not all(duets):
+        return ""
+    if all(d.get("paired") for d in duets):
+        return PAIRED
+    return "solo: " + next((d.get("why") or "" for d in duets if not d.get("paired")), "")
 
 
 def pooled_steps(results: Sequence[CaseResult]) -> tuple[float, ...]:
@@ -158,6 +175,7 @@ def from_results(
         reference_step_times_s=pooled_steps(references),
         reference_global_batch=references[0].spec.global_batch_size if references else 0,
         reference_launches=len(references),
+        reference_duet=duet_status(references[0]) if references else "",
         **_flops(results),
         **fields,
     )

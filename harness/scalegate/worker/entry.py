@@ -23,6 +23,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from scalegate.contract import affinity, atomic, heartbeat
 from scalegate.contract.spec import CaseSpec
+from scalegate.measure import turns
 from scalegate.worker import script
 from scalegate.worker.loop import rank_context, train
 
@@ -43,9 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     # The py-spy fallback: on SIGUSR1 every thread's stack goes to a file the launcher reads before a kill.
     stack_file = open(heartbeat.stack_path(out_dir, ctx.rank), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    # a gate --base round's duet (docs/duet.md): the rank's first turn holds its setup; a no-op outside a duet
+    sync = (lambda: torch.cuda.synchronize(ctx.device)) if ctx.device.type == "cuda" else (lambda: None)
+    turns.start(out_dir, ctx.rank, ctx.world_size, sync).turn(-1)
     try:
         if spec.script is not None:  # a team's own script: it makes its own process group (scalegate/worker/script.py)
             script.run(spec, ctx, out_dir, beats.beat)
+            turns.ACTIVE.leave(-1)
             return 0
         # Under torchrun (MASTER_ADDR set) a process group exists even for one rank, as DDP on 1x1 needs.
         if (ctx.world_size > 1 or "MASTER_ADDR" in os.environ) and not dist.is_initialized():
@@ -60,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         result = train(spec, ctx, os.environ.get("SCALEGATE_DATA_DIR") or None, beats.beat)
         result.extra["cpu_binding"] = binding
         _write_result(spec, ctx.rank, out_dir / f"rank{ctx.rank}.json", result.__dict__)
+        turns.ACTIVE.leave(-1)  # after the result: its last turn holds every window after the steps
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -19,7 +19,7 @@ import torch
 from scalegate import strategies, workloads
 from scalegate.contract.results import RankResult
 from scalegate.contract.spec import CaseSpec
-from scalegate.measure import flops, gradcheck
+from scalegate.measure import flops, gradcheck, turns
 from scalegate.measure import state_bytes as model_state
 from scalegate.measure.clock import ForwardClock
 from scalegate.measure.memory import cuda_peaks
@@ -179,6 +179,7 @@ class _Steps:
     def run(self, window: MeasuredWindow, beat: Callable[[int, str], None]) -> None:
         for step in range(self.unmeasured + self.spec.steps):
             beat(step, "step")
+            turns.ACTIVE.turn(step - 1)  # a duet's turn: the step runs alone, timed after the grant (docs/duet.md)
             faults.inject_stop_fault(self.spec, self.ctx, step)
             if step == self.unmeasured:
                 self._end_reference()
@@ -269,6 +270,8 @@ def train(
     extra, series = windows.windows_after(spec, ctx, setup, first, beat, step)
     if spec.compile:  # proof that torch.compile compiled something, beside its time (tests/test_compile.py)
         extra["compiled_frames"] = compiling.compiled_frames()
+    if turns.ACTIVE.summary():
+        extra["duet"] = turns.ACTIVE.summary()  # paired or solo, and why (judge/duet.py pairs the two sides' steps)
     beat(first, "teardown")
     if setup.companion is not None:
         series.update(setup.companion.result())

@@ -46,6 +46,7 @@ from scalegate.contract import atomic, heartbeat
 from scalegate.contract.errors import SpecError
 from scalegate.contract.results import RankResult
 from scalegate.contract.spec import CaseSpec
+from scalegate.measure import turns
 from scalegate.measure.memory import cuda_peaks
 from scalegate.strategies.base import RankContext
 from scalegate.worker import script_loss
@@ -69,6 +70,7 @@ class StepClock:
         self.last = self.first + spec.steps - 1
         self.count = 0  # optimizer steps completed
         self.marks: list[Any] = []  # the end of steps first-1 .. last: host times (CPU) or CUDA events
+        self.starts: list[Any] = []  # in a duet: the start of steps first .. last, marked when the turn is granted
         self.counted: int | None = None  # id() of the optimizer whose steps count
         self.counted_name: str | None = None  # its class
         self.manual = False  # scalegate.step() was called: only those calls count
@@ -125,21 +127,29 @@ class StepClock:
                 self._close()
                 if self.spec.script.stop_after_window:  # type: ignore[union-attr]
                     raise WindowClosed()
+        # a duet's turn (docs/duet.md): the next step starts when it is granted, so waiting is in no step's time
+        turns.ACTIVE.turn(step)
+        if turns.ACTIVE.summary().get("paired") and self.first - 1 <= step < self.last:
+            self.starts.append(self._now())
 
-    def _mark(self) -> None:
+    def _now(self) -> Any:
         if self.ctx.device.type == "cuda":
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-            self.marks.append(event)
-        else:
-            self.marks.append(time.perf_counter())
+            return event
+        return time.perf_counter()
+
+    def _mark(self) -> None:
+        self.marks.append(self._now())
 
     def _close(self) -> None:
+        # each step from the end of the one before it, or in a duet from its turn's grant
+        starts = self.starts if len(self.starts) == len(self.marks) - 1 else self.marks[:-1]
         if self.ctx.device.type == "cuda":
             torch.cuda.synchronize(self.ctx.device)
-            self.times = [a.elapsed_time(b) / 1000 for a, b in zip(self.marks, self.marks[1:])]
+            self.times = [a.elapsed_time(b) / 1000 for a, b in zip(starts, self.marks[1:])]
         else:
-            self.times = [b - a for a, b in zip(self.marks, self.marks[1:])]
+            self.times = [b - a for a, b in zip(starts, self.marks[1:])]
         self.window.close()
         if self.loss_source is not None:
             self.loss_source.read()
@@ -196,6 +206,7 @@ class StepClock:
                 "loss_read_from": self.loss_source.how if self.loss_source else [],  # [stdout, stderr]: file/wrapped
                 "collective_s": self.collective_s,  # blocking collectives the script called, per measured step
                 "throughput_unit": "samples/s" if batch else "steps/s",
+                **({"duet": turns.ACTIVE.summary()} if turns.ACTIVE.summary() else {}),
             },
         )
         atomic.write_json(self.out_dir / f"rank{self.ctx.rank}.json", result.__dict__)

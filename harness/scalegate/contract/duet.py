@@ -1,0 +1,71 @@
+"""The duet's protocol (docs/duet.md): what the gate's coordinator and every rank's client share.
+
+Both commits' jobs for a case are resident at once and take turns, one optimizer step each. The coordinator
+(``launch/duet.py``, a thread of the gate) listens at ``SCALEGATE_DUET``; each rank of each job opens one connection
+(``measure/turns.py``) and speaks JSON lines:
+
+    rank -> coordinator   {"op": "hello", "v": 1, "side": "head", "job": "ddp-cnn-1x2#1", "rank": 0, "world": 2}
+    coordinator -> rank   {"op": "go", "turn": 7}      run until the next turn() call
+    rank -> coordinator   {"op": "done", "step": 6}    the turn is given back
+    rank -> coordinator   {"op": "bye", "step": 24}    the job's last turn ended
+    coordinator -> rank   {"op": "solo", "why": ...}   no partner: run alone, ask for no more turns
+    coordinator -> rank   {"op": "stop", "why": ...}   stop with this message (the other side failed, a hang)
+
+An address is ``unix:/path`` (one host; a path socket is reached from inside the emulated nodes' network
+namespaces too) or ``tcp:HOST:PORT`` (for a later multi-node A/B under srun).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+VERSION = 1
+ADDRESS_ENV = "SCALEGATE_DUET"  # the coordinator's address; unset: no duet, every turn() is a no-op
+SIDE_ENV = "SCALEGATE_DUET_SIDE"  # "base" or "head"
+SIDES = ("base", "head")
+CLIENT_FILE = "harness/scalegate/measure/turns.py"  # a checkout without it has no duet client (an older base)
+
+
+def connect(address: str, timeout: float) -> socket.socket:
+    """A connection to ``address`` (``unix:/path`` or ``tcp:HOST:PORT``)."""
+    kind, _, where = address.partition(":")
+    if kind == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        sock.connect(where)
+        return sock
+    if kind == "tcp":
+        host, _, port = where.rpartition(":")
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    raise ValueError(f"{ADDRESS_ENV}={address!r} is not unix:/path or tcp:HOST:PORT")
+
+
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall((json.dumps(message) + "\n").encode())
+
+
+class Lines:
+    """JSON messages off a stream socket, one per line."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buffer = sock, b""
+
+    def read(self) -> dict[str, Any] | None:
+        """The next message; None when the other end closed."""
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+
+def first_side(pair: int, sides: tuple[str, str] = ("head", "base")) -> str:
+    """Which side's step comes first in turn pair ``pair``: the pairs alternate, so the turns run ABBA ABBA (head,
+    base, base, head, head, base, ...) and neither side always follows the other's step."""
+    return sides[pair % 2]

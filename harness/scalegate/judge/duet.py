@@ -1,0 +1,155 @@
+"""The duet's paired estimate (docs/duet.md): head and base took turns step by step, so step i of each pairs.
+
+Per round: ``d_i = ln(t_head,i / t_base,i)`` of the slowest rank's step time, at W (the case) and at 1 (its 1x1
+reference, a duet too). Each launch's estimate is the 20%-trimmed mean of its ``d`` (a descheduled step hits one
+side of one pair); its standard error comes from block means of consecutive pairs, so a slow phase spanning several
+pairs is not read as independent evidence. The efficiency is t1/tW, so ``ln(eff_head / eff_base) = d_1 - d_W``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+from scalegate.judge import metric as V
+from scalegate.judge import sequential
+from scalegate.judge.evidence import PAIRED, CaseRecord, LaunchRecord
+from scalegate.judge.outcome import AB, Overrides
+from scalegate.judge.references import efficiency_tolerance
+from scalegate.judge.timing import Timing, decided
+from scalegate.record.baselines import BaselineFile
+
+MIN_ROUNDS = 2  # for either decision, as the rounds' (judge/ab.py)
+
+TRIM = 0.2
+BLOCKS = 5
+
+
+@dataclass(frozen=True)
+class Paired:
+    """One series of duet pairs: the trimmed mean of its log ratios and that mean's standard error."""
+
+    mean: float
+    se: float
+    pairs: int
+
+
+@dataclass(frozen=True)
+class RoundEstimate:
+    at_w: Paired
+    at_1: Paired
+
+    @property
+    def efficiency_log(self) -> float:
+        """ln(efficiency head / base) = ln(t1 ratio) - ln(tW ratio)."""
+        return self.at_1.mean - self.at_w.mean
+
+    @property
+    def se(self) -> float:
+        return math.hypot(self.at_w.se, self.at_1.se)
+
+    def describe(self) -> str:
+        return (
+            f"step time {math.exp(self.at_w.mean) - 1:+.1%} at W, {math.exp(self.at_1.mean) - 1:+.1%} at 1x1, "
+            f"efficiency {math.exp(self.efficiency_log) - 1:+.1%} ±{self.se:.1%} ({self.at_w.pairs} pairs)"
+        )
+
+
+def trimmed_mean(values: Sequence[float], trim: float = TRIM) -> float:
+    ordered = sorted(values)
+    cut = int(len(ordered) * trim)
+    kept = ordered[cut : len(ordered) - cut] or ordered
+    return statistics.fmean(kept)
+
+
+def block_se(values: Sequence[float], blocks: int = BLOCKS) -> float:
+    """The standard error of the mean from the means of ``blocks`` runs of consecutive values (batch means): it
+    keeps what neighbouring pairs share, which the pairs' own spread over sqrt(n) would hide."""
+    n = len(values)
+    blocks = min(blocks, n // 2)
+    if blocks < 2:
+        return math.inf
+    size = n // blocks
+    means = [statistics.fmean(values[i * size : (i + 1) * size]) for i in range(blocks)]
+    return statistics.stdev(means) / math.sqrt(blocks)
+
+
+def paired(head: Sequence[float], base: Sequence[float]) -> Paired | None:
+    logs = [math.log(h / b) for h, b in zip(head, base) if h > 0 and b > 0]
+    if len(logs) < 4:
+        return None
+    return Paired(mean=trimmed_mean(logs), se=block_se(logs), pairs=len(logs))
+
+
+def round_estimate(head: LaunchRecord, base: LaunchRecord) -> RoundEstimate | None:
+    """The round's estimate where the case and its 1x1 reference each ran as a duet on both sides; else None."""
+    if not (head.duet == base.duet == PAIRED and head.reference_duet == base.reference_duet == PAIRED):
+        return None
+    at_w = paired(head.step_times_s, base.step_times_s)
+    at_1 = paired(head.reference_step_times_s, base.reference_step_times_s)
+    if at_w is None or at_1 is None:
+        return None
+    return RoundEstimate(at_w=at_w, at_1=at_1)
+
+
+def not_paired(head: LaunchRecord, base: LaunchRecord) -> str:
+    """Why a round is not a duet (for the verdict), or "" where it is."""
+    for side, launch in (("head", head), ("base", base)):
+        for what, status in (("case", launch.duet), ("1x1 reference", launch.reference_duet)):
+            if status != PAIRED:
+                return f"the {side} commit's {what} ran {status or 'without a duet'}"
+    return ""
+
+
+def fallback(record: CaseRecord, base: CaseRecord) -> str:
+    """Why the case's rounds were judged as rounds, not as duets ("" where no round was meant as a duet)."""
+    rounds = list(zip(record.launches, base.launches))
+    if not any(h.duet or b.duet for h, b in rounds):
+        return ""
+    why = next((not_paired(h, b) for h, b in rounds if not_paired(h, b)), "a round with too few pairs")
+    return f"; no duet, today's rounds: {why}"
+
+
+def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, overrides: Overrides) -> Timing | None:
+    """The A/B verdict on the duet's efficiency ratio, where every round was a duet; None otherwise."""
+    found_rounds = [round_estimate(h, b) for h, b in zip(record.launches, base.launches)]
+    if not found_rounds or not all(found_rounds):
+        return None
+    rounds: list[RoundEstimate] = found_rounds  # type: ignore[assignment]
+    logs = [r.efficiency_log for r in rounds]
+    sigma = statistics.median(r.se for r in rounds)
+    source = f"measured: block means of the rounds' duet pairs ({rounds[0].at_w.pairs} a round)"
+    if len(logs) >= 2 and statistics.stdev(logs) > sigma:
+        sigma, source = statistics.stdev(logs), f"measured: the {len(logs)} rounds' own spread, above their block means"
+    detect, conduct = efficiency_tolerance(record, overrides, baseline), record.conduct
+    design = sequential.Design(
+        detect=detect,
+        alpha=conduct.alpha,
+        beta=conduct.beta,
+        max_launches=conduct.max_launches,
+        min_launches_regressed=MIN_ROUNDS,
+        min_launches_ok=MIN_ROUNDS,
+        sigma_floor=0.0,  # no floor from arithmetic: sigma is measured (docs/duet.md)
+    )
+    ratios = [math.exp(x) for x in logs]
+    found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
+    state = sequential.state(found, design, sigma_source=source, rounds=len(ratios), duet=True)
+    value = math.exp(statistics.fmean(logs))
+    over = f"{len(rounds)} duet round{'s' if len(rounds) > 1 else ''} ({'; '.join(r.describe() for r in rounds)})"
+    test = f"A/B sequential test: {sequential.power(design)}; paired spread ±{found.sigma:.1%}, {source}"
+    where = f"[{record.where}, duet against the base commit]"
+    what = "efficiency head/base"
+    done = decided(AB, found, state, value, "1.000 (the base commit, step by step)", over, test, where, what)
+    if done is not None:
+        return done
+    more = len(ratios) < design.max_launches
+    tail = "undecided, another duet round" if more else f"still undecided after {design.max_launches} duet rounds"
+    return Timing(
+        gate=AB,
+        status=V.NOISY,
+        next_launches=1 if more else 0,
+        sequential=state,
+        message=f"{what} {value:.3f} ({found.change:+.1%} over {over}): {tail} ({test}) {where}",
+    )

@@ -1,0 +1,236 @@
+"""The duet's coordinator (docs/duet.md): a thread of the gate that pairs the two sides' jobs of a case and grants
+turns, one optimizer step each, one job at a time on the host.
+
+Every rank connection has a reader thread that only turns messages into events; one thread decides. A job is
+granted when it is ready (every rank asked for a turn), it is its turn in its pair's ABBA order, and no job holds
+the token. A job without a partner past ``pair_wait_s`` (or once the other side's session has ended) runs solo,
+holding the token until it leaves. A rank whose connection closes without ``bye`` stops the partner job, naming the
+side, rank and step; a turn not given back within ``turn_s`` stops both, naming every rank's last step.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scalegate.contract import duet
+
+PAIR_WAIT_S = float(os.environ.get("SCALEGATE_DUET_PAIR_WAIT_S", 300))
+TURN_S = float(os.environ.get("SCALEGATE_DUET_TURN_S", 600))
+
+
+@dataclass(eq=False)
+class Job:
+    side: str
+    name: str
+    world: int
+    since: float
+    ranks: dict[int, socket.socket] = field(default_factory=dict)
+    waiting: set[int] = field(default_factory=set)  # ranks that asked for a turn and have none
+    last_step: dict[int, int] = field(default_factory=dict)
+    left: set[int] = field(default_factory=set)
+    solo: str = ""  # why it runs without a partner
+    failed: str = ""
+    turns: int = 0
+
+    @property
+    def ready(self) -> bool:
+        return len(self.ranks) == self.world and self.waiting == set(self.ranks) - self.left
+
+    @property
+    def gone(self) -> bool:
+        return bool(self.failed) or (len(self.ranks) == self.world and self.left == set(self.ranks))
+
+    def tell(self, message: dict[str, Any], ranks: set[int] | None = None) -> None:
+        for rank in ranks if ranks is not None else set(self.ranks) - self.left:
+            try:
+                duet.send(self.ranks[rank], message)
+            except OSError:
+                pass
+
+
+class Coordinator:
+    """``with Coordinator() as c:`` the sessions get ``c.address`` in ``SCALEGATE_DUET``; ``c.report()`` after."""
+
+    def __init__(self, pair_wait_s: float = PAIR_WAIT_S, turn_s: float = TURN_S) -> None:
+        self.pair_wait_s, self.turn_s = pair_wait_s, turn_s
+        self.dir = tempfile.mkdtemp(prefix="scalegate-duet-")
+        self.path = Path(self.dir) / "coordinator.sock"
+        self.address = f"unix:{self.path}"
+        self.events: queue.Queue = queue.Queue()
+        self.jobs: dict[tuple[str, str], Job] = {}
+        self.pair_turns: dict[str, int] = {}  # turns granted per job name (the pair's position in its ABBA order)
+        self.holder: Job | None = None
+        self.held_since = 0.0
+        self.ended_sides: set[str] = set()
+        self.stopped = threading.Event()
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(self.path))
+        self.server.listen(256)
+        self.threads = [threading.Thread(target=self._accept, daemon=True), threading.Thread(target=self._decide)]
+
+    def __enter__(self) -> "Coordinator":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.events.put(("wake", None, None))
+        self.threads[1].join(timeout=10)
+        self.server.close()
+        for job in self.jobs.values():
+            for sock in job.ranks.values():
+                sock.close()
+        self.path.unlink(missing_ok=True)
+        os.rmdir(self.dir)
+
+    def side_ended(self, side: str) -> None:
+        """The gate saw that side's session exit: its partner jobs stop waiting for it."""
+        self.events.put(("ended", side, None))
+
+    def report(self) -> dict[str, dict[str, Any]]:
+        """Per side and job: paired or solo (and why), turns granted, a failure."""
+        return {
+            f"{j.side}:{j.name}": {"side": j.side, "job": j.name, "turns": j.turns, "solo": j.solo, "failed": j.failed}
+            for j in self.jobs.values()
+        }
+
+    # --- threads ------------------------------------------------------------------------------------------------
+    def _accept(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                sock, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._read, args=(sock,), daemon=True).start()
+
+    def _read(self, sock: socket.socket) -> None:
+        lines = duet.Lines(sock)
+        while True:
+            try:
+                message = lines.read()
+            except (OSError, ValueError):
+                message = None
+            self.events.put(("message" if message else "closed", sock, message))
+            if message is None:
+                return
+
+    def _decide(self) -> None:
+        owners: dict[socket.socket, tuple[Job, int]] = {}
+        while not self.stopped.is_set():
+            try:
+                kind, sock, message = self.events.get(timeout=1.0)
+            except queue.Empty:
+                kind, sock, message = "wake", None, None
+            if kind == "message" and message["op"] == "hello":
+                job = self._job(message)
+                job.ranks[int(message["rank"])] = sock
+                job.waiting.add(int(message["rank"]))
+                owners[sock] = (job, int(message["rank"]))
+            elif kind == "message" and sock in owners:
+                job, rank = owners[sock]
+                job.last_step[rank] = int(message.get("step", -1))
+                (job.left if message["op"] == "bye" else job.waiting).add(rank)
+            elif kind == "closed" and sock in owners:
+                job, rank = owners.pop(sock)
+                if rank not in job.left and not job.failed:
+                    self._failed(job, f"rank {rank} exited mid-duet at step {job.last_step.get(rank, -1) + 1}")
+            elif kind == "ended":
+                self.ended_sides.add(sock)  # type: ignore[arg-type]
+            self._schedule()
+
+    # --- decisions ----------------------------------------------------------------------------------------------
+    def _job(self, hello: dict[str, Any]) -> Job:
+        key = (str(hello["side"]), str(hello["job"]))
+        if key not in self.jobs:
+            self.jobs[key] = Job(side=key[0], name=key[1], world=int(hello["world"]), since=time.monotonic())
+        return self.jobs[key]
+
+    def _partner(self, job: Job) -> Job | None:
+        return self.jobs.get(("base" if job.side == "head" else "head", job.name))
+
+    def _schedule(self) -> None:
+        holder = self.holder
+        if holder is not None:
+            if holder.gone or (not holder.solo and (holder.ready or holder.left == set(holder.ranks))):
+                self.holder = None  # its turn was given back (or it left, or failed)
+            elif time.monotonic() - self.held_since > self.turn_s:
+                self._hung(holder)
+            else:
+                return
+        candidates = [j for j in self.jobs.values() if not j.gone and j.ready]
+        started = [j for j in candidates if self.pair_turns.get(j.name)]
+        for job in started + [j for j in candidates if j not in started]:
+            if self._grant_if_due(job):
+                return
+
+    def _grant_if_due(self, job: Job) -> bool:
+        partner = self._partner(job)
+        if job.solo:
+            return False
+        if partner is None or partner.gone:
+            other = "base" if job.side == "head" else "head"
+            waited = time.monotonic() - job.since
+            if partner is None and other not in self.ended_sides and waited < self.pair_wait_s:
+                return False
+            if partner is None or not self.pair_turns.get(job.name):
+                job.solo = (
+                    f"no {other} job {job.name} joined in {waited:.0f} s"
+                    if partner is None
+                    else f"the {other} job left before the turns began"
+                )
+                job.tell({"op": "solo", "why": job.solo}, set(job.waiting))
+                job.waiting.clear()
+                self.holder, self.held_since = job, time.monotonic()  # the token, until it leaves
+                return True
+            return self._grant(job)  # the partner has left: the rest of this job's turns alone
+        if not partner.ready and not partner.left:
+            return False  # both must have joined before the first turn; later, it is the partner's step
+        turn = self.pair_turns.get(job.name, 0)
+        due = duet.first_side(turn // 2)
+        if turn % 2:
+            due = "base" if due == "head" else "head"
+        if due != job.side and partner.ready and not partner.gone:
+            return False
+        return self._grant(job)
+
+    def _grant(self, job: Job) -> bool:
+        self.pair_turns[job.name] = self.pair_turns.get(job.name, 0) + 1
+        job.turns += 1
+        job.tell({"op": "go", "turn": job.turns}, set(job.waiting))
+        job.waiting.clear()
+        self.holder, self.held_since = job, time.monotonic()
+        return True
+
+    def _failed(self, job: Job, what: str) -> None:
+        job.failed = f"the {job.side} side's {what} ({job.name})"
+        job.tell({"op": "stop", "why": job.failed})  # its other ranks: their launcher ends them too
+        partner = self._partner(job)
+        if partner is not None and not partner.gone:
+            partner.failed = f"stopped: {job.failed}"
+            partner.tell({"op": "stop", "why": job.failed})
+        if self.holder in (job, partner):
+            self.holder = None
+
+    def _hung(self, job: Job) -> None:
+        running = sorted(set(job.ranks) - job.waiting - job.left)
+        steps = ", ".join(f"rank {r} {job.last_step.get(r, -1)}" for r in sorted(job.ranks))
+        why = (
+            f"the {job.side} side's job {job.name} did not give its turn back in {self.turn_s:.0f} s: rank(s) "
+            f"{', '.join(map(str, running))} still in the turn; last steps done: {steps}"
+        )
+        job.failed = why
+        job.tell({"op": "stop", "why": why})
+        partner = self._partner(job)
+        if partner is not None and not partner.gone:
+            partner.failed = f"stopped: {why}"
+            partner.tell({"op": "stop", "why": why})
+        self.holder = None

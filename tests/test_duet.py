@@ -1,0 +1,153 @@
+"""The duet (docs/duet.md): the coordinator (launch/duet.py) and the ranks' client (measure/turns.py) over a real
+socket, with rank threads standing in for rank processes; the paired estimate (judge/duet.py) on built records.
+
+What must hold: one job at a time (never two jobs' steps at once), turns in ABBA order, a job without a partner runs
+solo and says why, a rank that dies stops the partner naming side, rank and step, a turn never given back stops
+both naming every rank's last step.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+
+from scalegate.judge import duet as paired
+from scalegate.judge.evidence import LaunchRecord
+from scalegate.launch.duet import Coordinator
+from scalegate.measure.turns import DuetStopped, Turns
+
+
+class Ranks:
+    """A job's ranks as threads: each asks for a turn before each of ``steps`` steps, as the loop does."""
+
+    def __init__(self, c: Coordinator, side: str, job: str, world: int, steps: int, log: list, step_s=0.002) -> None:
+        self.errors: list[BaseException] = []
+        self.summaries: list[dict] = []
+        self.threads = [
+            threading.Thread(target=self.rank, args=(c, side, job, r, world, steps, log, step_s), daemon=True)
+            for r in range(world)
+        ]
+
+    def rank(self, c, side, job, rank, world, steps, log, step_s) -> None:
+        try:
+            turns = Turns(c.address, side, job, rank, world, lambda: None)
+            turns.turn(-1)  # the setup's turn
+            for step in range(steps):
+                turns.turn(step - 1)
+                log.append((time.monotonic(), side, step, rank, "start"))
+                if callable(step_s):
+                    step_s(side, step, rank)
+                else:
+                    time.sleep(step_s)
+                log.append((time.monotonic(), side, step, rank, "end"))
+            self.summaries.append(turns.summary())
+            turns.leave(steps)
+        except BaseException as exc:  # noqa: BLE001 - the test reads what the rank raised
+            self.errors.append(exc)
+            if not isinstance(exc, DuetStopped):
+                turns.sock.close()  # a rank process that dies closes its connection with it
+
+    def start(self) -> "Ranks":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(timeout=60)
+
+
+def _runs(log: list) -> list[str]:
+    """The sides in the order their steps ran, one entry per step (ranks of a step merged)."""
+    order: list[str] = []
+    for _, side, step, rank, what in sorted(log):
+        if what == "start" and rank == 0:
+            order.append(side)
+    return order
+
+
+def test_two_jobs_take_turns_one_at_a_time_in_abba_order():
+    log: list = []
+    with Coordinator(pair_wait_s=30, turn_s=30) as c:
+        head = Ranks(c, "head", "ddp-cnn-1x2/launch", 2, 8, log).start()
+        base = Ranks(c, "base", "ddp-cnn-1x2/launch", 2, 8, log).start()
+        head.join(), base.join()
+    assert not head.errors and not base.errors, head.errors + base.errors
+    # never two jobs inside a step at once
+    running: dict[str, int] = {"head": 0, "base": 0}
+    for _, side, _, _, what in sorted(log):
+        running[side] += 1 if what == "start" else -1
+        assert not (running["head"] and running["base"]), "both jobs ran a step at the same time"
+    order = _runs(log)
+    # the setup turns were pair 0 (head, base); the steps go on in the same ABBA order
+    assert order[:8] == ["base", "head", "head", "base", "base", "head", "head", "base"]
+    assert all(s["paired"] and s["turns"] == 9 for s in head.summaries + base.summaries)  # setup + 8 steps
+
+
+def test_a_job_whose_partner_never_comes_runs_solo_and_says_why():
+    log: list = []
+    with Coordinator(pair_wait_s=0.5, turn_s=30) as c:
+        head = Ranks(c, "head", "only-here/launch", 2, 3, log).start()
+        head.join()
+        report = c.report()
+    assert not head.errors, head.errors
+    assert all(not s["paired"] and "no base job only-here/launch joined in" in s["why"] for s in head.summaries)
+    assert report["head:only-here/launch"]["solo"].startswith("no base job")
+
+
+def test_a_rank_that_dies_mid_duet_stops_the_other_side_naming_side_rank_and_step():
+    log: list = []
+
+    def crash(side, step, rank):
+        if side == "base" and rank == 1 and step == 3:
+            raise RuntimeError("injected crash")
+        time.sleep(0.002)
+
+    with Coordinator(pair_wait_s=30, turn_s=30) as c:
+        head = Ranks(c, "head", "x/launch", 2, 8, log, step_s=crash).start()
+        base = Ranks(c, "base", "x/launch", 2, 8, log, step_s=crash).start()
+        # the crashed rank's thread ends; its socket closes only with the process in real life: close it here
+        base.join(), head.join()
+    stopped = [e for e in head.errors if isinstance(e, DuetStopped)]
+    assert stopped, head.errors
+    assert "the base side's rank 1 exited mid-duet at step" in str(stopped[0]) and "(x/launch)" in str(stopped[0])
+
+
+def test_a_turn_never_given_back_stops_both_naming_every_ranks_last_step():
+    log: list = []
+
+    def hang(side, step, rank):
+        time.sleep(3 if (side == "head" and rank == 0 and step == 2) else 0.002)
+
+    with Coordinator(pair_wait_s=30, turn_s=1.0) as c:
+        head = Ranks(c, "head", "y/launch", 2, 4, log, step_s=hang).start()
+        base = Ranks(c, "base", "y/launch", 2, 4, log, step_s=hang).start()
+        head.join(), base.join()
+    message = str(next(e for e in base.errors if isinstance(e, DuetStopped)))
+    assert "the head side's job y/launch did not give its turn back in 1 s: rank(s) 0 still in the turn" in message
+    assert "last steps done: rank 0 1, rank 1 2" in message
+
+
+def _launch(steps, ref, duet="paired"):
+    return LaunchRecord(step_times_s=tuple(steps), reference_step_times_s=tuple(ref), duet=duet, reference_duet=duet)
+
+
+def test_the_paired_estimate_reads_the_efficiency_change_from_both_pairs():
+    base = _launch([0.010 * (1 + 0.2 * (i % 3)) for i in range(20)], [0.006 * (1 + 0.2 * (i % 2)) for i in range(20)])
+    head = _launch([t * 1.07 for t in base.step_times_s], [t * 1.01 for t in base.reference_step_times_s])
+    found = paired.round_estimate(head, base)
+    assert found.at_w.mean == pytest.approx(math.log(1.07)) and found.at_1.mean == pytest.approx(math.log(1.01))
+    assert found.efficiency_log == pytest.approx(math.log(1.01 / 1.07))
+    assert found.describe().startswith("step time +7.0% at W, +1.0% at 1x1, efficiency -5.6%")
+    solo = _launch(head.step_times_s, head.reference_step_times_s, duet="solo: no base job x joined in 300 s")
+    assert paired.round_estimate(solo, base) is None
+    assert paired.not_paired(solo, base) == "the head commit's case ran solo: no base job x joined in 300 s"
+
+
+def test_block_means_keep_what_neighbouring_pairs_share():
+    drifting = [0.01 * (i // 4) for i in range(20)]  # a slow phase spanning 4 pairs at a time
+    naive = (sum((x - sum(drifting) / 20) ** 2 for x in drifting) / 19) ** 0.5 / math.sqrt(20)
+    assert paired.block_se(drifting) > 1.5 * naive
