@@ -95,7 +95,7 @@ def test_a_job_whose_partner_never_comes_runs_solo_and_says_why():
         report = c.report()
     assert not head.errors, head.errors
     assert all(not s["paired"] and "no base job only-here/launch joined in" in s["why"] for s in head.summaries)
-    assert report["head:only-here/launch"]["solo"].startswith("no base job")
+    assert report["0:head:only-here/launch"]["solo"].startswith("no base job")
 
 
 def test_a_rank_that_dies_mid_duet_stops_the_other_side_naming_side_rank_and_step():
@@ -151,3 +151,17 @@ def test_block_means_keep_what_neighbouring_pairs_share():
     drifting = [0.01 * (i // 4) for i in range(20)]  # a slow phase spanning 4 pairs at a time
     naive = (sum((x - sum(drifting) / 20) ** 2 for x in drifting) / 19) ** 0.5 / math.sqrt(20)
     assert paired.block_se(drifting) > 1.5 * naive
+
+
+def test_a_later_rounds_launch_of_the_same_case_pairs_afresh():
+    """The gate keeps one coordinator for all its rounds: round 2's jobs take the names round 1's had."""
+    log: list = []
+    with Coordinator(pair_wait_s=30, turn_s=30) as c:
+        for _ in range(2):
+            head = Ranks(c, "head", "ddp-mlp-1x2", 2, 4, log).start()
+            time.sleep(0.3)  # the base's session comes later, its round-1 job long gone
+            base = Ranks(c, "base", "ddp-mlp-1x2", 2, 4, log).start()
+            head.join(), base.join()
+            assert not head.errors and not base.errors, head.errors + base.errors
+            assert all(s["paired"] and s["turns"] == 5 for s in head.summaries + base.summaries)
+        assert len(c.report()) == 4

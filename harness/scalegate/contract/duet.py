@@ -18,6 +18,7 @@ namespaces too) or ``tcp:HOST:PORT`` (for a later multi-node A/B under srun).
 from __future__ import annotations
 
 import json
+import os
 import socket
 from typing import Any
 
@@ -26,6 +27,15 @@ ADDRESS_ENV = "SCALEGATE_DUET"  # the coordinator's address; unset: no duet, eve
 SIDE_ENV = "SCALEGATE_DUET_SIDE"  # "base" or "head"
 SIDES = ("base", "head")
 CLIENT_FILE = "harness/scalegate/measure/turns.py"  # a checkout without it has no duet client (an older base)
+
+
+PAIR_WAIT_S = float(os.environ.get("SCALEGATE_DUET_PAIR_WAIT_S", 120))  # a job waits this long for its partner
+
+
+def launch_timeout(timeout_s: float) -> float:
+    """A launch's time limit in a duet: its partner's steps run between its own, and it may wait for the partner to
+    join first; outside a duet, ``timeout_s`` itself."""
+    return 2 * timeout_s + PAIR_WAIT_S if os.environ.get(ADDRESS_ENV) else timeout_s
 
 
 def connect(address: str, timeout: float) -> socket.socket:

@@ -22,7 +22,7 @@ from typing import Any
 
 from scalegate.contract import duet
 
-PAIR_WAIT_S = float(os.environ.get("SCALEGATE_DUET_PAIR_WAIT_S", 300))
+PAIR_WAIT_S = duet.PAIR_WAIT_S
 TURN_S = float(os.environ.get("SCALEGATE_DUET_TURN_S", 600))
 
 
@@ -66,7 +66,7 @@ class Coordinator:
         self.address = f"unix:{self.path}"
         self.events: queue.Queue = queue.Queue()
         self.jobs: dict[tuple[str, str], Job] = {}
-        self.pair_turns: dict[str, int] = {}  # turns granted per job name (the pair's position in its ABBA order)
+        self.finished: list[Job] = []  # jobs gone, whose name a later round's launch of the case takes again
         self.holder: Job | None = None
         self.held_since = 0.0
         self.ended_sides: set[str] = set()
@@ -99,8 +99,14 @@ class Coordinator:
     def report(self) -> dict[str, dict[str, Any]]:
         """Per side and job: paired or solo (and why), turns granted, a failure."""
         return {
-            f"{j.side}:{j.name}": {"side": j.side, "job": j.name, "turns": j.turns, "solo": j.solo, "failed": j.failed}
-            for j in self.jobs.values()
+            f"{n}:{j.side}:{j.name}": {
+                "side": j.side,
+                "job": j.name,
+                "turns": j.turns,
+                "solo": j.solo,
+                "failed": j.failed,
+            }
+            for n, j in enumerate([*self.finished, *self.jobs.values()])
         }
 
     # --- threads ------------------------------------------------------------------------------------------------
@@ -150,8 +156,13 @@ class Coordinator:
     # --- decisions ----------------------------------------------------------------------------------------------
     def _job(self, hello: dict[str, Any]) -> Job:
         key = (str(hello["side"]), str(hello["job"]))
+        if key in self.jobs and self.jobs[key].gone:  # the same case's launch in a later round
+            self.finished.append(self.jobs.pop(key))
         if key not in self.jobs:
             self.jobs[key] = Job(side=key[0], name=key[1], world=int(hello["world"]), since=time.monotonic())
+            other = ("base" if key[0] == "head" else "head", key[1])
+            if other in self.jobs and self.jobs[other].gone:  # a new job's partner that is gone is an earlier round's
+                self.finished.append(self.jobs.pop(other))
         return self.jobs[key]
 
     def _partner(self, job: Job) -> Job | None:
@@ -167,7 +178,7 @@ class Coordinator:
             else:
                 return
         candidates = [j for j in self.jobs.values() if not j.gone and j.ready]
-        started = [j for j in candidates if self.pair_turns.get(j.name)]
+        started = [j for j in candidates if self._pair_turns(j)]
         for job in started + [j for j in candidates if j not in started]:
             if self._grant_if_due(job):
                 return
@@ -181,7 +192,7 @@ class Coordinator:
             waited = time.monotonic() - job.since
             if partner is None and other not in self.ended_sides and waited < self.pair_wait_s:
                 return False
-            if partner is None or not self.pair_turns.get(job.name):
+            if partner is None or not self._pair_turns(job):
                 job.solo = (
                     f"no {other} job {job.name} joined in {waited:.0f} s"
                     if partner is None
@@ -194,7 +205,7 @@ class Coordinator:
             return self._grant(job)  # the partner has left: the rest of this job's turns alone
         if not partner.ready and not partner.left:
             return False  # both must have joined before the first turn; later, it is the partner's step
-        turn = self.pair_turns.get(job.name, 0)
+        turn = self._pair_turns(job)
         due = duet.first_side(turn // 2)
         if turn % 2:
             due = "base" if due == "head" else "head"
@@ -202,8 +213,12 @@ class Coordinator:
             return False
         return self._grant(job)
 
+    def _pair_turns(self, job: Job) -> int:
+        """Turns granted to the pair so far: its position in the ABBA order."""
+        partner = self._partner(job)
+        return job.turns + (partner.turns if partner is not None else 0)
+
     def _grant(self, job: Job) -> bool:
-        self.pair_turns[job.name] = self.pair_turns.get(job.name, 0) + 1
         job.turns += 1
         job.tell({"op": "go", "turn": job.turns}, set(job.waiting))
         job.waiting.clear()

@@ -108,14 +108,14 @@ ACTIVE: Turns | NoTurns = NoTurns()
 
 def start(out_dir: Path, rank: int, world: int, sync: Callable[[], None]) -> Turns | NoTurns:
     """This rank's client (``ACTIVE``), from the environment the gate gave the session; its first turn comes next.
-    The job's name is its launch directory's (``<case id>/<launch>``): the two sides' sessions name a case's
-    launches alike, so the same launch of the same case pairs."""
+    The job's name is its launch directory's (the case id, ``~2`` for a second launch of it in the session): the two
+    sides' sessions name a case's launches alike, so the same launch of the same case pairs."""
     global ACTIVE
     address = os.environ.get(duet.ADDRESS_ENV)
     if not address:
         ACTIVE = NoTurns()
         return ACTIVE
     side = os.environ.get(duet.SIDE_ENV, "head")
-    job = "/".join(Path(out_dir).resolve().parts[-3:-1])
+    job = Path(out_dir).resolve().parent.name
     ACTIVE = Turns(address, side, job, rank, world, sync)
     return ACTIVE

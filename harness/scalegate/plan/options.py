@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from scalegate.contract import cards
+from scalegate.contract import cards, duet
 from scalegate.contract.errors import SpecError
 from scalegate.contract.topology import Topology
 from scalegate.plan.catalog import Registered
@@ -136,7 +136,7 @@ def parse(values: argparse.Namespace, rootdir: Path, strategy_names: Sequence[st
         data_dir=v.scaling_data_dir,
         cpu_threads=v.scaling_cpu_threads,
         memory_interval_ms=v.scaling_memory_interval_ms,
-        timeout_s=v.scaling_timeout,
+        timeout_s=duet.launch_timeout(v.scaling_timeout),
         launcher=v.scaling_launcher,
         cpu_binding=v.scaling_cpu_binding == "on",
         link_rate=v.scaling_link_rate,
