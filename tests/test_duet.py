@@ -158,10 +158,12 @@ def test_a_later_rounds_launch_of_the_same_case_pairs_afresh():
     log: list = []
     with Coordinator(pair_wait_s=30, turn_s=30) as c:
         for _ in range(2):
+            c.round_started()
             head = Ranks(c, "head", "ddp-mlp-1x2", 2, 4, log).start()
             time.sleep(0.3)  # the base's session comes later, its round-1 job long gone
             base = Ranks(c, "base", "ddp-mlp-1x2", 2, 4, log).start()
             head.join(), base.join()
             assert not head.errors and not base.errors, head.errors + base.errors
             assert all(s["paired"] and s["turns"] == 5 for s in head.summaries + base.summaries)
+            c.side_ended("head"), c.side_ended("base")  # the round's sessions exit
         assert len(c.report()) == 4

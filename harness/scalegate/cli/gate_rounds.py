@@ -171,6 +171,7 @@ def _duet_round(
     """Both sides' sessions of round ``n`` at once, their ranks taking turns through ``coordinator``; each session's
     output goes to its ``session.log`` (two sessions would interleave on the terminal). {side: (exit code, dir)}."""
     procs: dict[str, tuple[subprocess.Popen, Path, Any]] = {}
+    coordinator.round_started()
     for side in sides:
         where = gate_dir / f"round-{n:02d}" / side.name
         where.mkdir(parents=True, exist_ok=True)

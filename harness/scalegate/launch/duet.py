@@ -92,6 +92,10 @@ class Coordinator:
         self.path.unlink(missing_ok=True)
         os.rmdir(self.dir)
 
+    def round_started(self) -> None:
+        """A new round's two sessions start: the sides that ended in the round before are back."""
+        self.events.put(("round", None, None))
+
     def side_ended(self, side: str) -> None:
         """The gate saw that side's session exit: its partner jobs stop waiting for it."""
         self.events.put(("ended", side, None))
@@ -151,6 +155,8 @@ class Coordinator:
                     self._failed(job, f"rank {rank} exited mid-duet at step {job.last_step.get(rank, -1) + 1}")
             elif kind == "ended":
                 self.ended_sides.add(sock)  # type: ignore[arg-type]
+            elif kind == "round":
+                self.ended_sides.clear()
             self._schedule()
 
     # --- decisions ----------------------------------------------------------------------------------------------
