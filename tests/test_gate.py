@@ -240,7 +240,9 @@ def test_the_ab_gate_fails_a_commit_that_slows_ddp(tmp_path):
     table = (tmp_path / "gate.md").read_text()
     assert table.startswith("### scalegate: PR gate (A/B):") and "against HEAD~1 (" in table and "**FAIL**" in table
     assert "| a/b |" in table and "(base commit)" in table and "❌ regressed" in table
-    assert "below the base commit's" in table and "a 10% drop explains it better than no change" in table
+    # base and head took turns step by step (docs/duet.md): the verdict is the duet's paired efficiency ratio
+    assert "below 1.000 (the base commit, step by step)" in table and "a 10% drop explains it better" in table
+    assert "duet against the base commit" in table and "Duet: base and head took turns step by step" in table
     assert "gate: A/B," in slow.stdout and "gate: round 2 done" in slow.stdout  # a drop is confirmed by a second round
     # both commits ran in every round, in alternating order; the base's checkout is gone afterwards
     latest = tmp_path / "gate" / "latest"

@@ -11,6 +11,7 @@ sides run in the same Python environment unless ``--base-python`` names the base
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -86,7 +87,10 @@ def copy_checkout(root: Path, dest: Path) -> None:
     repository for tests and benchmarks that need commits of their own (benchmarks/detection_ab.py, tests)."""
     names = _git(root, "ls-files", "-co", "--exclude-standard").stdout.split()
     for name in names:
-        if (root / name).is_file():
+        if (root / name).is_symlink():  # the workloads link (harness/scalegate/workloads -> ../../fixtures)
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).symlink_to(os.readlink(root / name))
+        elif (root / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             (dest / name).write_bytes((root / name).read_bytes())
 
