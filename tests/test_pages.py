@@ -18,6 +18,7 @@ import numpy as np
 from scalegate.page import build
 from scalegate.page.facets import split_case_id
 from tests import browser
+from tests.test_cli import make_case, write_run
 from tests.test_history import add_all, run, series_runs
 
 MAX_SMALL_PAGE = 5.5e6  # plotly.js (~4.8 MB) and a small blob: nothing inlined twice
@@ -146,3 +147,38 @@ def test_the_history_page_filters_hovers_and_draws_in_a_real_browser(tmp_path):
         page.screenshot(tmp_path / "history-filtered.png")
     distinct, red = _colours(tmp_path / "history-hover.png")
     assert distinct > 300 and red > 500, f"{distinct} colours, {red} red pixels: the regression is not drawn"
+
+
+def test_the_run_report_page_shows_the_ab_table_and_filters_its_figures(tmp_path):
+    path = browser.require()
+    cases = [
+        make_case(bytes_per_step=10e6),
+        make_case("fsdp-cnn-1x2", step_s=0.05, bytes_per_step=12e6),
+        make_case("single-cnn-1x1", world=1, step_s=0.021),
+    ]
+    head = write_run(tmp_path / "run", *cases)
+    base = [make_case(c["case_id"], world=int(c["spec"]["topology"].split("x")[1])) for c in cases]  # the 0.7 level
+    write_run(head / "base", *base)
+    (head / "base" / "commit.json").write_text(json.dumps({"ref": "origin/main", "commit": "0123456789abcdef"}))
+    done = run("report", head, "--out", tmp_path / "report", "--baseline-dir", tmp_path / "none")
+    assert done.returncode == 0, done.stderr
+    index = tmp_path / "report" / "index.html"
+    data = blob(index)
+    assert data["against"] == "origin/main (0123456789ab) (A/B)"
+    assert "verdicts against origin/main (0123456789ab) (A/B)" in (tmp_path / "report" / "report.md").read_text()
+    assert [c["case"] for c in data["cases"]] == ["ddp-cnn-1x2", "fsdp-cnn-1x2", "single-cnn-1x1"]
+    with browser.Chromium(path, width=1280, height=1400) as page:
+        page.open(index.as_uri())
+        page.wait_for("document.body.dataset.ready")
+        assert page.js("document.querySelectorAll('.sg-table tbody tr').length") == 3
+        figures = page.js("[...document.querySelectorAll('[data-figure]')].map(n => n.dataset.figure)")
+        assert figures == ["speedup", "efficiency", "memory", "bytes"], figures
+        text, case = _hover(page, "[data-figure=efficiency]", 0, 1)
+        assert case["x"] == "fsdp-cnn-1x2" and "fsdp-cnn-1x2: efficiency" in text, text
+        page.click(*page.js(CENTER.format(css=".sg-facet[data-facet=strategy] .sg-chip[data-value=fsdp]")))
+        page.wait_for("document.querySelector('.sg-shown').dataset.shown === '1'")
+        assert page.js(VISIBLE.format(css=".sg-table tbody tr")) == 1
+        assert page.js("document.querySelector('[data-figure=efficiency]').data[0].x") == ["fsdp-cnn-1x2"]
+        page.screenshot(tmp_path / "report.png", full_page=True)
+    distinct, _ = _colours(tmp_path / "report.png")
+    assert distinct > 200, f"only {distinct} colours: the report drew blank"
