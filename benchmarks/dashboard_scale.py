@@ -139,6 +139,22 @@ def open_cold(path: str, page: Path, filter_chip: bool) -> dict[str, float]:
         return cold
 
 
+def screenshot(path: str, page: Path, png: Path) -> None:
+    """The README's picture: the first screen with the first figure's point at two thirds hovered."""
+    point = """(() => { const gd = document.querySelector('#series-0 .sg-plot'), t = gd._fullData[0], L = gd._fullLayout;
+      const r = gd.getBoundingClientRect(), i = Math.floor(t.x.length * 0.7);
+      return [L.xaxis.d2p(t.x[i]) + L._size.l + r.left, L.yaxis.d2p(t.y[i]) + L._size.t + r.top]; })()"""
+    with browser.Chromium(path, width=1280, height=1000, timeout_s=120) as tab:
+        tab.open(page.as_uri())
+        tab.wait_for("document.body.dataset.ready", timeout_s=120)
+        x, y = tab.js(point)
+        tab.mouse_move(x - 3, y - 3)
+        tab.mouse_move(x, y)
+        tab.wait_for("!!document.querySelector('#series-0 .hoverlayer .hovertext')", timeout_s=10)
+        tab.screenshot(png)
+    print(f"screenshot: {png}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=1000)
@@ -146,6 +162,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", type=Path, default=None, help="keep the page here (default: a temporary directory)")
     p.add_argument("--real-check", action="store_true", help="store the runs and run history check's code (slow)")
+    p.add_argument("--screenshot", type=Path, help="also save the page's first screen, a point hovered (docs/img/)")
     args = p.parse_args()
     path = browser.find()
     if path is None:
@@ -159,12 +176,14 @@ def main() -> None:
     judged = real_check(runs, cases, work, settings) if args.real_check else verdicts(runs, cases, settings)
     judged_s = time.perf_counter() - start
     start = time.perf_counter()
-    page = dashboard.write(judged, work, work / "history.sqlite", settings)
+    page = dashboard.write(judged, work, Path("history.sqlite"), settings)  # the page names it: a short name
     (work / "ready.js").write_text("SG.ready();\n")
     write_s = time.perf_counter() - start
     size = page.stat().st_size
     print(f"{args.runs} runs x {len(judged)} series ({'real check' if args.real_check else 'injected verdicts'} "
           f"in {judged_s:.1f} s): page {size / 1e6:.2f} MB ({page}), written in {write_s:.2f} s")  # fmt: skip
+    if args.screenshot:
+        screenshot(path, page, args.screenshot)
     floor = build.write(work / "plotly-only.html", title="floor", data={}, script=work / "ready.js")  # ours: 0
     for name, target in (("plotly.js alone (the floor)", floor), ("the history page", page)):
         print(f"{name}: {target.stat().st_size / 1e6:.2f} MB, {args.repeat} fresh browsers")

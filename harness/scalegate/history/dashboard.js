@@ -135,7 +135,8 @@
     for (const c of s.changes) {
       const color = KIND_COLORS[c.kind] || "#555";
       shapes.push({ type: "line", yref: "paper", x0: c.i - 0.5, x1: c.i - 0.5, y0: 0, y1: 1, line: { color, width: 2, dash: c.new ? "solid" : "dash" } });
-      annotations.push({ x: c.i - 0.5, y: 1, yref: "paper", xanchor: "left", yanchor: "top", showarrow: false, text: `${c.kind} ${pct(c.effect)}`, font: { color, size: 10 } });
+      const late = c.i > 0.7 * n; // a label near the right edge goes left of its line, inside the plot
+      annotations.push({ x: c.i - 0.5, y: 1, yref: "paper", xanchor: late ? "right" : "left", yanchor: "top", showarrow: false, text: `${c.kind} ${pct(c.effect)}`, font: { color, size: 10 } });
     }
     const layout = SG.layout({ shapes, annotations, xaxis: SG.axis("run (oldest first)", { range: [-0.02 * n - 0.5, 1.02 * n - 0.5] }), yaxis: SG.axis(s.unit, range(ys, s.min_effect)) });
     return Plotly.newPlot(node, [trace], layout, SG.CONFIG);
