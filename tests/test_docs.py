@@ -1,7 +1,8 @@
 """The README lands and the reference cannot drift: docs/options.md is the code's own option groups, it names every
 option ``pytest --help`` shows, and every page the README links exists.
 
-These checks need no mkdocs.
+The site itself is built in CI (.ci/run: ``mkdocs build --strict``, where a broken link, a missing anchor or a
+page left out of the nav fails); these checks need no mkdocs.
 """
 
 from __future__ import annotations
@@ -55,3 +56,13 @@ def test_the_readme_is_a_landing_page_with_the_quick_start_and_the_three_uses():
         assert command in text, f"the README no longer shows {command!r}"
     for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
         assert (ROOT / image).is_file(), f"the README's picture {image} is missing"
+
+
+def test_every_page_the_readme_links_exists_and_every_docs_page_is_linked_from_it_or_the_site():
+    text = README.read_text()
+    linked = set(re.findall(r"\]\((docs/[^)#]+\.md)", text))
+    for page in linked:
+        assert (ROOT / page).is_file(), f"the README links {page}, which does not exist"
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f": {page.name}" in nav, f"docs/{page.name} is not in mkdocs.yml's nav"
