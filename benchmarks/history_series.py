@@ -145,9 +145,9 @@ def judge(args: argparse.Namespace, work: Path) -> list[dict]:
     settings = check.Settings(min_effect=args.min_effect)
     with store.connect(work / "history.sqlite") as conn:
         verdicts = check.check(conn, baseline_dir=work / "no-baselines", settings=settings)
-    from scalegate.history import page
+    from scalegate.history import dashboard
 
-    page.write(verdicts, work / "page", work / "history.sqlite", settings)
+    dashboard.write(verdicts, work / "page", work / "history.sqlite", settings)
     rows = []
     print(f"\n{'case':22} {'metric':18} {'runs':>4}  {'expected':34} {'found':70} result")
     for v in verdicts:

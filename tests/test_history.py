@@ -10,7 +10,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import pytest
 
 from scalegate.cli import main as harness_main
 from scalegate.history import ingest, store
+from tests import browser
 from tests.conftest import ROOT
 from tests.test_cli import PROFILE, cli, make_case, write_run
 
@@ -282,10 +282,10 @@ def test_the_baseline_lends_the_tolerance_and_its_quarantine_holds_the_failure(t
     assert expired.returncode == 1 and "quarantined" not in expired.stdout
 
 
-def test_report_writes_a_page_with_a_plot_per_case_and_metric(tmp_path):
+def test_report_static_writes_a_page_with_a_plot_per_case_and_metric(tmp_path):
     db = tmp_path / "h.sqlite"
     add_all(db, series_runs(tmp_path, 20, slow_from=16))
-    done = run("history", "report", "--db", db, "--out", tmp_path / "page", "--baseline-dir", tmp_path)
+    done = run("history", "report", "--static", "--db", db, "--out", tmp_path / "page", "--baseline-dir", tmp_path)
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "page" / "index.html").read_text()
     for cid in ("ddp-cnn-1x2", "fsdp-cnn-1x2"):
@@ -296,49 +296,19 @@ def test_report_writes_a_page_with_a_plot_per_case_and_metric(tmp_path):
     assert "<code>commit15</code>..<code>commit16</code>" in page
 
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-
-
-def screenshot(page: Path, png: Path) -> subprocess.CompletedProcess:
-    """The page as a real headless browser draws it (.ci/run installs Debian's chromium)."""
-    browser = next(filter(None, map(shutil.which, BROWSERS)), None)
-    if browser is None and os.environ.get("SCALEGATE_REQUIRE_BROWSER"):  # .ci/run installed one: it must be there
-        pytest.fail(f"SCALEGATE_REQUIRE_BROWSER is set but none of {', '.join(BROWSERS)} is on PATH")
-    if browser is None:
-        pytest.skip(
-            f"no headless browser ({', '.join(BROWSERS)}) on PATH: apt-get install -y chromium "
-            "(.ci/run does this in CI)"
-        )
-    return subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={png.parent / 'profile'}",
-            f"--screenshot={png}",
-            "--window-size=1280,2000",
-            page.resolve().as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def test_the_page_draws_in_a_headless_browser(tmp_path):
+def test_the_static_page_draws_in_a_headless_browser(tmp_path):
+    """The interactive page's browser tests are tests/test_pages.py's; this one keeps --static's page honest."""
     import matplotlib.image
 
+    path = browser.require()
     db = tmp_path / "h.sqlite"
     add_all(db, series_runs(tmp_path, 12, slow_from=8, cases=("ddp-cnn-1x2",)))
-    assert run("history", "report", "--db", db, "--out", tmp_path / "page", "--baseline-dir", tmp_path).returncode == 0
-    done = screenshot(tmp_path / "page" / "index.html", tmp_path / "shot.png")
-    assert done.returncode == 0 and (tmp_path / "shot.png").exists(), done.stderr[-2000:]
+    done = run("history", "report", "--static", "--db", db, "--out", tmp_path / "page", "--baseline-dir", tmp_path)
+    assert done.returncode == 0, done.stderr
+    with browser.Chromium(path, width=1280, height=2000) as page:
+        page.open((tmp_path / "page" / "index.html").as_uri())
+        page.wait_for("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+        page.screenshot(tmp_path / "shot.png")
     pixels = (matplotlib.image.imread(tmp_path / "shot.png")[..., :3] * 255).astype(np.uint8).reshape(-1, 3)
     colors = np.unique(pixels[:, 0].astype(np.int32) << 16 | pixels[:, 1].astype(np.int32) << 8 | pixels[:, 2])
     assert len(colors) > 500, f"only {len(colors)} distinct colors: the page drew blank or without its plots"

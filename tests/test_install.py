@@ -61,6 +61,8 @@ def test_the_wheel_installs_one_top_level_name_with_the_workloads_inside(wheel):
     assert tops == {"scalegate"}, f"the wheel installs top-level {sorted(tops)}"
     assert "scalegate/workloads/cnn.py" in names and "scalegate/plugin.py" in names  # the link was followed
     assert not any(n.startswith(("harness/", "fixtures/")) for n in names)
+    pages = {"scalegate/page/common.js", "scalegate/page/style.css", "scalegate/history/dashboard.js"}
+    assert pages | {"scalegate/report/run_page.js"} <= set(names), "the interactive pages' scripts (package-data)"
 
 
 def test_installing_scalegate_beside_pypi_fixtures_leaves_it_working(wheel, tmp_path):

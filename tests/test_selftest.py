@@ -2,7 +2,7 @@
 
 The refusal without CUDA (one line, exit 2), the arguments, the phases' commands and budgets, and the command's
 glue with phases that only write files (the report itself: tests/test_gpu_report.py). What needs a GPU (the phases
-themselves) is listed in README.md, "Verified on GPU".
+themselves) is listed in docs/verified-on-gpu.md, "Verified on GPU".
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python -m scalegate compare results/latest [--baseline baselines/<profile>.json] [--json out.json]
     python -m scalegate compare results/gate/latest --base-run results/gate/latest/base   # an A/B gate run
-    python -m scalegate report results/latest [--out results/latest/report]
+    python -m scalegate report results/latest [--out results/latest/report]   # PNGs, report.md, index.html
     python -m scalegate update-baselines RUN [RUN ...] [--baseline-dir baselines] [--tolerance 0.1]
     python -m scalegate gate [--base REF] [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]
     python -m scalegate record-baselines --rounds N [pytest args]   # launches spread in time (harness/scalegate/cli/record_baselines.py)
@@ -74,16 +74,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if failed else EXIT_OK
 
 
+def _base_run(args: argparse.Namespace) -> Path | None:
+    """--base-run, else RUN/base where an A/B gate wrote the base commit's cases."""
+    if args.base_run:
+        return Path(args.base_run)
+    found = Path(args.run) / "base"
+    return found if found.is_dir() and runfiles.load_run(found) else None
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    from scalegate.report import extrapolate, plots
+    from scalegate.report import compare, extrapolate, plots, run_page
 
     cases = _cases(args.run)
     baseline = _baseline(cases, args.baseline, args.baseline_dir)
-    link = extrapolate.Link(bandwidth_gbit_s=args.bandwidth_gbit, latency_us=args.latency_us)
-    page = plots.write(
-        cases, Path(args.out) if args.out else Path(args.run) / "report", Path(args.run).resolve().name, baseline, link
+    base_dir = _base_run(args)
+    rows = compare.compare(cases, baseline, base=runfiles.load_run(base_dir) if base_dir else None)
+    against = (
+        f"{compare.base_name(base_dir)} (A/B)"
+        if base_dir
+        else str(baseline.path)
+        if baseline
+        else "no baseline for " + cases[0].get("profile", "?")
     )
+    link = extrapolate.Link(bandwidth_gbit_s=args.bandwidth_gbit, latency_us=args.latency_us)
+    out, run = Path(args.out) if args.out else Path(args.run) / "report", Path(args.run).resolve().name
+    page = plots.write(cases, out, run, baseline, link, rows=rows, against=against if base_dir else "")
+    html = run_page.write(out, cases, rows, run=run, against=against, notes=plots.projection(cases, link))
     print(f"report: {page}")
+    print(f"interactive: {html}")
     for png in sorted(page.parent.glob("*.png")):
         print(f"plot: {png}")
     return EXIT_OK
@@ -124,9 +142,13 @@ def parser() -> argparse.ArgumentParser:
         "RUN/base); the baseline file then lends only its spreads and tolerances",
     )
     c.set_defaults(func=cmd_compare)
-    r = sub.add_parser("report", help="PNG plots and a markdown page for a run")
+    r = sub.add_parser("report", help="PNG plots, a markdown page and an interactive index.html for a run")
     r.add_argument("run")
     r.add_argument("--out", help="output directory (default: RUN/report)")
+    r.add_argument(
+        "--base-run",
+        help="A/B: judge RUN against this run of the base commit (default: RUN/base where a gate wrote one)",
+    )
     r.add_argument("--baseline")
     r.add_argument("--baseline-dir")
     r.add_argument("--bandwidth-gbit", type=float, default=100.0, help="projection link bandwidth (default: 100)")

@@ -91,6 +91,26 @@ class SeriesVerdict:
         return bool(self.new_regressions) and not self.quarantined
 
 
+# How a page shows each metric: axis label and the divisor from the stored unit (bytes, samples/s, ...)
+UNITS = {
+    "peak_memory_bytes": ("peak memory (MiB)", 2**20),
+    "bytes_per_step": ("MB on the wire per step", 1e6),
+    "throughput": ("throughput (samples/s)", 1.0),
+    "checkpoint_s_per_gb": ("checkpoint save + load (s/GB)", 1.0),
+}
+
+
+def unit(metric: str) -> tuple[str, float]:
+    return UNITS.get(metric, (metric.replace("_", " "), 1.0))
+
+
+def bisect_command(change: Change, case_id: str) -> str:
+    """The next step for a regression: the command that finds the first bad commit inside its range (a run of an
+    uncommitted tree records ``<commit>-dirty``; bisect takes the commit)."""
+    good, bad = (x.removesuffix("-dirty") for x in (change.last_good.commit, change.first_bad.commit))
+    return f"python -m scalegate bisect {good} {bad} -k {case_id}"
+
+
 def fmt(metric: str, value: float) -> str:
     if metric in ("peak_memory_bytes",):
         return f"{value / 2**20:.1f} MiB"
@@ -223,15 +243,11 @@ def text(verdicts: list[SeriesVerdict], settings: Settings) -> str:
         f"{len(failing)}"
         + (f" in {', '.join(sorted({f'{v.case_key} {v.metric}' for v in failing}))}" if failing else "")
     )
-    steps: dict[tuple[str, str, str], list[str]] = {}  # the next step: the first bad commit inside each range
+    steps: dict[str, list[str]] = {}  # the next step: the first bad commit inside each range
     for v in failing:
         for c in v.new_regressions:
-            good, bad = (x.removesuffix("-dirty") for x in (c.last_good.commit, c.first_bad.commit))
-            steps.setdefault((good, bad, v.case_id), []).append(v.metric)
-    lines += [
-        f"  next: python -m scalegate bisect {good} {bad} -k {case}   # {', '.join(metrics)}"
-        for (good, bad, case), metrics in steps.items()
-    ]
+            steps.setdefault(bisect_command(c, v.case_id), []).append(v.metric)
+    lines += [f"  next: {command}   # {', '.join(metrics)}" for command, metrics in steps.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -4,7 +4,7 @@
     python -m scalegate history list [--db FILE]
     python -m scalegate history show ddp-cnn-1x2 [--db FILE]
     python -m scalegate history check [--db FILE] [--case CASE ...] [--recent 5] [--min-effect 0.05]
-    python -m scalegate history report --out DIR [--db FILE]                    # DIR/index.html
+    python -m scalegate history report --out DIR [--db FILE] [--static]         # DIR/index.html
 
 --db defaults to $SCALEGATE_HISTORY_DB, else results/history.sqlite. check exits 0 without a new regression,
 1 with one (a change point whose first bad run is among the last --recent runs, case not quarantined),
@@ -123,11 +123,25 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from scalegate.history import page
-
     verdicts, settings = _verdicts(args)
-    index = page.write(verdicts, Path(args.out), db_path(args), settings)
-    print(f"history report: {index} ({len(verdicts)} plots)")
+    if not verdicts:
+        with store.connect(db_path(args)) as conn:
+            empty = not store.runs(conn)
+        if empty:  # a page of nothing would read as "no regression"
+            raise ScalegateError(
+                f"history database {db_path(args)} holds no runs: there is nothing to draw",
+                "add runs first: python -m scalegate history add results/<run> [--db FILE]",
+            )
+    if args.static:  # matplotlib, imported only here: the interactive page does not need it
+        from scalegate.history import static_page
+
+        index = static_page.write(verdicts, Path(args.out), db_path(args), settings)
+        print(f"history report: {index} ({len(verdicts)} plots, static)")
+        return EXIT_OK
+    from scalegate.history import dashboard
+
+    index = dashboard.write(verdicts, Path(args.out), db_path(args), settings)
+    print(f"history report: {index} ({len(verdicts)} series, {index.stat().st_size / 1e6:.1f} MB, interactive)")
     return EXIT_OK
 
 
@@ -194,7 +208,12 @@ def add_parser(sub, baseline_dir: str) -> None:
     _judging(c, baseline_dir)
     c.add_argument("--json", help="also write every series' verdict and change points as JSON to this file")
     c.set_defaults(func=cmd_check)
-    r = hs.add_parser("report", parents=[db], help="DIR/index.html: a plot per case and metric, the verdicts")
+    r = hs.add_parser("report", parents=[db], help="DIR/index.html: every series' verdict and figure, filterable")
     r.add_argument("--out", required=True)
+    r.add_argument(
+        "--static",
+        action="store_true",
+        help="the matplotlib page instead: one PNG per case and metric, no JavaScript (DIR/*.png, DIR/index.html)",
+    )
     _judging(r, baseline_dir)
     r.set_defaults(func=cmd_report)

@@ -4,7 +4,8 @@ Plots (matplotlib, Agg backend, so no display is needed): speedup against world 
 with the ideal line; efficiency per case with its 95% interval against the baseline band; peak
 memory per rank; bytes per step where the run measured them; achieved FLOP/s per device and MFU where the
 device's peak is known. The page adds the compare table and the
-alpha-beta projection (``harness/scalegate/report/extrapolate.py``) with its assumptions.
+alpha-beta projection (``harness/scalegate/report/extrapolate.py``) with its assumptions. The same figures to
+hover and filter are run_page.py's ``index.html``, written beside it.
 """
 
 from __future__ import annotations
@@ -163,12 +164,26 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def projection(cases: list[dict[str, Any]], link: extrapolate.Link) -> str:
+    """The alpha-beta projection's table and its assumptions, as markdown (report.md and the interactive page)."""
+    projections = [p for p in (extrapolate.from_case(c, link) for c in cases) if p is not None]
+    doc = extrapolate.__doc__.strip().replace("\n    ", "\n") if extrapolate.__doc__ else ""
+    return extrapolate.markdown(projections, link) + "\n\n" + doc
+
+
 def write(
-    cases: list[dict[str, Any]], out_dir: Path, run: str, baseline: BaselineFile | None, link: extrapolate.Link
+    cases: list[dict[str, Any]],
+    out_dir: Path,
+    run: str,
+    baseline: BaselineFile | None,
+    link: extrapolate.Link,
+    rows: list[compare.Row] | None = None,
+    against: str = "",
 ) -> Path:
-    """Every plot and ``report.md``; returns the page's path."""
+    """Every plot and ``report.md``; returns the page's path. ``rows``: the verdicts when already judged (an A/B
+    run's, against its base commit), else judged here against ``baseline``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = compare.compare(cases, baseline)
+    rows = compare.compare(cases, baseline) if rows is None else rows
     plots = [
         speedup_plot(cases, out_dir / "speedup.png"),
         efficiency_plot(rows, out_dir / "efficiency.png"),
@@ -177,24 +192,18 @@ def write(
         mfu_plot(rows, out_dir / "mfu.png"),
         breakdown_plot(cases, out_dir / "breakdown.png"),
     ]
-    projections = [p for p in (extrapolate.from_case(c, link) for c in cases) if p is not None]
     page = [
         f"# scalegate report: {run}",
         "",
         f"Profile: {cases[0].get('profile', '?')}; commit {cases[0].get('commit', '?')}; "
         f"baseline: {baseline.path if baseline else 'none'}.",
         "",
-        compare.markdown(rows, "verdicts against the baseline"),
+        compare.markdown(rows, f"verdicts against {against or 'the baseline'}"),
+        "Interactive: [index.html](index.html) (the same figures to hover and filter).",
+        "",
         "## Plots",
         "",
     ]
     page += [f"![{p.stem}]({p.name})" for p in plots if p is not None]
-    page += [
-        "",
-        "## Projected efficiency at scale (alpha-beta model)",
-        "",
-        extrapolate.markdown(projections, link),
-        "",
-        extrapolate.__doc__.strip().replace("\n    ", "\n") if extrapolate.__doc__ else "",
-    ]
+    page += ["", "## Projected efficiency at scale (alpha-beta model)", "", projection(cases, link)]
     return atomic.write_text(out_dir / "report.md", "\n".join(page) + "\n")

@@ -1,4 +1,6 @@
-"""``history report --out DIR``: ``DIR/index.html``, one PNG per case and metric over the runs, and the verdicts.
+"""``history report --static --out DIR``: ``DIR/index.html``, one PNG per case and metric over the runs, and the verdicts.
+
+The page before the interactive one (dashboard.py), kept for a viewer without JavaScript and for a PNG to paste.
 
 Each plot shows the metric per run (x: run, labelled with its commit), the median of each segment between
 change points, and every change point as a vertical line: red a regression, green an improvement, orange
@@ -22,12 +24,6 @@ from scalegate.contract import atomic  # noqa: E402
 from scalegate.history import check as C  # noqa: E402
 
 COLORS = {C.REGRESSION: "#d62728", C.IMPROVEMENT: "#2ca02c", C.SUSPICIOUS: "#ff7f0e"}
-UNITS = {
-    "peak_memory_bytes": ("peak memory (MiB)", 2**20),
-    "bytes_per_step": ("MB on the wire per step", 1e6),
-    "throughput": ("throughput (samples/s)", 1.0),
-    "checkpoint_s_per_gb": ("checkpoint save + load (s/GB)", 1.0),
-}
 
 
 def plot_name(v: C.SeriesVerdict) -> str:
@@ -35,7 +31,7 @@ def plot_name(v: C.SeriesVerdict) -> str:
 
 
 def plot(v: C.SeriesVerdict, path: Path) -> Path:
-    label, scale = UNITS.get(v.metric, (v.metric.replace("_", " "), 1.0))
+    label, scale = C.unit(v.metric)
     ys = [p.value / scale for p in v.points]
     xs = list(range(len(ys)))
     fig, ax = plt.subplots(figsize=(6.0, 3.0))
