@@ -79,7 +79,7 @@ def main() -> None:
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
-        use_cpu=not torch.cuda.is_available(),
+        use_cpu=not torch.cuda.is_available(),  # else, on a CPU-only machine, every rank trains alone
         seed=0,
         **parallelism(args.strategy),
     )

@@ -36,8 +36,8 @@ def curve(result: CaseResult) -> list[tuple[float, float]]:
 MARK_BY_HAND = "mark each training step with scalegate.step() in the script (docs/your-script.md: Step counting)"
 JOIN_THE_GROUP = (
     "let the script join the job's process group: torch.distributed.init_process_group(), or its stack's way "
-    "(Accelerate on a CPU-only machine: Accelerator(cpu=True) or `accelerate launch --cpu`; docs/your-script.md: "
-    "Recipes)"
+    "(on a CPU-only machine, Accelerate: Accelerator(cpu=True) or `accelerate launch --cpu`; the HF Trainer: "
+    "TrainingArguments(use_cpu=True); docs/your-script.md: Recipes)"
 )
 
 
