@@ -301,7 +301,8 @@ def _problems(
         for r in [*results, *references]:  # the 1x1 reference's steps make the efficiency too
             found += script_checks.measurement(r)
         return tuple(dict.fromkeys(found)), list(dict.fromkeys(notes))
-    fraction = workloads.preset_of(workloads.resolve(spec), spec.preset).convergence_fraction  # the workload's bar
+    cls = workloads.resolve(spec)  # the workload's bar: its preset's, else its default (fixtures/base.py)
+    fraction = workloads.convergence_fraction(cls, workloads.preset_of(cls, spec.preset))
     found = (
         p
         for r in results

@@ -10,7 +10,11 @@ The measurement itself is checked too (``measurement``), on every launch and its
 counted from outside, so a count that went wrong must fail loudly, never pass as a number. Two peaks of step times
 (a quarter of them under a tenth of the rest: a second optimizer-step call per training step counted as a step of
 its own: a step far shorter than the script's pace), more optimizer steps than the script's own log numbers. A few
-long steps (an evaluation, a checkpoint inside the window) are no second peak: the fast ones must be a quarter.
+long steps (an evaluation, a checkpoint inside the window) are no second peak: the fast ones must be a quarter. And
+ranks that trained alone: a script with no process group of the job's size, or ranks that sent (almost) nothing to
+each other (Accelerate under torchrun on a CPU-only machine without ``cpu=True`` runs every process as
+``DistributedType.NO``, each on all the data) measure W single processes side by side, an efficiency with no
+communication in it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ def curve(result: CaseResult) -> list[tuple[float, float]]:
 
 
 MARK_BY_HAND = "mark each training step with scalegate.step() in the script (docs/your-script.md: Step counting)"
+JOIN_THE_GROUP = (
+    "let the script join the job's process group: torch.distributed.init_process_group(), or its stack's way "
+    "(on a CPU-only machine, Accelerate: Accelerator(cpu=True) or `accelerate launch --cpu`; the HF Trainer: "
+    "TrainingArguments(use_cpu=True); docs/your-script.md: Recipes)"
+)
 
 
 def measurement(result: CaseResult) -> list[str]:
@@ -46,6 +55,9 @@ def measurement(result: CaseResult) -> list[str]:
                 f"rank {rank.rank}'s step times {why}: {_how_counted(rank.extra)} {where} HINT: {MARK_BY_HAND}"
             )
             break
+    alone = _alone(result)
+    if alone:
+        found.append(f"{alone} {where} HINT: {JOIN_THE_GROUP}")
     logged = _logged_steps(result)
     steps = result.ranks[0].extra.get("optimizer_steps") if result.ranks else None
     if logged is not None and steps and steps > 1.5 * logged:
@@ -54,6 +66,43 @@ def measurement(result: CaseResult) -> list[str]:
             f"{_how_counted(result.ranks[0].extra)} {where} HINT: {MARK_BY_HAND}"
         )
     return found
+
+
+# Data parallelism exchanges gradients every step: ranks that trained alone measured 0-9 bytes a step here (after the
+# idle traffic's correction), DDP of a 65-parameter Linear on 2 ranks 3.2 kB (gloo's messages with their headers)
+ALONE_BYTES = 128
+
+
+def _alone(result: CaseResult) -> str | None:
+    """Why the ranks of a multi-rank launch trained alone, if they did: a rank with no process group of the job's
+    size in its window, or, on CPU where the job's own network namespace counts its traffic, (almost) no bytes
+    sent a step. Accelerate under torchrun on a CPU-only machine without cpu=True creates the group and still runs
+    every process as DistributedType.NO (no DDP, all the data on each): only the bytes show it."""
+    ranks = [r for r in result.ranks if r.world_size > 1]
+    for rank in ranks:
+        size = rank.extra.get("process_group_size")
+        if size is not None and size != rank.world_size:
+            had = "no process group" if size == 1 else f"a process group of {size}"
+            return (
+                f"rank {rank.rank} of {rank.world_size} trained alone: its script had {had} when the measured window "
+                f"opened, so the ranks ran as separate processes and their step times measure no scaling"
+            )
+    wire = (ranks[0].wire or {}) if ranks else {}
+    sent = wire.get("bytes_per_step")
+    if ranks and ranks[0].device == "cpu" and wire.get("source", "unavailable") != "unavailable" and sent is not None:
+        if sent < ALONE_BYTES:
+            return (
+                f"the {ranks[0].world_size} ranks trained alone: they sent {sent} bytes a step between them "
+                f"({wire['source']}), where data parallelism exchanges every step's gradients, so their step times "
+                "measure no scaling"
+            )
+    return None
+
+
+def two_peaks(step_times: list[float]) -> str | None:
+    """Why a rank's step times are two kinds of step (see ``measurement``), None for one peak: the zoo's tests
+    assert it of every stack's script (tests/test_zoo.py)."""
+    return _two_peaks(sorted(step_times))
 
 
 def _two_peaks(times: list[float]) -> str | None:

@@ -77,6 +77,7 @@ class StepClock:
         self.backwards = 0  # backward passes seen (torch.autograd.backward)
         self.backwards_at_step = -1  # ... when the last step was counted
         self.calls = 0  # step calls of the counted optimizer, including those folded into a training step
+        self.group_size: int | None = None  # the script's default process group when the window opened (1: none)
         self.window = MeasuredWindow(spec, ctx)
         self.times: list[float] = []
         self.in_window = False  # between the first mark and the last: collectives are timed into the step
@@ -115,6 +116,7 @@ class StepClock:
         step, self.count = self.count, self.count + 1
         self.beats.step(step)
         if step == self.first - 1:
+            self.group_size = _group_size()
             self.window.open()  # its barrier and idle reading happen before the mark: not in a step's time
             self._mark()
             self.in_window, self.comm = True, 0.0
@@ -202,6 +204,7 @@ class StepClock:
                 "optimizer_step_calls": self.calls,  # of the counted optimizer: > optimizer_steps where calls folded
                 "counted_optimizer": self.counted_name,
                 "backward_calls": self.backwards,
+                "process_group_size": self.group_size,  # != world_size: the ranks trained alone (checks/script.py)
                 "loss_curve": [list(p) for p in self.losses],
                 "loss_read_from": self.loss_source.how if self.loss_source else [],  # [stdout, stderr]: file/wrapped
                 "collective_s": self.collective_s,  # blocking collectives the script called, per measured step
@@ -210,6 +213,14 @@ class StepClock:
             },
         )
         atomic.write_json(self.out_dir / f"rank{self.ctx.rank}.json", result.__dict__)
+
+
+def _group_size() -> int:
+    """The size of the script's default process group, 1 where it has none: a stack that never joined the job's
+    group (Accelerate on a CPU-only machine without ``cpu=True``) trains each rank alone, without a word."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 # torch.distributed's collectives a script calls from Python: timed while the window is open (their host time is the
