@@ -93,6 +93,7 @@ class StepClock:
             return
         if self.spec.faults.count_every_step:  # injected: every call of every optimizer, as a naive hook counts
             self.calls += 1
+            self.counted_name = self.counted_name or type(optimizer).__name__
             return self.on_step()
         if self.counted is None:
             self.counted = id(optimizer)
