@@ -29,7 +29,6 @@ from scalegate.judge import duet, estimates, sequential
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord
 from scalegate.judge.outcome import AB, Overrides
-from scalegate.judge.references import efficiency_tolerance
 from scalegate.judge.timing import MIN_SIGMA_LAUNCHES, Timing, decided
 from scalegate.record.baselines import BaselineFile
 
@@ -44,7 +43,7 @@ SIGMA_FLOOR = 0.05
 # multi-rank launches and two 1x1 launches, each spreading about 4% on these VMs, so about twice the local floor;
 # a floor set from that arithmetic, not yet from recorded A/A rounds (docs/your-script.md says so)
 CLASSIC_SIGMA_FLOOR = 0.10
-MIN_ROUNDS = 2  # for either decision: one round that reads no change is confirmed as one that reads a drop is
+MIN_ROUNDS = duet.MIN_ROUNDS
 DEFAULT_TOLERANCES = {
     "peak_memory_bytes": 0.25,
     "bytes_per_step": 0.05,
@@ -116,16 +115,8 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
         sigma, source = floor, f"the floor of A/B rounds on these VMs (above {source})"
     if len(logs) >= OWN_SPREAD_ROUNDS and statistics.stdev(logs) > sigma:
         sigma, source = statistics.stdev(logs), f"the {len(logs)} rounds' own spread, above {source}"
-    detect, conduct = efficiency_tolerance(record, overrides, baseline), record.conduct
-    design = sequential.Design(
-        detect=detect,
-        alpha=conduct.alpha,
-        beta=conduct.beta,
-        max_launches=conduct.max_launches,
-        min_launches_regressed=MIN_ROUNDS,
-        min_launches_ok=MIN_ROUNDS,
-        sigma_floor=floor,
-    )
+    design = duet.rounds_design(record, baseline, overrides, sigma_floor=floor)
+    detect = design.detect
     found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
     state = sequential.state(found, design, sigma_source=source, rounds=len(ratios))
     head = math.exp(statistics.mean(math.log(h) for h, _ in found_pairs))

@@ -21,7 +21,25 @@ from scalegate.judge.references import efficiency_tolerance
 from scalegate.judge.timing import Timing, decided
 from scalegate.record.baselines import BaselineFile
 
-MIN_ROUNDS = 2  # for either decision, as the rounds' (judge/ab.py)
+MIN_ROUNDS = 2  # for either decision: one round that reads no change is confirmed as one that reads a drop is
+
+
+def rounds_design(
+    record: CaseRecord, baseline: BaselineFile | None, overrides: Overrides, sigma_floor: float
+) -> sequential.Design:
+    """The sequential test over an A/B gate's rounds, duet or not: the case's drop to catch and budget, both
+    verdicts after ``MIN_ROUNDS`` rounds."""
+    conduct = record.conduct
+    return sequential.Design(
+        detect=efficiency_tolerance(record, overrides, baseline),
+        alpha=conduct.alpha,
+        beta=conduct.beta,
+        max_launches=conduct.max_launches,
+        min_launches_regressed=MIN_ROUNDS,
+        min_launches_ok=MIN_ROUNDS,
+        sigma_floor=sigma_floor,
+    )
+
 
 TRIM = 0.2
 BLOCKS = 5
@@ -123,16 +141,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     source = f"measured: block means of the rounds' duet pairs ({rounds[0].at_w.pairs} a round)"
     if len(logs) >= 2 and statistics.stdev(logs) > sigma:
         sigma, source = statistics.stdev(logs), f"measured: the {len(logs)} rounds' own spread, above their block means"
-    detect, conduct = efficiency_tolerance(record, overrides, baseline), record.conduct
-    design = sequential.Design(
-        detect=detect,
-        alpha=conduct.alpha,
-        beta=conduct.beta,
-        max_launches=conduct.max_launches,
-        min_launches_regressed=MIN_ROUNDS,
-        min_launches_ok=MIN_ROUNDS,
-        sigma_floor=0.0,  # no floor from arithmetic: sigma is measured (docs/duet.md)
-    )
+    design = rounds_design(record, baseline, overrides, sigma_floor=0.0)  # no floor from arithmetic: sigma is measured
     ratios = [math.exp(x) for x in logs]
     found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
     state = sequential.state(found, design, sigma_source=source, rounds=len(ratios), duet=True)
