@@ -1,0 +1,162 @@
+"""The duet's A/A and slowed-head runs, whole commands (issue 34; docs/duet.md, docs/detection.md).
+
+    python benchmarks/duet_aa.py --kind canary --runs 10            # gate --base HEAD on ddp-cnn-1x2, 10 times
+    python benchmarks/duet_aa.py --kind script --runs 10            # the example script in its own repository
+    python benchmarks/duet_aa.py --kind canary --slow-ms 1.5        # the head's DDP forward slowed (SLOW_COMMIT)
+    python benchmarks/duet_aa.py --read results/gate/gate-...       # one gate run's rounds, as the table reads them
+
+Each run is one real ``python -m scalegate gate --base ...`` in a throwaway repository (tests/repos.py); every
+round of every case is written to ``--out`` (JSON lines: the per-round paired estimate at W and at 1x1, their
+block-means SE, the verdict), and the table printed at the end gives the per-pair and per-round spreads, the A/A
+mean log ratio and the verdicts. Timing: run it with nothing else on the machine; the load average is recorded
+with every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scalegate.judge import ab, duet  # noqa: E402
+from scalegate.judge.evidence import CaseRecord  # noqa: E402
+from scalegate.record import runfiles  # noqa: E402
+
+CANARY = ["-k", "(ddp-cnn-1x2 or single-cnn-1x1) and not parity", "--scaling-strategies", "single,ddp"]
+
+
+def rounds_of(gate_dir: Path) -> list[dict]:
+    """Every duet round of every case of one gate run: its paired estimate."""
+    merged = gate_dir / "merged"
+    base = {c["key"]: c for c in runfiles.load_run(merged / "base")}
+    out = []
+    for case in runfiles.load_run(merged):
+        if not case.get("record") or case["key"] not in base or not base[case["key"]].get("record"):
+            continue
+        head = CaseRecord.from_dict(case["record"])
+        other = CaseRecord.from_dict(base[case["key"]]["record"])
+        if head.world_size < 2:
+            continue
+        rounds = ab.pairs(head, other) or ab.classic_pairs(head, other)  # today's statistic, per round
+        for n, (h, b) in enumerate(zip(head.launches, other.launches), 1):
+            found = duet.round_estimate(h, b)
+            if found is None:
+                today = math.log(rounds[n - 1][0] / rounds[n - 1][1]) if n <= len(rounds) else None
+                out.append({"case": case["case_id"], "round": n, "paired": False, "rounds_log": today})
+                continue
+            pair_logs = [math.log(x / y) for x, y in zip(h.step_times_s, b.step_times_s)]
+            out.append(
+                {
+                    "case": case["case_id"],
+                    "round": n,
+                    "paired": True,
+                    "d_w": found.at_w.mean,
+                    "d_1": found.at_1.mean,
+                    "eff_log": found.efficiency_log,
+                    "se": found.se,
+                    "pairs": found.at_w.pairs,
+                    "pair_sd": statistics.stdev(pair_logs),
+                }
+            )
+    return out
+
+
+def run_gate(kind: str, where: Path, slow_ms: float, args: list[str]) -> tuple[Path, dict[str, str], int]:
+    from tests.repos import checkout_repo, commit_change, slow_commit
+
+    repo = where / "repo"
+    if kind == "canary":
+        checkout_repo(repo)
+        base = "HEAD"
+        if slow_ms:
+            commit_change(repo, "head: slower DDP forward", slow_commit(slow_ms))
+            base = "HEAD~1"
+        select = [*CANARY, "--scaling-steps", "100", "--scaling-warmup", "5"]
+    else:
+        from tests.test_scripts import _team_repo
+
+        repo = _team_repo(where)  # the example script; its head adds an all-reduce, so A/A is HEAD against itself
+        base = "HEAD"
+        select = ["-k", "ddp", "--scaling-steps", "30", "--scaling-warmup", "3"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    cmd = [sys.executable, "-m", "scalegate", "gate", "--base", base, "--json", "gate.json", *select, *args]
+    done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
+    verdicts = {c["case_id"]: c["status"] for c in json.loads((repo / "gate.json").read_text())["cases"]}
+    return sorted((repo / "results" / "gate").glob("gate-*"))[-1], verdicts, done.returncode
+
+
+def table(rows: list[dict]) -> str:
+    paired = [r for r in rows if r.get("paired")]
+    today = [r["rounds_log"] for r in rows if r.get("rounds_log") is not None]
+    if not paired:
+        spread = f"{statistics.stdev(today):.2%}" if len(today) > 1 else "n/a"
+        return (
+            f"no duet rounds; today's rounds: {len(today)}, mean {statistics.fmean(today or [0]):+.2%}, spread {spread}"
+        )
+    effs = [r["eff_log"] for r in paired]
+    lines = [
+        f"rounds {len(paired)} (not paired: {len(rows) - len(paired)})",
+        f"per-pair spread of ln(t_head/t_base) at W: median {statistics.median(r['pair_sd'] for r in paired):.1%}",
+        f"per-round block-means SE: median {statistics.median(r['se'] for r in paired):.1%}",
+        f"per-round efficiency log ratio: mean {statistics.fmean(effs):+.2%}, spread "
+        f"{statistics.stdev(effs) if len(effs) > 1 else float('nan'):.2%}",
+        f"step time at W: mean {statistics.fmean(r['d_w'] for r in paired):+.2%}; "
+        f"at 1x1: mean {statistics.fmean(r['d_1'] for r in paired):+.2%}",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kind", choices=("canary", "script"), default="canary")
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--read", type=Path, help="only read this gate run's directory")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "detection-data-duet.jsonl")
+    p.add_argument("gate_args", nargs="*", help="more arguments for the gate (e.g. --scaling-max-launches 4)")
+    a = p.parse_args()
+    if a.read:
+        print(table(rounds_of(a.read)))
+        return 0
+    import tempfile
+
+    every = []
+    for n in range(a.runs):
+        load = os.getloadavg()[0]
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory() as tmp:
+            gate_dir, verdicts, code = run_gate(a.kind, Path(tmp), a.slow_ms, a.gate_args)
+            rows = rounds_of(gate_dir)
+        wall = time.monotonic() - started
+        record = {
+            "kind": a.kind,
+            "slow_ms": a.slow_ms,
+            "run": n,
+            "load": load,
+            "wall_s": round(wall, 1),
+            "exit": code,
+            "verdicts": verdicts,
+            "rounds": rows,
+        }
+        with a.out.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        every += rows
+        print(
+            f"run {n + 1}/{a.runs}: exit {code}, {len(rows)} rounds, {verdicts}, {wall:.0f} s, load {load:.2f}",
+            flush=True,
+        )
+    print(table(every))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
