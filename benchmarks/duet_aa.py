@@ -31,7 +31,15 @@ from scalegate.judge import ab, duet  # noqa: E402
 from scalegate.judge.evidence import CaseRecord  # noqa: E402
 from scalegate.record import runfiles  # noqa: E402
 
-CANARY = ["-k", "(ddp-cnn-1x2 or single-cnn-1x1) and not parity", "--scaling-strategies", "single,ddp"]
+
+def canary(strategy: str) -> list[str]:
+    """One canary case of scalegate's own repository and its single-process reference."""
+    return [
+        "-k",
+        f"({strategy}-cnn-1x2 or single-cnn-1x1) and not parity",
+        "--scaling-strategies",
+        f"single,{strategy}",
+    ]
 
 
 def rounds_of(gate_dir: Path) -> list[dict]:
@@ -70,7 +78,9 @@ def rounds_of(gate_dir: Path) -> list[dict]:
     return out
 
 
-def run_gate(kind: str, where: Path, slow_ms: float, args: list[str]) -> tuple[Path, dict[str, str], int]:
+def run_gate(
+    kind: str, where: Path, slow_ms: float, args: list[str], strategy: str = "ddp"
+) -> tuple[Path, dict[str, str], int]:
     from tests.repos import checkout_repo, commit_change, slow_commit
 
     repo = where / "repo"
@@ -80,7 +90,7 @@ def run_gate(kind: str, where: Path, slow_ms: float, args: list[str]) -> tuple[P
         if slow_ms:
             commit_change(repo, "head: slower DDP forward", slow_commit(slow_ms))
             base = "HEAD~1"
-        select = [*CANARY, "--scaling-steps", "100", "--scaling-warmup", "5"]
+        select = [*canary(strategy), "--scaling-steps", "100", "--scaling-warmup", "5"]
     else:
         from tests.test_scripts import _team_repo
 
@@ -119,7 +129,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kind", choices=("canary", "script"), default="canary")
     p.add_argument("--runs", type=int, default=1)
-    p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--slow-ms", type=float, default=0.0, help="the head's DDP forward slower by this (canary: ddp)")
+    p.add_argument("--strategy", default="ddp", help="the canary's strategy: ddp, fsdp, deepspeed-zero2")
     p.add_argument("--read", type=Path, help="only read this gate run's directory")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "detection-data-duet.jsonl")
     p.add_argument("gate_args", nargs="*", help="more arguments for the gate (e.g. --scaling-max-launches 4)")
@@ -134,12 +145,13 @@ def main() -> int:
         load = os.getloadavg()[0]
         started = time.monotonic()
         with tempfile.TemporaryDirectory() as tmp:
-            gate_dir, verdicts, code = run_gate(a.kind, Path(tmp), a.slow_ms, a.gate_args)
+            gate_dir, verdicts, code = run_gate(a.kind, Path(tmp), a.slow_ms, a.gate_args, a.strategy)
             rows = rounds_of(gate_dir)
         wall = time.monotonic() - started
         record = {
             "kind": a.kind,
             "slow_ms": a.slow_ms,
+            "strategy": a.strategy if a.kind == "canary" else "script",
             "run": n,
             "load": load,
             "wall_s": round(wall, 1),
