@@ -133,6 +133,7 @@ def main() -> int:
     p.add_argument("--strategy", default="ddp", help="the canary's strategy: ddp, fsdp, deepspeed-zero2")
     p.add_argument("--read", type=Path, help="only read this gate run's directory")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "detection-data-duet.jsonl")
+    p.add_argument("--note", default="", help="a label kept with every record (what changed since the last set)")
     p.add_argument("gate_args", nargs="*", help="more arguments for the gate (e.g. --scaling-max-launches 4)")
     a = p.parse_args()
     if a.read:
@@ -153,6 +154,7 @@ def main() -> int:
             "slow_ms": a.slow_ms,
             "strategy": a.strategy if a.kind == "canary" else "script",
             "run": n,
+            **({"note": a.note} if a.note else {}),
             "load": load,
             "wall_s": round(wall, 1),
             "exit": code,

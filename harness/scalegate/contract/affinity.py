@@ -12,6 +12,13 @@ so each gets its own slice; ``none`` turns binding off), else the process's own 
 step's cpuset, a container's limit). Binding is skipped, and says why, when the ranks do not fit.
 On CUDA devices nothing is bound here: that is torchrun's ``--numa-binding`` on GPU hosts.
 
+In a duet (docs/duet.md) every rank is bound, whatever the option, the 1x1 reference's only rank too: rank r
+of both sides then runs on the same cores, so a core that a neighbouring VM slows slows both sides' steps alike.
+Left to the scheduler, each resident process kept a core of its own and with it a level of its own: two
+processes taking turns on this VM, same training step, B/A step-time medians over 250 steps in 3 rounds each
+(load 0.4-1.5): on different cores -1.2%, -13.8%, +19.8%; on the same core -0.5%, -2.8%, +0.8%
+(15 rounds on one core: |B/A| <= 2.8%; benchmarks/duet_cores.py).
+
 The worker binds its main thread *after* the process group exists (``sched_setaffinity`` on Linux
 binds the calling thread and what it starts later): gloo's worker threads, started with the group,
 stay free to run on any core. Binding the whole process first halved ``zero1-torch-resnet-1x2``
@@ -57,8 +64,9 @@ def parse(text: str) -> list[int] | None:
     return [int(part) for part in text.split(",")]
 
 
-def bind(threads: int, env: dict[str, str] | None = None) -> dict[str, object]:
-    """Bind this process by ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``; returns what was done, for the result."""
+def bind(threads: int, env: dict[str, str] | None = None, duet: bool = False) -> dict[str, object]:
+    """Bind this thread (and what it starts later) by ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``; returns what was done,
+    for the result. ``duet``: the rank takes turns with its partner's, whose rank of the same number binds alike."""
     env = os.environ if env is None else env
     if ENV in env:
         cpus = parse(env[ENV])
@@ -67,10 +75,10 @@ def bind(threads: int, env: dict[str, str] | None = None) -> dict[str, object]:
     else:
         cpus = node_cpus()
     local_rank, local_world = int(env.get("LOCAL_RANK", "0")), int(env.get("LOCAL_WORLD_SIZE", "1"))
-    if local_world == 1 and ENV not in env:
+    if local_world == 1 and ENV not in env and not duet:
         return {"cpus": None, "why": "the node's only rank: left to the scheduler"}
     mine, why = plan(cpus, local_rank, local_world, threads)
     if mine is None:
         return {"cpus": None, "why": why}
     os.sched_setaffinity(0, mine)
-    return {"cpus": mine, "why": ""}
+    return {"cpus": mine, "why": "duet: both sides' rank on the same cores" if duet else ""}

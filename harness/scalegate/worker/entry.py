@@ -61,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         binding: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
         if ctx.device.type == "cpu":  # after the process group: gloo's own threads stay free to run anywhere
-            binding = affinity.bind(spec.cpu_threads) if spec.cpu_binding else {"cpus": None, "why": "off"}
+            paired = bool(turns.ACTIVE.summary().get("paired"))  # a duet binds both sides' rank r alike
+            binding = (
+                affinity.bind(spec.cpu_threads, duet=paired)
+                if spec.cpu_binding or paired
+                else {"cpus": None, "why": "off"}
+            )
         result = train(spec, ctx, os.environ.get("SCALEGATE_DATA_DIR") or None, beats.beat)
         result.extra["cpu_binding"] = binding
         _write_result(spec, ctx.rank, out_dir / f"rank{ctx.rank}.json", result.__dict__)

@@ -42,7 +42,7 @@ from typing import Any, Callable
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from scalegate.contract import atomic, heartbeat
+from scalegate.contract import affinity, atomic, heartbeat
 from scalegate.contract.errors import SpecError
 from scalegate.contract.results import RankResult
 from scalegate.contract.spec import CaseSpec
@@ -85,6 +85,7 @@ class StepClock:
         self.collective_s: list[float] = []  # per measured step
         self.losses: list[tuple[float, float]] = []  # (the script's step, or the line's index; loss), rank 0
         self.loss_source: script_loss.Losses | None = None  # rank 0's output, where the case has a loss_pattern
+        self.binding: dict[str, Any] = {"cpus": None, "why": "a script's ranks are bound only in a duet"}
         self.started = time.perf_counter()
 
     # --- the hooks --------------------------------------------------------------------------------------------
@@ -132,7 +133,11 @@ class StepClock:
                     raise WindowClosed()
         # a duet's turn (docs/duet.md): the next step starts when it is granted, so waiting is in no step's time
         turns.ACTIVE.turn(step)
-        if turns.ACTIVE.summary().get("paired") and self.first - 1 <= step < self.last:
+        paired = turns.ACTIVE.summary().get("paired")
+        if paired and step == 0 and self.ctx.device.type == "cpu":
+            # after the script's first step its process group exists: gloo's threads stay free, as in entry.py
+            self.binding = affinity.bind(self.spec.cpu_threads, duet=True)
+        if paired and self.first - 1 <= step < self.last:
             self.starts.append(self._now())
 
     def _now(self) -> Any:
@@ -210,6 +215,7 @@ class StepClock:
                 "loss_read_from": self.loss_source.how if self.loss_source else [],  # [stdout, stderr]: file/wrapped
                 "collective_s": self.collective_s,  # blocking collectives the script called, per measured step
                 "throughput_unit": "samples/s" if batch else "steps/s",
+                "cpu_binding": self.binding,
                 **({"duet": turns.ACTIVE.summary()} if turns.ACTIVE.summary() else {}),
             },
         )
