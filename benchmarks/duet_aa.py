@@ -3,6 +3,8 @@
     python benchmarks/duet_aa.py --kind canary --runs 10            # gate --base HEAD on ddp-cnn-1x2, 10 times
     python benchmarks/duet_aa.py --kind script --runs 10            # the example script in its own repository
     python benchmarks/duet_aa.py --kind canary --slow-ms 1.5        # the head's DDP forward slowed (SLOW_COMMIT)
+    python benchmarks/duet_aa.py --kind script --script-steps 150 --slowdown 0.0527   # a 5% drop, injected at W
+    python benchmarks/duet_aa.py --kind script --extra-forward 8 -- --scaling-step-time-tolerance 0.05
     python benchmarks/duet_aa.py --read results/gate/gate-...       # one gate run's rounds, as the table reads them
 
 Each run is one real ``python -m scalegate gate --base ...`` in a throwaway repository (tests/repos.py); every
@@ -78,8 +80,46 @@ def rounds_of(gate_dir: Path) -> list[dict]:
     return out
 
 
+def script_repo(where: Path, steps: int, slowdown: float, extra_forward: int) -> tuple[Path, str]:
+    """The example script in a repository of its own, its marker running ``--max-steps={steps}``; with a head
+    commit that slows it (``slowdown``: from outside its code, the harness's injected sleep that only the head's
+    ranks at W see; ``extra_forward``: a real code change, a no-grad forward of that many samples each step, at W and
+    1x1 alike). (repository, base revision)."""
+    from tests.repos import commit_change, git
+    from tests.test_scripts import _project
+
+    repo = _project(where)
+    marker = repo / "scaling_tests" / "test_train.py"
+    marker.write_text(marker.read_text().replace('"--max-steps=40"', '"--max-steps={steps}"'))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the team's training script")
+    if slowdown:
+        ini = repo / "pytest.ini"
+        ini.write_text(ini.read_text().replace("addopts = -ra", f"addopts = -ra --scaling-inject-slowdown {slowdown}"))
+        git(repo, "commit", "-qam", "head: every distributed step slower (injected)")
+        return repo, "HEAD~1"
+    if extra_forward:
+        change = (
+            "train.py",
+            "        optimizer.step()\n",
+            f"        with torch.no_grad():  # the PR's train-accuracy probe\n"
+            f"            model(inputs[:{extra_forward}])\n",
+        )
+        commit_change(repo, "head: a train-accuracy probe each step", change)
+        return repo, "HEAD~1"
+    return repo, "HEAD"
+
+
 def run_gate(
-    kind: str, where: Path, slow_ms: float, args: list[str], strategy: str = "ddp"
+    kind: str,
+    where: Path,
+    slow_ms: float,
+    args: list[str],
+    strategy: str = "ddp",
+    script_steps: int = 30,
+    slowdown: float = 0.0,
+    extra_forward: int = 0,
 ) -> tuple[Path, dict[str, str], int]:
     from tests.repos import checkout_repo, commit_change, slow_commit
 
@@ -92,11 +132,8 @@ def run_gate(
             base = "HEAD~1"
         select = [*canary(strategy), "--scaling-steps", "100", "--scaling-warmup", "5"]
     else:
-        from tests.test_scripts import _team_repo
-
-        repo = _team_repo(where)  # the example script; its head adds an all-reduce, so A/A is HEAD against itself
-        base = "HEAD"
-        select = ["-k", "ddp", "--scaling-steps", "30", "--scaling-warmup", "3"]
+        repo, base = script_repo(where, script_steps, slowdown, extra_forward)
+        select = ["-k", "ddp", "--scaling-steps", str(script_steps), "--scaling-warmup", "3"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
     cmd = [sys.executable, "-m", "scalegate", "gate", "--base", base, "--json", "gate.json", *select, *args]
     done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
@@ -133,6 +170,9 @@ def main() -> int:
     p.add_argument("--strategy", default="ddp", help="the canary's strategy: ddp, fsdp, deepspeed-zero2")
     p.add_argument("--read", type=Path, help="only read this gate run's directory")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "detection-data-duet.jsonl")
+    p.add_argument("--script-steps", type=int, default=30, help="script: measured steps (pairs) per launch")
+    p.add_argument("--slowdown", type=float, default=0.0, help="script: the head's steps at W slower (injected)")
+    p.add_argument("--extra-forward", type=int, default=0, help="script: the head adds a forward of N samples")
     p.add_argument("--note", default="", help="a label kept with every record (what changed since the last set)")
     p.add_argument("gate_args", nargs="*", help="more arguments for the gate (e.g. --scaling-max-launches 4)")
     a = p.parse_args()
@@ -146,12 +186,18 @@ def main() -> int:
         load = os.getloadavg()[0]
         started = time.monotonic()
         with tempfile.TemporaryDirectory() as tmp:
-            gate_dir, verdicts, code = run_gate(a.kind, Path(tmp), a.slow_ms, a.gate_args, a.strategy)
+            gate_dir, verdicts, code = run_gate(
+                a.kind, Path(tmp), a.slow_ms, a.gate_args, a.strategy, a.script_steps, a.slowdown, a.extra_forward
+            )
             rows = rounds_of(gate_dir)
         wall = time.monotonic() - started
         record = {
             "kind": a.kind,
             "slow_ms": a.slow_ms,
+            **({"script_steps": a.script_steps} if a.kind == "script" else {}),
+            **({"slowdown": a.slowdown} if a.slowdown else {}),
+            **({"extra_forward": a.extra_forward} if a.extra_forward else {}),
+            **({"gate_args": a.gate_args} if a.gate_args else {}),
             "strategy": a.strategy if a.kind == "canary" else "script",
             "run": n,
             **({"note": a.note} if a.note else {}),

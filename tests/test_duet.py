@@ -167,3 +167,42 @@ def test_a_later_rounds_launch_of_the_same_case_pairs_afresh():
             assert all(s["paired"] and s["turns"] == 5 for s in head.summaries + base.summaries)
             c.side_ended("head"), c.side_ended("base")  # the round's sessions exit
         assert len(c.report()) == 4
+
+
+def _records(head_factor_w: float, head_factor_1: float, rounds: int, step_time_tolerance=None):
+    """A head and a base of ``rounds`` duet rounds; the head's steps slower by the factors at W and at 1x1, with a
+    wobble the pairs share (as they share a host's phase) and a small one of their own."""
+    from scalegate.judge.evidence import CaseRecord, Conduct
+
+    def side(fw: float, f1: float, seed: int):
+        launches = []
+        for r in range(rounds):
+            phase = [1 + 0.2 * math.sin(i + r) for i in range(40)]
+            own = [1 + 0.004 * math.sin(7 * i + seed + r) for i in range(40)]
+            launches.append(
+                _launch([0.01 * fw * p * o for p, o in zip(phase, own)], [0.006 * f1 * p * o for p, o in zip(phase, own)])
+            )
+        conduct = Conduct(max_launches=8, tolerance=0.1, step_time_tolerance=step_time_tolerance)
+        return CaseRecord(
+            case_id="ddp-cnn-1x2", key="ddp-cnn-1x2:tiny", profile="p", world_size=2, global_batch=64, steps=40,
+            warmup=3, launches=tuple(launches), conduct=conduct,
+        )  # fmt: skip
+
+    return side(head_factor_w, head_factor_1, 1), side(1.0, 1.0, 2)
+
+
+def test_a_slower_model_on_one_process_too_fails_only_where_the_step_time_is_judged():
+    """A uniform 10% slower step keeps the efficiency: it passes on efficiency alone and fails on the step time."""
+    from scalegate.judge import metric as V
+    from scalegate.judge.outcome import Overrides
+
+    head, base = _records(1.10, 1.10, rounds=3)
+    found = paired.timing(head, base, None, Overrides())
+    assert found.status == V.OK and "step speed" not in found.message, found.message
+    head, base = _records(1.10, 1.10, rounds=3, step_time_tolerance=0.05)
+    found = paired.timing(head, base, None, Overrides())
+    assert found.status == V.REGRESSED, found.message
+    assert found.message.startswith("step speed at W (base/head step time) 0.909 is 9.1% below"), found.message
+    assert "efficiency 1.000 within" in found.message  # the other decision, still said
+    head, base = _records(1.0, 1.0, rounds=3, step_time_tolerance=0.05)
+    assert paired.timing(head, base, None, Overrides()).status == V.OK

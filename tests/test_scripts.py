@@ -55,6 +55,24 @@ def test_a_script_marker_names_its_cases_by_the_scripts_own_strategy_words(tmp_p
     assert spec.script.at("zero", plan_script.Topology.parse("1x1")).argv == ("--mode=zero", "-n=1")
 
 
+def test_steps_placeholder_is_the_steps_the_case_needs_in_the_case_and_its_reference(tmp_path):
+    (tmp_path / "train.py").write_text("")
+    decl = plan_script.declared(("train.py", "--max-steps={steps}"), {"strategies": ["ddp"]}, tmp_path, "t")
+    spec = plan_script.spec_for(decl, "ddp", plan_script.Topology.parse("1x2"), _options(), tmp_path, "t")
+    assert spec.script.argv == ("--max-steps=7",)  # 2 warm-up + 5 measured (_options)
+    assert spec.script.at("ddp", plan_script.Topology.parse("1x1")).argv == ("--max-steps=7",)
+
+
+def test_an_injected_slowdown_reaches_the_scripts_case(tmp_path):
+    import dataclasses
+
+    (tmp_path / "train.py").write_text("")
+    decl = plan_script.declared(("train.py",), {"strategies": ["ddp"]}, tmp_path, "t")
+    options = dataclasses.replace(_options(), inject_slowdown=0.05)
+    spec = plan_script.spec_for(decl, "ddp", plan_script.Topology.parse("1x2"), options, tmp_path, "t")
+    assert spec.faults.slowdown == 0.05
+
+
 @pytest.mark.parametrize(
     "args, kwargs, says",
     [
@@ -270,7 +288,7 @@ def test_a_scripts_failures_are_named_and_other_cases_keep_their_results(tmp_pat
     assert (
         "the script stopped after 4 optimizer steps; the case needs 7 (2 before the window, 5 measured)"
         in cases["ddp-short-1x2"]["message"]
-    ) and "raise its step count or lower --scaling-steps" in cases["ddp-short-1x2"]["message"]
+    ) and "--max-steps={steps}" in cases["ddp-short-1x2"]["message"]
     assert "never called an optimizer step" in cases["ddp-nostep-1x2"]["message"]
     assert "scalegate.step()" in cases["ddp-nostep-1x2"]["message"]
     manual = cases["ddp-manual-1x2"]

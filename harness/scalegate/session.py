@@ -230,6 +230,7 @@ class ScalingSession:
                 alpha=opts.alpha,
                 beta=opts.beta,
                 tolerance=opts.tolerance,
+                step_time_tolerance=opts.step_time_tolerance,
             ),
         )
         if not results:

@@ -7,7 +7,8 @@ correlation was -0.16). Back-to-back relaunches then confirm the phase, not the 
 test's "one odd launch is confirmed by a second" fails. So the single-node gate runs *rounds*: round 1 is
 every selected scaling case once; each later round
 launches only the cases whose sequential verdict is still undecided, once each, in a fresh pytest session
-(``ROUND_GAP_S`` at least between round starts); the judge sees every round's launches of a case as one
+(``ROUND_GAP_S`` at least between round starts; a duet's rounds follow each other at once, since both sides
+share the phase step by step); the judge sees every round's launches of a case as one
 record (``merge``), in launch order, exactly as one session's relaunches would give them. The merged
 result files go to ``<results dir>/<gate run>/merged`` (``latest`` points there), so ``python -m scalegate
 compare`` re-judges the gate's own verdicts from them. Parity runs before the rounds in a session of its
@@ -161,7 +162,8 @@ def run(
         )
         if not selection or n == budget:
             break
-        time.sleep(max(0.0, ROUND_GAP_S - (time.monotonic() - started)))
+        if coordinator is None:  # a duet's rounds pair head and base in time: a phase they share cancels
+            time.sleep(max(0.0, ROUND_GAP_S - (time.monotonic() - started)))
     return merged, codes
 
 

@@ -16,7 +16,8 @@ from scalegate.contract.errors import SpecError
 from scalegate.contract.topology import Topology
 
 # What a script's arguments may name: the strategy (the script's own word for it) and the case's shape
-PLACEHOLDERS = ("strategy", "world_size", "nnodes", "nproc_per_node")
+# and ``steps``: the optimizer steps the case needs (warm-up and measured), for a ``--max-steps={steps}``
+PLACEHOLDERS = ("strategy", "world_size", "nnodes", "nproc_per_node", "steps")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +30,7 @@ class ScriptSpec:
     stop_after_window: bool = False  # stop the script once the measured window has closed
     batch: int | None = None  # samples per step: per rank (weak) or in all (strong); None: optimizer steps/s
     loss_tolerance: float = 0.05  # strong scaling: the loss curves agree within this relative difference
+    needed_steps: int = 0  # the optimizer steps the case needs: what ``{steps}`` stands for
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "argv", tuple(self.argv))
@@ -54,16 +56,24 @@ class ScriptSpec:
 
     def at(self, strategy: str, topology: Topology, where: str = "scaling_script") -> "ScriptSpec":
         """The same script for another strategy or topology: its arguments filled again (the 1x1 reference)."""
-        return dataclasses.replace(self, argv=fill(self.template, values(strategy, topology), where))
+        filled = values(strategy, topology, self.needed_steps)
+        return dataclasses.replace(self, argv=fill(self.template, filled, where))
 
 
-def values(strategy: str, topology: Topology) -> dict[str, object]:
-    """What the placeholders stand for in a case of ``strategy`` on ``topology``."""
+def needed_steps(steps: int, warmup: int) -> int:
+    """The optimizer steps a case's script must run: its warm-up (at least the one that opens the window) and its
+    measured steps (worker/script.py's ``StepClock``)."""
+    return max(warmup, 1) + steps
+
+
+def values(strategy: str, topology: Topology, steps: int = 0) -> dict[str, object]:
+    """What the placeholders stand for in a case of ``strategy`` on ``topology`` that needs ``steps`` steps."""
     return {
         "strategy": strategy,
         "world_size": topology.world_size,
         "nnodes": topology.nodes,
         "nproc_per_node": topology.per_node,
+        "steps": steps,
     }
 
 

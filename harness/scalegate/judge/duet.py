@@ -8,6 +8,7 @@ pairs is not read as independent evidence. The efficiency is t1/tW, so ``ln(eff_
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -139,37 +140,66 @@ def fallback(record: CaseRecord, base: CaseRecord) -> str:
 
 
 def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, overrides: Overrides) -> Timing | None:
-    """The A/B verdict on the duet's efficiency ratio, where every round was a duet; None otherwise."""
+    """The A/B verdict on the duet's efficiency ratio, where every round was a duet; None otherwise. With
+    ``--scaling-step-time-tolerance`` the step time at W is decided too, and either regressing fails the case."""
     found_rounds = [round_estimate(h, b) for h, b in zip(record.launches, base.launches)]
     if not found_rounds or not all(found_rounds):
         return None
     rounds: list[RoundEstimate] = found_rounds  # type: ignore[assignment]
-    logs = [r.efficiency_log for r in rounds]
-    sigma = statistics.median(r.se for r in rounds)
-    source = f"measured: block means of the rounds' duet pairs ({rounds[0].at_w.pairs} a round)"
-    recorded, where = RECORDED_AA["script" if record.key.endswith(":script") else "workload"]
+    design = rounds_design(record, baseline, overrides, sigma_floor=0.0)  # no floor from arithmetic: sigma is measured
+    over = f"{len(rounds)} duet round{'s' if len(rounds) > 1 else ''} ({'; '.join(r.describe() for r in rounds)})"
+    where = f"[{record.where}, duet against the base commit]"
+    verdicts = [
+        _decided([r.efficiency_log for r in rounds], [r.se for r in rounds], record, design, over, where, "efficiency")
+    ]
+    step_time = record.conduct.step_time_tolerance
+    if step_time:  # speed at W, base/head: a step time ``step_time`` slower is a drop of 1 - 1/(1 + step_time)
+        speed = dataclasses.replace(design, detect=1 - 1 / (1 + step_time))
+        logs, ses = [-r.at_w.mean for r in rounds], [r.at_w.se for r in rounds]
+        again = f"the same {len(rounds)} round{'s' if len(rounds) > 1 else ''}"
+        verdicts.append(_decided(logs, ses, record, speed, again, where, "step speed at W (base/head step time)"))
+    regressed = [v for v in verdicts if v.status == V.REGRESSED]
+    if regressed or all(v.status == V.OK for v in verdicts):
+        chosen = regressed[0] if regressed else verdicts[0]
+        others = [v.message for v in verdicts if v is not chosen]
+        return dataclasses.replace(chosen, message="; ".join([chosen.message, *others]))
+    undecided = next(v for v in verdicts if v.status != V.OK)
+    more = len(rounds) < design.max_launches
+    tail = "undecided, another duet round" if more else f"still undecided after {design.max_launches} duet rounds"
+    messages = [f"{v.message}: {tail}" if v is undecided else v.message for v in verdicts]
+    return dataclasses.replace(undecided, status=V.NOISY, next_launches=1 if more else 0, message="; ".join(messages))
+
+
+def _decided(
+    logs: list[float],
+    ses: list[float],
+    record: CaseRecord,
+    design: sequential.Design,
+    over: str,
+    where: str,
+    what: str,
+) -> Timing:
+    """One sequential test over the rounds' log ratios (head/base, lower is worse): decided, or undecided with its
+    state (``timing`` words the undecided case). Sigma: the rounds' block means, never below the A/A duets'
+    recorded spread nor the rounds' own."""
+    sigma = statistics.median(ses)
+    source = "measured: block means of the rounds' duet pairs"
+    recorded, recorded_where = RECORDED_AA["script" if record.key.endswith(":script") else "workload"]
     if recorded > sigma:
-        sigma, source = recorded, f"measured: {where}, above the rounds' block means"
+        sigma, source = recorded, f"measured: {recorded_where}, above the rounds' block means"
     if len(logs) >= 2 and statistics.stdev(logs) > sigma:
         sigma, source = statistics.stdev(logs), f"measured: the {len(logs)} rounds' own spread, above their block means"
-    design = rounds_design(record, baseline, overrides, sigma_floor=0.0)  # no floor from arithmetic: sigma is measured
     ratios = [math.exp(x) for x in logs]
     found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
-    state = sequential.state(found, design, sigma_source=source, rounds=len(ratios), duet=True)
+    state = sequential.state(found, design, sigma_source=source, rounds=len(ratios), duet=True, metric=what)
     value = math.exp(statistics.fmean(logs))
-    over = f"{len(rounds)} duet round{'s' if len(rounds) > 1 else ''} ({'; '.join(r.describe() for r in rounds)})"
     test = f"A/B sequential test: {sequential.power(design)}; paired spread ±{found.sigma:.1%}, {source}"
-    where = f"[{record.where}, duet against the base commit]"
-    what = "efficiency head/base"
     done = decided(AB, found, state, value, "1.000 (the base commit, step by step)", over, test, where, what)
     if done is not None:
         return done
-    more = len(ratios) < design.max_launches
-    tail = "undecided, another duet round" if more else f"still undecided after {design.max_launches} duet rounds"
     return Timing(
         gate=AB,
         status=V.NOISY,
-        next_launches=1 if more else 0,
         sequential=state,
-        message=f"{what} {value:.3f} ({found.change:+.1%} over {over}): {tail} ({test}) {where}",
+        message=f"{what} {value:.3f} ({found.change:+.1%} over {over}) ({test}) {where}",
     )

@@ -52,6 +52,7 @@ class Conduct:
     alpha: float = 0.01
     beta: float = 0.05
     tolerance: float | None = None  # --scaling-tolerance of the run: compare and gate re-judge with the same drop
+    step_time_tolerance: float | None = None  # --scaling-step-time-tolerance: an A/B duet judges the step time too
 
 
 @dataclass(frozen=True, kw_only=True)

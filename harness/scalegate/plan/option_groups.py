@@ -213,6 +213,14 @@ def add_gate_options(addoption: AddOption, prefix: str = "scaling-") -> None:
         help="parity (harness/scalegate/parity.py): how far a front end's throughput may fall below ddp's in the same launch, "
         "as a fraction (default: %(default)s)",
     )
+    addoption(
+        f"--{prefix}step-time-tolerance",
+        type=t.fraction(f"--{prefix}step-time-tolerance"),
+        default=None,
+        help="A/B duet (gate --base): also fail a case whose step time at its world size is this fraction slower "
+        "than the base commit's, step by step (a slower model on one process too: efficiency alone does not "
+        "move); default: efficiency only",
+    )
     addoption(f"--{prefix}strict", action="store_true", help="also fail cases whose timing is too noisy to judge")
     addoption(
         f"--{prefix}confirm",

@@ -100,6 +100,7 @@ class Options:
     launcher: str = "warm"  # --scaling-launcher: warm agent (scalegate/launch/warm.py) or a cold torchrun per launch
     local_steps: int = LOCAL_STEPS  # same-launch (distributed, local) pairs per multi-rank launch
     max_launches: int = MAX_LAUNCHES  # sequential verdicts: the launch budget per case
+    step_time_tolerance: float | None = None  # A/B duet: the step time at W is judged too (judge/duet.py)
     alpha: float = ALPHA
     beta: float = BETA
     parity_tolerance: float = PARITY_TOLERANCE  # --scaling-parity-tolerance: parity's throughput shortfall
@@ -149,6 +150,7 @@ def parse(values: argparse.Namespace, rootdir: Path, strategy_names: Sequence[st
         launches=v.scaling_launches,
         local_steps=v.scaling_local_steps,
         max_launches=v.scaling_max_launches,
+        step_time_tolerance=v.scaling_step_time_tolerance,
         alpha=v.scaling_alpha,
         beta=v.scaling_beta,
         baseline_dir=Path(v.scaling_baseline_dir) if v.scaling_baseline_dir else rootdir / "baselines",

@@ -2,7 +2,8 @@
 
     @pytest.mark.scaling_script(
         "train.py", "--strategy={strategy}", "--max-steps=60",  # the script and its arguments (placeholders:
-        name="mylm",                                            # {strategy} {world_size} {nnodes} {nproc_per_node})
+        name="mylm",                                            # {strategy} {world_size} {nnodes} {nproc_per_node}
+                                                                # {steps}: the optimizer steps the case needs)
         strategies=["ddp", "fsdp"], topologies=["1x2"],         # ids ddp-mylm-1x2, fsdp-mylm-1x2
         scaling="weak",                                         # or "strong": the script keeps its global batch
         loss_pattern=r"step (\\d+) loss ([0-9.eE+-]+)",          # optional: read from rank 0's output
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract.errors import SpecError
-from scalegate.contract.script import ScriptSpec, fill, values
+from scalegate.contract.script import ScriptSpec, fill, needed_steps, values
 from scalegate.contract.spec import SCALINGS, CaseSpec, Faults
 from scalegate.contract.topology import Topology
 from scalegate.plan import cluster
@@ -136,6 +137,7 @@ def spec_for(
         stop_after_window=decl.stop_after_window,
         batch=decl.batch,
         loss_tolerance=decl.loss_tolerance,
+        needed_steps=needed_steps(options.steps, options.warmup),
     ).at(strategy, topology, f"{where}: scaling_script")
     strong = decl.scaling == "strong"
     return CaseSpec(
@@ -156,6 +158,9 @@ def spec_for(
         grad_check=False,  # gradients cannot be checked from outside a script: the table says n/a
         local_steps=0,  # no local copy of a script's model: the classic efficiency decides
         script=script,
-        # the one fault a script's bootstrap injects (the others need the harness's own loop)
-        faults=Faults(count_every_step=bool(dict(options.inject_faults).get("count_every_step"))),
+        # the faults a script's bootstrap injects (the others need the harness's own loop); the 1x1 reference has none
+        faults=Faults(
+            count_every_step=bool(dict(options.inject_faults).get("count_every_step")),
+            slowdown=options.inject_slowdown,
+        ),
     )

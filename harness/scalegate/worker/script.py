@@ -87,6 +87,7 @@ class StepClock:
         self.loss_source: script_loss.Losses | None = None  # rank 0's output, where the case has a loss_pattern
         self.binding: dict[str, Any] = {"cpus": None, "why": "a script's ranks are bound only in a duet"}
         self.started = time.perf_counter()
+        self.step_started = self.started
 
     # --- the hooks --------------------------------------------------------------------------------------------
     def optimizer_hook(self, optimizer: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
@@ -123,6 +124,8 @@ class StepClock:
             self._mark()
             self.in_window, self.comm = True, 0.0
         elif self.first <= step <= self.last:
+            if self.spec.faults.slowdown and self.ctx.world_size > 1:  # injected: this step, a fraction longer
+                self._slow_down()
             self._mark()
             self.collective_s.append(self.comm)
             self.comm = 0.0
@@ -139,6 +142,14 @@ class StepClock:
             self.binding = affinity.bind(self.spec.cpu_threads, duet=True)
         if paired and self.first - 1 <= step < self.last:
             self.starts.append(self._now())
+        self.step_started = time.perf_counter()  # the host clock of the next step's start (its turn's grant)
+
+    def _slow_down(self) -> None:
+        """``--scaling-inject-slowdown``: sleep that fraction of the step's own time so far (from its turn's grant
+        in a duet), inside the step, as the harness's loop does."""
+        if self.ctx.device.type == "cuda":
+            torch.cuda.synchronize(self.ctx.device)
+        time.sleep(self.spec.faults.slowdown * (time.perf_counter() - self.step_started))
 
     def _now(self) -> Any:
         if self.ctx.device.type == "cuda":
@@ -177,7 +188,8 @@ class StepClock:
             raise SpecError(
                 f"{self.spec.case_id}: the script stopped after {self.count} optimizer steps; the case needs {needed} "
                 f"({self.first} before the window, {self.spec.steps} measured)",
-                "raise its step count or lower --scaling-steps / --scaling-warmup",
+                "raise its step count (a marker argument like --max-steps={steps} runs what the case needs) or "
+                "lower --scaling-steps / --scaling-warmup",
             )
 
     def write(self) -> None:
