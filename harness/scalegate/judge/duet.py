@@ -170,6 +170,19 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     return dataclasses.replace(undecided, status=V.NOISY, next_launches=1 if more else 0, message="; ".join(messages))
 
 
+def sigma_of(logs: Sequence[float], ses: Sequence[float], recorded: tuple[float, str]) -> tuple[float, str]:
+    """The sequential test's spread of one round's log ratio, and where it comes from: the rounds' block means,
+    never below ``recorded`` (recorded A/A duet rounds: a launch's own level, which no round's pairs can see) nor
+    the rounds' own spread. benchmarks/duet_replay.py replays recorded rounds through it."""
+    sigma, source = statistics.median(ses), "measured: block means of the rounds' duet pairs"
+    floor, where = recorded
+    if floor > sigma:
+        sigma, source = floor, f"measured: {where}, above the rounds' block means"
+    if len(logs) >= 2 and statistics.stdev(logs) > sigma:
+        sigma, source = statistics.stdev(logs), f"measured: the {len(logs)} rounds' own spread, above their block means"
+    return sigma, source
+
+
 def _decided(
     logs: list[float],
     ses: list[float],
@@ -182,13 +195,7 @@ def _decided(
     """One sequential test over the rounds' log ratios (head/base, lower is worse): decided, or undecided with its
     state (``timing`` words the undecided case). Sigma: the rounds' block means, never below the A/A duets'
     recorded spread nor the rounds' own."""
-    sigma = statistics.median(ses)
-    source = "measured: block means of the rounds' duet pairs"
-    recorded, recorded_where = RECORDED_AA["script" if record.key.endswith(":script") else "workload"]
-    if recorded > sigma:
-        sigma, source = recorded, f"measured: {recorded_where}, above the rounds' block means"
-    if len(logs) >= 2 and statistics.stdev(logs) > sigma:
-        sigma, source = statistics.stdev(logs), f"measured: the {len(logs)} rounds' own spread, above their block means"
+    sigma, source = sigma_of(logs, ses, RECORDED_AA["script" if record.key.endswith(":script") else "workload"])
     ratios = [math.exp(x) for x in logs]
     found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
     state = sequential.state(found, design, sigma_source=source, rounds=len(ratios), duet=True, metric=what)

@@ -1,0 +1,135 @@
+"""The duet gate's detection by replay over recorded duet rounds (issue 34; docs/duet.md, docs/detection.md).
+
+    python benchmarks/duet_replay.py                       # every set in docs/detection-data-duet.jsonl
+    python benchmarks/duet_replay.py --tolerance 0.05 --gates 20000
+
+A *set* is the rounds of one kind of whole-command run of benchmarks/duet_aa.py (case, head change, steps, note).
+Each replayed gate draws rounds at random, with replacement, from one set and runs the judge's own sequential
+test over them round by round (``judge.duet.sigma_of``, ``sequential.decide``, the gate's design: the drop to catch
+``--tolerance``, alpha 1%, beta 5%, ``--budget`` rounds, two rounds before either verdict), exactly as
+``judge.duet.timing`` decides a gate. From an A/A set it reads the false alarms, and, with every round's efficiency
+log ratio shifted by ``ln(1 - drop)``, the power at that drop; from a set whose head was really slowed it reads the
+power on those rounds as measured. The sigma floor is the judge's (``RECORDED_AA``) unless ``--floor`` names one.
+
+Rounds drawn independently: a gate's own rounds share more than that (one afternoon's host), so a whole-command
+run (benchmarks/duet_aa.py) is the check on this; the two are reported side by side in docs/detection.md.
+Nothing is timed here: it runs at any load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "harness"))
+
+from scalegate.judge import duet, sequential  # noqa: E402
+
+
+def sets(path: Path) -> dict[tuple, list[dict]]:
+    """Paired rounds by set: (kind, strategy, head change, script steps, note)."""
+    out: dict[tuple, list[dict]] = {}
+    for line in path.read_text().splitlines():
+        run = json.loads(line)
+        change = (
+            f"slow {run['slow_ms']} ms"
+            if run.get("slow_ms")
+            else f"slowdown {run['slowdown']}"
+            if run.get("slowdown")
+            else f"extra forward {run['extra_forward']}"
+            if run.get("extra_forward")
+            else "A/A"
+        )
+        key = (
+            run["kind"],
+            run.get("strategy", "ddp" if run["kind"] == "canary" else "script"),
+            change,
+            run.get("script_steps", 30 if run["kind"] == "script" else 100),
+            run.get("note", ""),
+        )
+        out.setdefault(key, []).extend(r for r in run["rounds"] if r.get("paired"))
+    return out
+
+
+def gate(rounds: list[dict], shift: float, floor: tuple[float, str], design: sequential.Design, rng) -> tuple:
+    """One replayed gate: (status, rounds used)."""
+    logs: list[float] = []
+    ses: list[float] = []
+    for n in range(1, design.max_launches + 1):
+        r = rng.choice(rounds)
+        logs.append(r["eff_log"] + shift)
+        ses.append(r["se"])
+        sigma, _ = duet.sigma_of(logs, ses, floor)
+        found = sequential.decide([math.exp(x) for x in logs], 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
+        if found.status != sequential.UNDECIDED:
+            return found.status, n
+    return sequential.UNDECIDED, design.max_launches
+
+
+def replay(rounds: list[dict], shift: float, floor: tuple[float, str], design, gates: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    found = [gate(rounds, shift, floor, design, rng) for _ in range(gates)]
+    share = {s: sum(1 for f, _ in found if f == s) / gates for s in (sequential.REGRESSED, sequential.OK)}
+    return {
+        "regressed": share[sequential.REGRESSED],
+        "ok": share[sequential.OK],
+        "undecided": 1 - sum(share.values()),
+        "rounds": statistics.fmean(n for _, n in found),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", type=Path, default=ROOT / "docs" / "detection-data-duet.jsonl")
+    p.add_argument("--tolerance", type=float, default=0.05, help="the drop the gate is built to catch")
+    p.add_argument("--drop", type=float, default=0.05, help="the drop shifted into A/A rounds")
+    p.add_argument("--budget", type=int, default=8)
+    p.add_argument("--gates", type=int, default=10000)
+    p.add_argument("--floor", type=float, help="the sigma floor (default: the judge's RECORDED_AA for the kind)")
+    a = p.parse_args()
+    design = sequential.Design(
+        detect=a.tolerance,
+        alpha=0.01,
+        beta=0.05,
+        max_launches=a.budget,
+        min_launches_regressed=duet.MIN_ROUNDS,
+        min_launches_ok=duet.MIN_ROUNDS,
+        sigma_floor=0.0,
+    )
+    print(f"tolerance {a.tolerance:.0%}, budget {a.budget} rounds, {a.gates} gates per line")
+    print("| set | rounds | round spread | floor | false alarms | A/A ok | caught | 5% missed as ok | mean rounds |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for (kind, strategy, change, steps, note), rounds in sets(a.data).items():
+        if len(rounds) < 4:
+            continue
+        floor = duet.RECORDED_AA["script" if kind == "script" else "workload"]
+        if a.floor is not None:
+            floor = (a.floor, "--floor")
+        spread = statistics.stdev(r["eff_log"] for r in rounds)
+        name = f"{strategy} {change}, {steps} steps" + (f" ({note})" if note else "")
+        if change == "A/A":
+            clean = replay(rounds, 0.0, floor, design, a.gates, 1)
+            drop = replay(rounds, math.log(1 - a.drop), floor, design, a.gates, 2)
+            print(
+                f"| {name} | {len(rounds)} | {spread:.1%} | {floor[0]:.1%} | {clean['regressed']:.1%} | "
+                f"{clean['ok']:.1%} | {drop['regressed']:.1%} | {drop['ok']:.1%} | "
+                f"{clean['rounds']:.1f} / {drop['rounds']:.1f} |"
+            )
+        else:
+            slowed = replay(rounds, 0.0, floor, design, a.gates, 3)
+            mean = statistics.fmean(r["eff_log"] for r in rounds)
+            print(
+                f"| {name} (measured {math.exp(mean) - 1:+.1%}) | {len(rounds)} | {spread:.1%} | {floor[0]:.1%} | "
+                f"– | – | {slowed['regressed']:.1%} | {slowed['ok']:.1%} | {slowed['rounds']:.1f} |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
