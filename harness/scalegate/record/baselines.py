@@ -2,7 +2,11 @@
 
     baselines/<profile>.json = {"schema_version": 1, "profile": ..., "fingerprint": {...},
                                 "cases": {"ddp-cnn-1x2:tiny": {"efficiency": {"value": .., "tolerance": ..},
-                                                               "throughput": {...}, ..., "provenance": {...}}}}
+                                                               "throughput": {...}, ..., "provenance": {...},
+                                                               "duet_aa": {"sigma": .., "rounds": .., ...}}}}
+
+``duet_aa`` (optional, ``record-baselines --duet-aa N``): the spread between rounds of an A/A duet's efficiency log
+ratio on this profile, the duet gate's sigma floor (judge/duet.py); absent means not recorded.
 
 Written only by an explicit update, atomically (temporary file + rename) under a lock.
 """
@@ -20,6 +24,7 @@ from typing import Any, Iterator
 from scalegate.contract import SCHEMA_VERSION, atomic
 from scalegate.contract.errors import BaselineError
 
+DUET_AA = "duet_aa"
 METRICS = ("efficiency", "local_efficiency", "throughput", "mfu", "final_loss", "peak_memory_bytes", "bytes_per_step")
 
 
@@ -37,6 +42,38 @@ class Reference:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DuetAA:
+    """The between-round spread of a duet round's efficiency log ratio in ``rounds`` A/A duet rounds of one case
+    (the checkout against itself, both sides resident), and where and when it was recorded."""
+
+    sigma: float
+    rounds: int
+    date: str
+    host: str
+    commit: str
+
+    def describe(self) -> str:
+        return f"{self.rounds} A/A duet rounds recorded on this profile {self.date[:10]}"
+
+
+def duet_aa_problem(found: Any) -> str:
+    """What is wrong with a case's ``duet_aa`` value, "" when it is usable."""
+    if not isinstance(found, dict):
+        return f"is {type(found).__name__}, expected an object"
+    sigma, rounds = found.get("sigma"), found.get("rounds")
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 <= sigma < 1:  # NaN fails too
+        return f"sigma {sigma!r} is not a number in 0..1 (a log ratio's spread)"
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
+        return f"rounds {rounds!r} is not a whole number >= 2 (one round has no spread)"
+    if not isinstance(found.get("provenance", {}), dict):
+        return f"provenance {found['provenance']!r} is not an object"
+    return ""
+
+
+DUET_AA_FIX = "record it again with `python -m scalegate record-baselines --duet-aa 10 -k CASE`, or delete the field"
+
+
+@dataclass(frozen=True, kw_only=True)
 class BaselineFile:
     path: Path
     profile: str
@@ -48,6 +85,23 @@ class BaselineFile:
         if entry is None:
             return None
         return Reference(value=entry["value"], tolerance=entry["tolerance"])
+
+    def duet_aa(self, key: str) -> DuetAA | None:
+        """The case's recorded A/A duet spread; None where none was recorded."""
+        found = self.cases.get(key, {}).get(DUET_AA)
+        if found is None:
+            return None
+        problem = duet_aa_problem(found)
+        if problem:
+            raise BaselineError(f"baseline file {self.path}: case {key!r} {DUET_AA} {problem}", DUET_AA_FIX)
+        made = found.get("provenance") or {}
+        return DuetAA(
+            sigma=float(found["sigma"]),
+            rounds=found["rounds"],
+            date=str(made.get("date", "(date not recorded)")),
+            host=str(made.get("hostname", "?")),
+            commit=str(made.get("commit", "?")),
+        )
 
 
 def path_for(directory: Path, profile: str) -> Path:
@@ -94,6 +148,10 @@ def _validate_entry(path: Path, key: str, entry: Any, fix: str) -> None:
         raise BaselineError(
             f"baseline file {path}: case {key!r} quarantine {quarantine.problem(entry[quarantine.KEY])}",
             'write it as "quarantine": {"reason": "...", "until": "2026-12-31"}, or remove it',
+        )
+    if entry.get(DUET_AA) is not None and duet_aa_problem(entry[DUET_AA]):
+        raise BaselineError(
+            f"baseline file {path}: case {key!r} {DUET_AA} {duet_aa_problem(entry[DUET_AA])}", DUET_AA_FIX
         )
     for metric in METRICS:
         ref = entry.get(metric)
@@ -157,11 +215,34 @@ def update(
     return path, diff
 
 
+def set_field(directory: Path, profile: str, fingerprint: dict[str, Any], field: str, values: dict[str, Any]) -> Path:
+    """One field of some cases' entries (``duet_aa``) written atomically, the rest of each entry and of the file as
+    it was; a case without an entry gets one holding that field only (a later full update keeps it)."""
+    path = path_for(directory, profile)
+    with _locked(path):
+        old = load(directory, profile)
+        cases = dict(old.cases) if old else {}
+        for key, value in values.items():
+            cases[key] = {**cases.get(key, {}), field: value}
+        atomic.write_json(
+            path,
+            {
+                "schema_version": SCHEMA_VERSION,
+                "profile": profile,
+                "fingerprint": old.fingerprint if old and old.fingerprint else fingerprint,
+                "cases": dict(sorted(cases.items())),
+            },
+        )
+    return path
+
+
 def _keep_team_fields(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """What a team wrote by hand outlives a re-recorded baseline: a quarantine, a measured spread between hosts."""
+    """What a team wrote by hand or recorded apart outlives a re-recorded baseline: a quarantine, a measured spread
+    between hosts, the A/A duet spread (``record-baselines --duet-aa``)."""
     merged = dict(new)
-    if "quarantine" in old and "quarantine" not in new:
-        merged["quarantine"] = old["quarantine"]
+    for kept in ("quarantine", DUET_AA):
+        if kept in old and kept not in new:
+            merged[kept] = old[kept]
     spread = (old.get("local_efficiency") or {}).get("host_sigma")
     if (
         spread is not None
