@@ -25,11 +25,24 @@ from scalegate.record.baselines import BaselineFile
 # The spread of a duet round's efficiency log ratio between launches in recorded A/A duets on the 2-core CPU VMs
 # (benchmarks/duet_aa.py, docs/detection-data-duet.jsonl, 2026-11-25, nothing else running): what a round's own
 # block means cannot see, a launch's own level (a script's 1x1 steps of 4-5 ms read up to 30% apart between the two
-# resident processes). Until the profile records its own, sigma is never below it; the verdict names the source.
+# resident processes). Where the profile has not recorded its own (``aa_floor``), sigma is never below it; the
+# verdict names the source.
 RECORDED_AA = {
     "workload": (0.0232, "20 A/A duet rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
     "script": (0.2009, "9 A/A duet rounds of the example script recorded on the 2-core VMs"),
 }
+
+
+def aa_floor(record: CaseRecord, baseline: BaselineFile | None) -> tuple[float, str]:
+    """Sigma's floor from A/A duets, and where it comes from: the spread the profile's baseline recorded for this case
+    (``record-baselines --duet-aa N``), else ``RECORDED_AA``, fitted on the 2-core VMs. BaselineError where the
+    recorded value is malformed."""
+    recorded = baseline.duet_aa(record.key) if baseline is not None else None
+    if recorded is not None:
+        return recorded.sigma, recorded.describe()
+    return RECORDED_AA["script" if record.key.endswith(":script") else "workload"]
+
+
 MIN_ROUNDS = 2  # for either decision: one round that reads no change is confirmed as one that reads a drop is
 
 
@@ -150,14 +163,17 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     over = f"{len(rounds)} duet round{'s' if len(rounds) > 1 else ''} ({'; '.join(r.describe() for r in rounds)})"
     where = f"[{record.where}, duet against the base commit]"
     verdicts = [
-        _decided([r.efficiency_log for r in rounds], [r.se for r in rounds], record, design, over, where, "efficiency")
+        _decided(
+            [r.efficiency_log for r in rounds], [r.se for r in rounds], aa_floor(record, baseline), design, over, where
+        )
     ]
     step_time = record.conduct.step_time_tolerance
     if step_time:  # speed at W, base/head: a step time ``step_time`` slower is a drop of 1 - 1/(1 + step_time)
         speed = dataclasses.replace(design, detect=1 - 1 / (1 + step_time))
         logs, ses = [-r.at_w.mean for r in rounds], [r.at_w.se for r in rounds]
         again = f"the same {len(rounds)} round{'s' if len(rounds) > 1 else ''}"
-        verdicts.append(_decided(logs, ses, record, speed, again, where, "step speed at W (base/head step time)"))
+        floor = aa_floor(record, None)  # what the profile records is the efficiency ratio's spread, not this one's
+        verdicts.append(_decided(logs, ses, floor, speed, again, where, "step speed at W (base/head step time)"))
     regressed = [v for v in verdicts if v.status == V.REGRESSED]
     if regressed or all(v.status == V.OK for v in verdicts):
         chosen = regressed[0] if regressed else verdicts[0]
@@ -186,16 +202,16 @@ def sigma_of(logs: Sequence[float], ses: Sequence[float], recorded: tuple[float,
 def _decided(
     logs: list[float],
     ses: list[float],
-    record: CaseRecord,
+    floor: tuple[float, str],
     design: sequential.Design,
     over: str,
     where: str,
-    what: str,
+    what: str = "efficiency",
 ) -> Timing:
     """One sequential test over the rounds' log ratios (head/base, lower is worse): decided, or undecided with its
     state (``timing`` words the undecided case). Sigma: the rounds' block means, never below the A/A duets'
-    recorded spread nor the rounds' own."""
-    sigma, source = sigma_of(logs, ses, RECORDED_AA["script" if record.key.endswith(":script") else "workload"])
+    recorded spread (``floor``: ``aa_floor``) nor the rounds' own."""
+    sigma, source = sigma_of(logs, ses, floor)
     ratios = [math.exp(x) for x in logs]
     found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
     state = sequential.state(found, design, sigma_source=source, rounds=len(ratios), duet=True, metric=what)
