@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from scalegate.cli import environments, gate_rounds, worktree
 from scalegate.cli.project import Project
@@ -253,6 +254,21 @@ def _duet_refused(base_tree: Path, no_duet: bool, base_python: str) -> str:
     return ""
 
 
+def ab_command(project: Project, python: str, empty: Path) -> Callable[[list[str], Path], list[str]]:
+    """One side's session command in an A/B round (``python``: the side's interpreter). The sessions measure; the
+    gate judges, base against head. A stored baseline in a session would judge its launches against another
+    machine's level (and relaunch on its own): each session gets the ``empty`` baseline directory."""
+
+    def command(extra: list[str], where: Path) -> list[str]:
+        return [
+            *pytest_argv(project, [*AB_SETTINGS, *extra], where, project.tests, settings=[], python=python),
+            "--scaling-baseline-dir",
+            str(empty),
+        ]
+
+    return command
+
+
 def _ab(
     project: Project,
     ref: str | None,
@@ -275,19 +291,7 @@ def _ab(
     environments.check_same_device(base_env, head_env)
     gate_dir = (results_dir / time.strftime("gate-%Y%m%d-%H%M%S")).resolve()
     baseline_dir = _baseline_dir(user_args) or project.baselines
-    # The sessions measure; the gate judges, base against head. A stored baseline in a session would judge its
-    # launches against another machine's level (and relaunch on its own): each session gets an empty directory.
     empty = gate_dir / "no-baselines"
-
-    def argv(python: str):
-        def command(extra: list[str], where: Path) -> list[str]:
-            return [
-                *pytest_argv(project, [*AB_SETTINGS, *extra], where, project.tests, settings=[], python=python),
-                "--scaling-baseline-dir",
-                str(empty),
-            ]
-
-        return command
 
     def undecided(merged: dict[str, list[dict]]) -> list[str]:
         cases = merged["head"]
@@ -306,9 +310,12 @@ def _ab(
         sides = [
             # the base side's ranks build DeepSpeed's ops into their own venv's cache (harness/scalegate/launch/base.py)
             gate_rounds.Side(
-                name="base", tree=base.path, argv=argv(base_env["python"]), drop=("TORCH_EXTENSIONS_DIR",)
+                name="base",
+                tree=base.path,
+                argv=ab_command(project, base_env["python"], empty),
+                drop=("TORCH_EXTENSIONS_DIR",),
             ),
-            gate_rounds.Side(name="head", tree=head_tree, argv=argv(sys.executable)),
+            gate_rounds.Side(name="head", tree=head_tree, argv=ab_command(project, sys.executable, empty)),
         ]
         refused = _duet_refused(base.path, no_duet, base_env["python"])
         print(

@@ -6,6 +6,7 @@
     python -m scalegate update-baselines RUN [RUN ...] [--baseline-dir baselines] [--tolerance 0.1]
     python -m scalegate gate [--base REF] [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]
     python -m scalegate record-baselines --rounds N [pytest args]   # launches spread in time (harness/scalegate/cli/record_baselines.py)
+    python -m scalegate record-baselines --duet-aa N [pytest args]  # the duet gate's sigma floor (harness/scalegate/cli/record_duet.py)
     python -m scalegate bisect GOOD BAD -k CASE [pytest args]       # the first bad commit (harness/scalegate/cli/bisect.py)
     python -m scalegate bisect --package deepspeed 0.18.4 0.19.8 -k CASE   # the first bad release (bisect_package.py)
     python -m scalegate history add|list|show|check|report [--db FILE]  # results history, change points (docs/history.md)

@@ -2,6 +2,9 @@
 
     python -m scalegate record-baselines --rounds 20 -k "cnn and (ddp or fsdp or zero2 or single)"
     python -m scalegate record-baselines --rounds 10 --tolerance 0.25 --local-tolerance 0.25
+    python -m scalegate record-baselines --duet-aa 10 -k "(ddp-cnn-1x2 or single-cnn-1x1) and not parity"
+
+``--duet-aa N`` records the duet gate's sigma floor instead (A/A duet rounds: harness/scalegate/cli/record_duet.py).
 
 Launches of a case made back to back share the machine's phase of the moment. On the 2-core VMs
 (docs/detection.md, sixth set) fsdp-cnn-1x2's local efficiency spread 1.8% over 10 consecutive launches
@@ -86,6 +89,17 @@ def main(args: argparse.Namespace, user_args: list[str]) -> int:
     from scalegate.record import update
     from scalegate.record.merge import merged_runs
 
+    if args.duet_aa is not None:  # the duet gate's sigma floor instead (harness/scalegate/cli/record_duet.py)
+        from scalegate.cli import record_duet
+
+        if args.rounds is not None:
+            raise ScalegateError(
+                "--rounds and --duet-aa both given", "--duet-aa N runs N A/A duet rounds: drop --rounds"
+            )
+        for line in record_duet.record(args.duet_aa, user_args, Path(args.results_dir), Path(args.baseline_dir)):
+            print(line)
+        return 0
+    args.rounds = 10 if args.rounds is None else args.rounds
     if not 1 <= args.rounds <= 100:
         raise ScalegateError(f"--rounds {args.rounds} is not in 1..100", "10-20 rounds give the gate a steady sigma")
     results_dir = Path(args.results_dir) / time.strftime("record-%Y%m%d-%H%M%S")
@@ -104,7 +118,14 @@ def add_parser(sub, baseline_dir: str) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    r.add_argument("--rounds", type=int, default=10, help="times the whole selection runs (default: %(default)s)")
+    r.add_argument("--rounds", type=int, help="times the whole selection runs (default: 10)")
+    r.add_argument(
+        "--duet-aa",
+        type=int,
+        metavar="N",
+        help="instead: N A/A duet rounds of the selection (the checkout against itself, as `gate --base` runs a "
+        "round); each case's spread between rounds becomes the duet gate's sigma floor (docs/duet.md)",
+    )
     r.add_argument("--results-dir", default="results", help="the rounds go under RESULTS_DIR/record-<time>/")
     r.add_argument("--baseline-dir", default=baseline_dir)
     add_recorded_tolerance_options(r.add_argument, prefix="")  # checked before the first round, not after the last

@@ -1,0 +1,121 @@
+"""``python -m scalegate record-baselines --duet-aa N [pytest args]``: the duet gate's sigma floor, recorded here.
+
+    python -m scalegate record-baselines --duet-aa 10 -k "(ddp-cnn-1x2 or single-cnn-1x1) and not parity"
+
+The duet gate (``gate --base REF``, docs/duet.md) decides on each round's efficiency log ratio with a sigma that is
+never below the spread of that ratio between rounds of an A/A duet: what a round's own block means cannot see (a
+resident process's own level). Without a recorded spread that floor is ``RECORDED_AA`` (judge/duet.py), fitted on
+the project's 2-core VMs. This records the profile's own: N A/A duet rounds of the selection, the checkout against
+itself with both sides resident and taking turns step by step, exactly as a gate round runs them
+(cli/gate_rounds.py, one coordinator for all rounds, the shipped gap between round starts); per case the standard
+deviation of ``round_estimate(...).efficiency_log`` over the rounds goes into the case's baseline entry as
+``duet_aa`` = {"sigma", "rounds", "provenance"}, the rest of the entry as it was.
+
+A case with a round that was not a duet (a job that ran solo, too few pairs) is not recorded, and says why; a
+correctness failure or an injected fault refuses the whole recording, as ``update-baselines`` does.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from scalegate.cli import gate, gate_rounds
+from scalegate.cli.project import Project
+from scalegate.contract.errors import ScalegateError
+from scalegate.judge import duet
+from scalegate.judge.evidence import CaseRecord
+from scalegate.launch.duet import Coordinator
+from scalegate.plan import hostinfo
+from scalegate.record import baselines, update
+
+MAX_ROUNDS = 100
+
+
+def _record(case: dict[str, Any]) -> CaseRecord:
+    return CaseRecord.from_dict(case.get("record") or {}, f"result file of {case.get('case_id', '?')}")
+
+
+def spread(record: CaseRecord, base: CaseRecord) -> tuple[float, float, int] | str:
+    """(stdev, mean, rounds) of the A/A duet rounds' efficiency log ratio of one case, or why it cannot be had."""
+    found = []
+    for n, (h, b) in enumerate(zip(record.launches, base.launches), 1):
+        estimate = duet.round_estimate(h, b)
+        if estimate is None:
+            return f"round {n} was not a duet ({duet.not_paired(h, b) or 'too few pairs'})"
+        found.append(estimate.efficiency_log)
+    if len(found) < 2:
+        return f"{len(found)} duet round(s) on both sides: a spread needs 2"
+    return statistics.stdev(found), statistics.fmean(found), len(found)
+
+
+def entries(head: list[dict[str, Any]], base: list[dict[str, Any]], commit: str) -> tuple[dict[str, dict], list[str]]:
+    """The ``duet_aa`` value of every case at W >= 2 that both sides ran as a duet in every round; a line for each
+    (the 1x1 references are judged by no duet: they are left out)."""
+    theirs = {c["key"]: c for c in base}
+    values, lines = {}, []
+    for case in head:
+        if not case.get("record") or not (theirs.get(case["key"]) or {}).get("record"):
+            lines.append(f"- {case['key']}: not recorded: a side has no measurement ({case.get('status', '?')})")
+            continue
+        record = _record(case)
+        if record.reference_itself or record.world_size < 2:
+            continue
+        found = spread(record, _record(theirs[case["key"]]))
+        if isinstance(found, str):
+            lines.append(f"- {case['key']}: not recorded: {found}")
+            continue
+        sigma, mean, rounds = found
+        values[case["key"]] = {
+            "sigma": round(sigma, 5),
+            "rounds": rounds,
+            "provenance": baselines.provenance(
+                case.get("commit") or commit,
+                case.get("host", "?"),
+                case.get("fingerprint", {}),
+                case.get("host_id", ""),
+            ),
+        }
+        lines.append(f"~ {case['key']}: A/A duet spread {sigma:.2%} over {rounds} rounds (mean {mean:+.2%})")
+    return values, lines
+
+
+def record(rounds: int, user_args: list[str], results_dir: Path, baseline_dir: Path) -> list[str]:
+    """Run ``rounds`` A/A duet rounds of the selection and write each case's spread; the lines to print."""
+    if not 2 <= rounds <= MAX_ROUNDS:
+        raise ScalegateError(
+            f"--duet-aa {rounds} is not in 2..{MAX_ROUNDS}", "one round has no spread; 10 give a steady one"
+        )
+    project = Project.find()
+    gate_dir = (results_dir / time.strftime("duet-aa-%Y%m%d-%H%M%S")).resolve()
+    command = gate.ab_command(project, sys.executable, gate_dir / "no-baselines")
+    # the checkout against itself: both sides run the working tree, as `gate --base-python` alone does
+    sides = [gate_rounds.Side(name=name, tree=project.root, argv=command) for name in ("base", "head")]
+
+    def every_case(merged: dict[str, list[dict]]) -> list[str]:  # an A/A record runs all N rounds of every case
+        return [f"[{c['case_id']}]" for c in merged["head"]]
+
+    print(f"record-baselines: {rounds} A/A duet rounds of {project.root} against itself (docs/duet.md)", flush=True)
+    with Coordinator() as coordinator:
+        merged, _ = gate_rounds.run(sides, user_args, gate_dir, every_case, rounds, coordinator)
+    update.refuse_unsound([*merged["head"], *merged["base"]])
+    values, lines = entries(merged["head"], merged["base"], hostinfo.commit(project.root))
+    if not values:
+        raise ScalegateError(
+            "no case ran as a duet in every round: nothing to record" + ("\n" + "\n".join(lines) if lines else ""),
+            "select scaling cases at W >= 2 with their 1x1 reference (e.g. -k '(ddp-cnn-1x2 or single-cnn-1x1) "
+            "and not parity'); the rounds are under " + str(gate_dir),
+        )
+    by_profile: dict[str, dict[str, dict]] = {}
+    for case in merged["head"]:
+        if case["key"] in values:
+            by_profile.setdefault(case["profile"], {})[case["key"]] = values[case["key"]]
+    fingerprints = {c["profile"]: c.get("fingerprint", {}) for c in merged["head"]}
+    written = [
+        baselines.set_field(baseline_dir, profile, fingerprints[profile], baselines.DUET_AA, found)
+        for profile, found in by_profile.items()
+    ]
+    return [f"baselines updated ({baselines.DUET_AA}): {path}" for path in written] + lines
