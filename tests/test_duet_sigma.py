@@ -137,6 +137,10 @@ def test_the_recorder_takes_the_spread_of_the_rounds_efficiency_ratio():
     solo = LaunchRecord(step_times_s=(0.01,) * 20, reference_step_times_s=(0.006,) * 20, duet="solo: no partner")
     head, base = _records(rounds[0], (solo, rounds[1][1]))
     assert record_duet.spread(head, base) == "round 2 was not a duet (the head commit's case ran solo: no partner)"
+    head, base = _records(*rounds)
+    assert record_duet.spread(head, CaseRecord(**dict(base.__dict__, launches=base.launches[:2]))) == (
+        "the head side ran 3 rounds, the base side 2"
+    )
 
 
 @pytest.mark.slow
