@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -178,7 +177,6 @@ def test_record_baselines_duet_aa_writes_each_cases_spread_with_its_provenance(t
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "SCALEGATE_ROUND_GAP_S": "1"},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "gate: round 1 done" in done.stdout and "gate: round 2 done" in done.stdout

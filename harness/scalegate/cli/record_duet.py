@@ -7,7 +7,7 @@ never below the spread of that ratio between rounds of an A/A duet: what a round
 resident process's own level). Without a recorded spread that floor is ``RECORDED_AA`` (judge/duet.py), fitted on
 the project's 2-core VMs. This records the profile's own: N A/A duet rounds of the selection, the checkout against
 itself with both sides resident and taking turns step by step, exactly as a gate round runs them
-(cli/gate_rounds.py, one coordinator for all rounds, the shipped gap between round starts); per case the standard
+(cli/gate_rounds.py, one coordinator for all rounds, back to back as a duet gate's rounds); per case the standard
 deviation of ``round_estimate(...).efficiency_log`` over the rounds goes into the case's baseline entry as
 ``duet_aa`` = {"sigma", "rounds", "provenance"}, the rest of the entry as it was.
 
