@@ -180,7 +180,9 @@ def _records(head_factor_w: float, head_factor_1: float, rounds: int, step_time_
             phase = [1 + 0.2 * math.sin(i + r) for i in range(40)]
             own = [1 + 0.004 * math.sin(7 * i + seed + r) for i in range(40)]
             launches.append(
-                _launch([0.01 * fw * p * o for p, o in zip(phase, own)], [0.006 * f1 * p * o for p, o in zip(phase, own)])
+                _launch(
+                    [0.01 * fw * p * o for p, o in zip(phase, own)], [0.006 * f1 * p * o for p, o in zip(phase, own)]
+                )
             )
         conduct = Conduct(max_launches=8, tolerance=0.1, step_time_tolerance=step_time_tolerance)
         return CaseRecord(
