@@ -362,7 +362,7 @@ EMULATED_CASE = [
 @pytest.mark.skipif(
     netns.available() is not None, reason=f"emulated nodes need network namespaces: {netns.available()}"
 )
-@pytest.mark.nightly  # two duet rounds of emulated 2x1 and its 1x1 reference: 122-157 s here; the duet's A/B is in the default tier on 1x2
+@pytest.mark.nightly  # two duet rounds of emulated 2x1 and its 1x1 reference: 71-157 s here; the duet's A/B is in the default tier on 1x2
 def test_an_ab_gate_on_emulated_nodes_is_a_duet(tmp_path):
     """Emulated 2x1 (two network namespaces on this machine) in a real duet, A/A in two rounds: the ranks inside the
     namespaces reach the gate's coordinator at its unix socket path (a path socket is a file, not an address of a
