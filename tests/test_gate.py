@@ -11,6 +11,10 @@ import sys
 
 import pytest
 
+from scalegate.judge import ab
+from scalegate.judge.evidence import CaseRecord
+from scalegate.judge.outcome import Overrides
+from scalegate.launch import netns
 from tests.conftest import ROOT
 from tests.repos import SLOW_COMMIT, SLOW_DDP, checkout_repo, commit_change
 
@@ -335,3 +339,47 @@ def test_record_baselines_merges_rounds_of_single_launches(tmp_path):
     assert rounds_made == ["round-01", "round-02"]
     entry = json.loads(next(bases.glob("*.json")).read_text())["cases"]["ddp-cnn-1x2:tiny"]
     assert entry["local_efficiency"]["launches"] == 2 and entry["local_efficiency"]["tolerance"] == 0.2
+
+
+EMULATED_CASE = [
+    "-k",
+    "(ddp-cnn-2x1 or single-cnn-1x1) and not parity",
+    "--scaling-strategies",
+    "single,ddp",
+    "--scaling-topologies",
+    "1x1,2x1",
+    "--scaling-steps",
+    "10",
+    "--scaling-warmup",
+    "2",
+    "--scaling-local-steps",
+    "20",
+    "--scaling-max-launches",
+    "2",
+]
+
+
+@pytest.mark.skipif(
+    netns.available() is not None, reason=f"emulated nodes need network namespaces: {netns.available()}"
+)
+@pytest.mark.nightly  # two duet rounds of emulated 2x1 and its 1x1 reference: 71-157 s here; the duet's A/B is in the default tier on 1x2
+def test_an_ab_gate_on_emulated_nodes_is_a_duet(tmp_path):
+    """Emulated 2x1 (two network namespaces on this machine) in a real duet, A/A in two rounds: the ranks inside the
+    namespaces reach the gate's coordinator at its unix socket path (a path socket is a file, not an address of a
+    network namespace), both sides' fabrics run side by side, and every launch took turns."""
+    repo = tmp_path / "repo"
+    checkout_repo(repo)
+    run = gate(tmp_path, "--base", "HEAD", *EMULATED_CASE, env={"SCALEGATE_ROUND_GAP_S": "1"}, cwd=repo)
+    assert run.returncode in (0, 1), run.stdout[-4000:] + run.stderr[-4000:]
+    latest = tmp_path / "gate" / "latest"
+    duet = json.loads((latest / "duet.json").read_text())
+    assert duet["duet"] and not any(j["solo"] or j["failed"] for j in duet["jobs"].values()), duet
+    assert {j["job"] for j in duet["jobs"].values()} == {"ddp-cnn-2x1", "single-cnn-1x1"}
+    sides = (latest, latest / "base")
+    for case in (json.loads((d / "ddp-cnn-2x1.json").read_text()) for d in sides):
+        assert case["result"]["launch"]["shaped"] and case["result"]["launch"]["launcher"] == "emulated"
+        assert [launch["duet"] for launch in case["record"]["launches"]] == ["paired", "paired"], case["record"]
+    assert "Duet: base and head took turns step by step" in (tmp_path / "gate.md").read_text()
+    head, base = (CaseRecord.from_dict(json.loads((d / "ddp-cnn-2x1.json").read_text())["record"], "") for d in sides)
+    assert "duet against the base commit" in ab.timing(head, base, None, Overrides()).message  # the gate's own judge
+    assert not [n for n in netns.list_namespaces() if "ddpcnn2x1" in n]  # both sides' fabrics removed

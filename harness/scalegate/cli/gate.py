@@ -209,9 +209,10 @@ def _rounds(
     parity_run: Path | None,
     budget: int,
     coordinator: Coordinator | None = None,
+    baseline_dir: Path | None = None,
 ) -> tuple[dict[str, list[dict]], list[int]]:
     try:
-        return gate_rounds.run(sides, user_args, gate_dir, undecided, budget, coordinator)
+        return gate_rounds.run(sides, user_args, gate_dir, undecided, budget, coordinator, baseline_dir)
     except ScalegateError as exc:
         if parity_run is None or "exit code 5" not in exc.message:
             raise
@@ -333,6 +334,7 @@ def _ab(
                 parity_run,
                 gate_rounds.budget_of([*AB_SETTINGS, *user_args], MAX_LAUNCHES),
                 coordinator,
+                baseline_dir,  # the stored peaks: whether a case's two jobs fit in GPU memory (launch/duet_fit.py)
             )
             report = coordinator.report() if coordinator is not None else {}
     run_dir = gate_rounds.write_merged(

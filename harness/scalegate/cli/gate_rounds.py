@@ -35,7 +35,9 @@ from scalegate.cli.project import NO_CASES_HINT
 from scalegate.contract import atomic, checkout, duet
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import CaseRecord
-from scalegate.record import runfiles
+from scalegate.launch import duet_fit
+from scalegate.plan import hostinfo
+from scalegate.record import baselines, runfiles
 
 # At least this long between the starts of two rounds. SCALEGATE_ROUND_GAP_S shortens it where the drop is far
 # larger than the host's slow phases (the suite's own end-to-end tests of an injected slowdown), never for a gate.
@@ -119,11 +121,14 @@ def run(
     undecided: Callable[[dict[str, list[dict[str, Any]]]], list[str]],
     budget: int,
     coordinator: Any = None,
+    baseline_dir: Path | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], list[int]]:
     """Rounds until no case is undecided or the budget is spent: (every side's merged cases, the head's pytest
     exit codes). With two sides (A/B) each round launches both, in alternating order, so neither commit always
     runs first after the pause; with a duet ``coordinator`` (launch/duet.py) both sessions run at once and their
-    jobs take turns step by step (docs/duet.md). ``undecided(merged)`` names the case ids that want another round."""
+    jobs take turns step by step (docs/duet.md), but for the cases whose two jobs would not fit in GPU memory
+    (``duet_refusals``, with the stored peaks of ``baseline_dir``). ``undecided(merged)`` names the case ids that want
+    another round."""
     rounds: dict[str, list[list[dict[str, Any]]]] = {side.name: [] for side in sides}
     codes: list[int] = []
     selection: list[str] = []
@@ -132,6 +137,10 @@ def run(
         started = time.monotonic()
         extra = ["-k", " or ".join(selection)] if n > 1 else []  # later rounds: only the undecided cases
         if coordinator is not None and len(sides) == 2:
+            refused = duet_refusals(merged, baseline_dir)
+            for case_id, why in refused.items():
+                print(f"gate: round {n}, {case_id}: no duet, its two jobs run one after the other: {why}", flush=True)
+            coordinator.round_started(refused)
             for side, (code, where) in _duet_round(sides, [*user_args, *extra], gate_dir, n, coordinator).items():
                 what = f"round {n} of the gate ({side} commit, duet)"
                 rounds[side].append(runfiles.load_run(check_run(code, where, what)))
@@ -167,13 +176,22 @@ def run(
     return merged, codes
 
 
+def duet_refusals(merged: dict[str, list[dict[str, Any]]], baseline_dir: Path | None) -> dict[str, str]:
+    """{case id: why} for the cases whose two resident jobs would not fit in GPU memory this round
+    (launch/duet_fit.py): their peaks from the rounds so far (``merged``), else from the stored baseline."""
+    free = duet_fit.free_bytes()
+    if free is None:
+        return {}  # no GPU: nothing to check (launch/duet_fit.py)
+    stored = baselines.load(baseline_dir, hostinfo.detect().profile) if baseline_dir is not None else None
+    return duet_fit.refusals(duet_fit.needs(merged, stored.cases if stored else {}), free)
+
+
 def _duet_round(
     sides: list[Side], args: list[str], gate_dir: Path, n: int, coordinator: Any
 ) -> dict[str, tuple[int, Path]]:
     """Both sides' sessions of round ``n`` at once, their ranks taking turns through ``coordinator``; each session's
     output goes to its ``session.log`` (two sessions would interleave on the terminal). {side: (exit code, dir)}."""
     procs: dict[str, tuple[subprocess.Popen, Path, Any]] = {}
-    coordinator.round_started()
     for side in sides:
         where = gate_dir / f"round-{n:02d}" / side.name
         where.mkdir(parents=True, exist_ok=True)

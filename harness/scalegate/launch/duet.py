@@ -4,7 +4,8 @@ turns, one optimizer step each, one job at a time on the host.
 Every rank connection has a reader thread that only turns messages into events; one thread decides. A job is
 granted when it is ready (every rank asked for a turn), it is its turn in its pair's ABBA order, and no job holds
 the token. A job without a partner past ``pair_wait_s`` (or once the other side's session has ended) runs solo,
-holding the token until it leaves. A rank whose connection closes without ``bye`` stops the partner job, naming the
+holding the token until it leaves; so does a job of a case the gate refused for the round (``round_started``: two
+resident jobs would not fit in GPU memory, launch/duet_fit.py), so its two jobs run one after the other. A rank whose connection closes without ``bye`` stops the partner job, naming the
 side, rank and step; a turn not given back within ``turn_s`` stops both, naming every rank's last step.
 """
 
@@ -70,6 +71,7 @@ class Coordinator:
         self.holder: Job | None = None
         self.held_since = 0.0
         self.ended_sides: set[str] = set()
+        self.refused: dict[str, str] = {}  # {case id: why} this round's jobs of it run solo (launch/duet_fit.py)
         self.stopped = threading.Event()
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(self.path))
@@ -92,9 +94,10 @@ class Coordinator:
         self.path.unlink(missing_ok=True)
         os.rmdir(self.dir)
 
-    def round_started(self) -> None:
-        """A new round's two sessions start: the sides that ended in the round before are back."""
-        self.events.put(("round", None, None))
+    def round_started(self, refused: dict[str, str] | None = None) -> None:
+        """A new round's two sessions start: the sides that ended in the round before are back; the jobs of the cases
+        in ``refused`` ({case id: why}) run solo, one after the other."""
+        self.events.put(("round", None, dict(refused or {})))
 
     def side_ended(self, side: str) -> None:
         """The gate saw that side's session exit: its partner jobs stop waiting for it."""
@@ -157,6 +160,7 @@ class Coordinator:
                 self.ended_sides.add(sock)  # type: ignore[arg-type]
             elif kind == "round":
                 self.ended_sides.clear()
+                self.refused = message  # type: ignore[assignment]
             self._schedule()
 
     # --- decisions ----------------------------------------------------------------------------------------------
@@ -193,21 +197,20 @@ class Coordinator:
         partner = self._partner(job)
         if job.solo:
             return False
+        if job.name in self.refused and not job.turns:
+            return self._alone(job, self.refused[job.name])
         if partner is None or partner.gone:
             other = "base" if job.side == "head" else "head"
             waited = time.monotonic() - job.since
             if partner is None and other not in self.ended_sides and waited < self.pair_wait_s:
                 return False
             if partner is None or not self._pair_turns(job):
-                job.solo = (
+                return self._alone(
+                    job,
                     f"no {other} job {job.name} joined in {waited:.0f} s"
                     if partner is None
-                    else f"the {other} job left before the turns began"
+                    else f"the {other} job left before the turns began",
                 )
-                job.tell({"op": "solo", "why": job.solo}, set(job.waiting))
-                job.waiting.clear()
-                self.holder, self.held_since = job, time.monotonic()  # the token, until it leaves
-                return True
             return self._grant(job)  # the partner has left: the rest of this job's turns alone
         if not partner.ready and not partner.left:
             return False  # both must have joined before the first turn; later, it is the partner's step
@@ -223,6 +226,14 @@ class Coordinator:
         """Turns granted to the pair so far: its position in the ABBA order."""
         partner = self._partner(job)
         return job.turns + (partner.turns if partner is not None else 0)
+
+    def _alone(self, job: Job, why: str) -> bool:
+        """The job runs solo, holding the token until it leaves: nothing of another job runs meanwhile."""
+        job.solo = why
+        job.tell({"op": "solo", "why": why}, set(job.waiting))
+        job.waiting.clear()
+        self.holder, self.held_since = job, time.monotonic()
+        return True
 
     def _grant(self, job: Job) -> bool:
         job.turns += 1
