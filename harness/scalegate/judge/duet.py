@@ -24,12 +24,13 @@ from scalegate.record.baselines import BaselineFile
 
 # The spread of a duet round's efficiency log ratio between launches in recorded A/A duets on the 2-core CPU VMs
 # (benchmarks/duet_aa.py, docs/detection-data-duet.jsonl, 2026-11-25, nothing else running): what a round's own
-# block means cannot see, a launch's own level (a script's 1x1 steps of 4-5 ms read up to 30% apart between the two
-# resident processes). Where the profile has not recorded its own (``aa_floor``), sigma is never below it; the
-# verdict names the source.
+# block means cannot see, a launch's own level. The example script's was 20.1% (9 rounds, 30 pairs) while each
+# resident process kept a core of its own; with both sides' rank r bound to the same cores (contract/affinity.py)
+# and 150 pairs a round it is 7.0% (12 rounds, 3 gates). Where the profile has not recorded its own (``aa_floor``),
+# sigma is never below it; the verdict names the source.
 RECORDED_AA = {
     "workload": (0.0232, "20 A/A duet rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
-    "script": (0.2009, "9 A/A duet rounds of the example script recorded on the 2-core VMs"),
+    "script": (0.0699, "12 A/A duet rounds of the example script (150 pairs) recorded on the 2-core VMs"),
 }
 
 
