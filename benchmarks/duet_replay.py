@@ -37,6 +37,8 @@ def sets(path: Path) -> dict[tuple, list[dict]]:
     out: dict[tuple, list[dict]] = {}
     for line in path.read_text().splitlines():
         run = json.loads(line)
+        if run.get("invalid"):  # kept in the data with the reason, never replayed
+            continue
         change = (
             f"slow {run['slow_ms']} ms"
             if run.get("slow_ms")

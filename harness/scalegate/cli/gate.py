@@ -74,8 +74,7 @@ def pytest_argv(
         *tests,
         *project.selection(user_args),
         *settings,
-        "--scaling-results-dir",
-        str(results_dir),
+        f"--scaling-results-dir={results_dir}",  # one token: see ab_command
         *user_args,
     ]
 
@@ -258,13 +257,19 @@ def _duet_refused(base_tree: Path, no_duet: bool, base_python: str) -> str:
 def ab_command(project: Project, python: str, empty: Path) -> Callable[[list[str], Path], list[str]]:
     """One side's session command in an A/B round (``python``: the side's interpreter). The sessions measure; the
     gate judges, base against head. A stored baseline in a session would judge its launches against another
-    machine's level (and relaunch on its own): each session gets the ``empty`` baseline directory."""
+    machine's level (and relaunch on its own): each session gets the ``empty`` baseline directory.
+
+    Both directories lie in the head's repository (the gate's run directory), and pytest finds its configuration
+    file from the common ancestor of the command line's arguments that are existing paths, an option's separate
+    value included: given as ``--opt PATH`` they made the base session read the *head's* pytest.ini, and so run the
+    head's test files and script (rootdir the head's), while importing the base's scalegate. ``--opt=PATH`` is one
+    token, an option, which pytest does not take for a path: each side's session finds its own tree's
+    configuration from its working directory."""
 
     def command(extra: list[str], where: Path) -> list[str]:
         return [
             *pytest_argv(project, [*AB_SETTINGS, *extra], where, project.tests, settings=[], python=python),
-            "--scaling-baseline-dir",
-            str(empty),
+            f"--scaling-baseline-dir={empty}",
         ]
 
     return command
