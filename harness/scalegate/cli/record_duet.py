@@ -31,12 +31,9 @@ from scalegate.judge.evidence import CaseRecord
 from scalegate.launch.duet import Coordinator
 from scalegate.plan import hostinfo
 from scalegate.record import baselines, update
+from scalegate.report import compare
 
 MAX_ROUNDS = 100
-
-
-def _record(case: dict[str, Any]) -> CaseRecord:
-    return CaseRecord.from_dict(case.get("record") or {}, f"result file of {case.get('case_id', '?')}")
 
 
 def spread(record: CaseRecord, base: CaseRecord) -> tuple[float, float, int] | str:
@@ -65,10 +62,10 @@ def entries(head: list[dict[str, Any]], base: list[dict[str, Any]], commit: str)
         if not case.get("record") or not (theirs.get(case["key"]) or {}).get("record"):
             lines.append(f"- {case['key']}: not recorded: a side has no measurement ({case.get('status', '?')})")
             continue
-        record = _record(case)
+        record = compare.record_of(case)
         if record.reference_itself or record.world_size < 2:
             continue
-        found = spread(record, _record(theirs[case["key"]]))
+        found = spread(record, compare.record_of(theirs[case["key"]]))
         if isinstance(found, str):
             lines.append(f"- {case['key']}: not recorded: {found}")
             continue

@@ -70,11 +70,16 @@ class Turns:
         finally:
             self.sock.close()
 
+    @property
+    def paired(self) -> bool:
+        """The job takes turns with its partner (not solo)."""
+        return not self.alone
+
     def summary(self) -> dict[str, Any]:
         return {
             "side": self.side,
             "job": self.job,
-            "paired": not self.alone,
+            "paired": self.paired,
             "why": self.alone,
             "turns": self.turns,
             "waited_s": round(self.waited_s, 3),
@@ -92,6 +97,8 @@ class Turns:
 
 class NoTurns:
     """Outside a duet: every call does nothing."""
+
+    paired = False
 
     def turn(self, step: int) -> None:
         pass

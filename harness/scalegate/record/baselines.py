@@ -203,15 +203,7 @@ def update(
         diff = [_diff_line(key, cases.get(key), entry) for key, entry in sorted(entries.items())]
         for key, entry in entries.items():
             cases[key] = _keep_team_fields(cases.get(key) or {}, entry)
-        atomic.write_json(
-            path,
-            {
-                "schema_version": SCHEMA_VERSION,
-                "profile": profile,
-                "fingerprint": fingerprint,
-                "cases": dict(sorted(cases.items())),
-            },
-        )
+        _write(path, profile, fingerprint, cases)
     return path, diff
 
 
@@ -224,16 +216,21 @@ def set_field(directory: Path, profile: str, fingerprint: dict[str, Any], field:
         cases = dict(old.cases) if old else {}
         for key, value in values.items():
             cases[key] = {**cases.get(key, {}), field: value}
-        atomic.write_json(
-            path,
-            {
-                "schema_version": SCHEMA_VERSION,
-                "profile": profile,
-                "fingerprint": old.fingerprint if old and old.fingerprint else fingerprint,
-                "cases": dict(sorted(cases.items())),
-            },
-        )
+        _write(path, profile, old.fingerprint if old and old.fingerprint else fingerprint, cases)
     return path
+
+
+def _write(path: Path, profile: str, fingerprint: dict[str, Any], cases: dict[str, Any]) -> None:
+    """The profile's whole file, atomically (the caller holds its lock)."""
+    atomic.write_json(
+        path,
+        {
+            "schema_version": SCHEMA_VERSION,
+            "profile": profile,
+            "fingerprint": fingerprint,
+            "cases": dict(sorted(cases.items())),
+        },
+    )
 
 
 def _keep_team_fields(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         binding: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
         if ctx.device.type == "cpu":  # after the process group: gloo's own threads stay free to run anywhere
-            paired = bool(turns.ACTIVE.summary().get("paired"))  # a duet binds both sides' rank r alike
+            paired = turns.ACTIVE.paired  # a duet binds both sides' rank r alike
             binding = (
                 affinity.bind(spec.cpu_threads, duet=paired)
                 if spec.cpu_binding or paired

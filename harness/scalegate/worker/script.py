@@ -136,7 +136,7 @@ class StepClock:
                     raise WindowClosed()
         # a duet's turn (docs/duet.md): the next step starts when it is granted, so waiting is in no step's time
         turns.ACTIVE.turn(step)
-        paired = turns.ACTIVE.summary().get("paired")
+        paired = turns.ACTIVE.paired
         if paired and step == 0 and self.ctx.device.type == "cpu":
             # after the script's first step its process group exists: gloo's threads stay free, as in entry.py
             self.binding = affinity.bind(self.spec.cpu_threads, duet=True)
