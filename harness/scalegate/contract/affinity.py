@@ -81,4 +81,24 @@ def bind(threads: int, env: dict[str, str] | None = None, duet: bool = False) ->
     if mine is None:
         return {"cpus": None, "why": why}
     os.sched_setaffinity(0, mine)
-    return {"cpus": mine, "why": "duet: both sides' rank on the same cores" if duet else ""}
+    threads_bound = _bind_threads(mine) if duet and os.environ.get(THREADS_ENV) == "all" else 0
+    return {
+        "cpus": mine,
+        "why": "duet: both sides' rank on the same cores" if duet else "",
+        **({"threads": threads_bound} if threads_bound else {}),
+    }
+
+
+THREADS_ENV = "SCALEGATE_DUET_BIND_THREADS"  # experiment (benchmarks/duet_bias.py): "all" binds gloo's threads too
+
+
+def _bind_threads(cpus: list[int]) -> int:
+    """Every thread the process has now (gloo's, DDP's) onto ``cpus``; how many."""
+    done = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+            done += 1
+        except OSError:
+            pass
+    return done

@@ -1,0 +1,142 @@
+"""Where an A/A duet's mean log ratio comes from (issue 34: it must lie within ±0.5%; the canaries read about -1%).
+
+    python benchmarks/duet_bias.py --rounds 8 --layout gate      # as the gate runs: base in a worktree, head here
+    python benchmarks/duet_bias.py --rounds 8 --layout swapped   # the worktree's side called "head"
+    python benchmarks/duet_bias.py --rounds 8 --layout same      # both sides run in one tree
+    python benchmarks/duet_bias.py --rounds 8 --kind script --steps 600   # the example script in its own repo
+    SCALEGATE_DUET_BIND_THREADS=all python benchmarks/duet_bias.py ...    # gloo's threads bound with the rank
+
+One A/A duet of ``ddp-cnn-1x2`` (and its 1x1 reference) for a fixed number of rounds, driven by the gate's own
+``gate_rounds.run`` and coordinator, in a throwaway copy of this checkout. Where the head's step time at W and at
+1x1 keeps one sign across layouts, the bias follows the side's name (its place in the turn order, which session
+starts first); where it flips with ``swapped`` and vanishes with ``same``, it follows the tree (paths, environment
+size). Each round's ``d_1``, ``d_w`` (head/base log ratios) go to ``--out``. Timing: nothing else running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from scalegate.cli import gate, gate_rounds, worktree  # noqa: E402
+from scalegate.cli.project import Project  # noqa: E402
+from scalegate.judge import duet  # noqa: E402
+from scalegate.judge.evidence import CaseRecord  # noqa: E402
+from scalegate.launch.duet import Coordinator  # noqa: E402
+
+CANARY = ["-k", "ddp-cnn-1x2 and not parity", "--scaling-strategies", "ddp"]
+
+
+def rounds_of(merged: dict[str, list[dict]]) -> list[dict]:
+    base = {c["key"]: c for c in merged["base"]}
+    out = []
+    for case in merged["head"]:
+        head, other = CaseRecord.from_dict(case["record"]), CaseRecord.from_dict(base[case["key"]]["record"])
+        for n, (h, b) in enumerate(zip(head.launches, other.launches), 1):
+            found = duet.round_estimate(h, b)
+            if found is not None:
+                logs = [math.log(x / y) for x, y in zip(h.reference_step_times_s, b.reference_step_times_s)]
+                out.append(
+                    {
+                        "case": case["case_id"],
+                        "round": n,
+                        "d_w": found.at_w.mean,
+                        "d_1": found.at_1.mean,
+                        "d_1_even": statistics.median(logs[0::2]),  # pairs by the step's parity: the ABBA phase
+                        "d_1_odd": statistics.median(logs[1::2]),
+                        "t_1": statistics.median([*h.reference_step_times_s, *b.reference_step_times_s]),
+                    }
+                )
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--layout", choices=("gate", "swapped", "same"), default="gate")
+    p.add_argument("--out", type=Path, default=Path("/tmp/duet-bias.jsonl"))
+    p.add_argument("--note", default="")
+    p.add_argument(
+        "--first",
+        choices=("alternate", "head", "base"),
+        default="alternate",
+        help="the side whose job turns first: by round as the gate does, or always the one named",
+    )
+    p.add_argument("--kind", choices=("canary", "script"), default="canary")
+    p.add_argument("--steps", type=int, default=100, help="measured steps (pairs) per launch")
+    a = p.parse_args()
+    load = os.getloadavg()[0]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        if a.kind == "canary":
+            from tests.repos import checkout_repo
+
+            repo = Path(tmp) / "repo"
+            checkout_repo(repo)
+            select, case = [*CANARY, "--scaling-steps", str(a.steps)], "[ddp-cnn-1x2]"
+        else:
+            from duet_aa import script_repo
+
+            repo, _ = script_repo(Path(tmp), a.steps, 0.0, 0)
+            select, case = ["-k", "ddp", "--scaling-steps", str(a.steps), "--scaling-warmup", "3"], "[ddp-mlp-1x2]"
+        project = Project.find(repo)
+        gate_dir = repo / "results" / "bias"
+        empty = gate_dir / "no-baselines"
+        command = gate.ab_command(project, sys.executable, empty)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+        os.environ.clear()
+        os.environ.update(env)
+        with worktree.checkout(repo, "HEAD", gate_dir / "base-tree") as base:
+            trees = {"gate": (base.path, repo), "swapped": (repo, base.path), "same": (repo, repo)}[a.layout]
+            sides = [
+                gate_rounds.Side(name="base", tree=trees[0], argv=command),
+                gate_rounds.Side(name="head", tree=trees[1], argv=command),
+            ]
+            with Coordinator() as coordinator:
+                if a.first != "alternate":  # always the one side first (the experiment; the gate alternates)
+                    started = coordinator.round_started
+                    coordinator.round_started = lambda refused=None, first="": started(refused, first=a.first)
+                merged, _ = gate_rounds.run(
+                    sides, [*gate.AB_SETTINGS, *select], gate_dir, lambda m: [case], a.rounds, coordinator
+                )
+        rows = rounds_of(merged)
+    wall = time.monotonic() - started
+    record = {
+        "kind": a.kind,
+        "steps": a.steps,
+        "bind_threads": os.environ.get("SCALEGATE_DUET_BIND_THREADS", ""),
+        "layout": a.layout,
+        "first": a.first,
+        "load": load,
+        "wall_s": round(wall, 1),
+        "note": a.note,
+        "rounds": rows,
+    }
+    with a.out.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    d1, dw = [r["d_1"] for r in rows], [r["d_w"] for r in rows]
+    sd = statistics.stdev if len(rows) > 1 else (lambda v: float("nan"))
+    print(
+        f"layout {a.layout}: {len(rows)} rounds, load {load:.2f}, {wall:.0f} s\n"
+        f"  head/base at 1x1: mean {statistics.fmean(d1):+.2%} median {statistics.median(d1):+.2%} sd {sd(d1):.2%}\n"
+        f"  head/base at W:   mean {statistics.fmean(dw):+.2%} median {statistics.median(dw):+.2%} sd {sd(dw):.2%}\n"
+        f"  at 1x1 by pair parity: even {statistics.fmean(r['d_1_even'] for r in rows):+.2%} "
+        f"odd {statistics.fmean(r['d_1_odd'] for r in rows):+.2%}\n"
+        f"  efficiency:       mean {statistics.fmean(a - b for a, b in zip(d1, dw)):+.2%}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
