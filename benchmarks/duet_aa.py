@@ -73,6 +73,7 @@ def rounds_of(gate_dir: Path) -> list[dict]:
                     "d_1": found.at_1.mean,
                     "eff_log": found.efficiency_log,
                     "se": found.se,
+                    "se_w": found.at_w.se,
                     "pairs": found.at_w.pairs,
                     "pair_sd": statistics.stdev(pair_logs),
                 }

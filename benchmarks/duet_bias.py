@@ -64,7 +64,12 @@ def rounds_of(merged: dict[str, list[dict]]) -> list[dict]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=8)
-    p.add_argument("--layout", choices=("gate", "swapped", "same"), default="gate")
+    p.add_argument(
+        "--layout",
+        choices=("gate", "swapped", "same", "equal"),
+        default="gate",
+        help="equal: as the gate, the base's worktree beside the repository at a path of the same length",
+    )
     p.add_argument("--out", type=Path, default=Path("/tmp/duet-bias.jsonl"))
     p.add_argument("--note", default="")
     p.add_argument(
@@ -97,8 +102,10 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
         os.environ.clear()
         os.environ.update(env)
-        with worktree.checkout(repo, "HEAD", gate_dir / "base-tree") as base:
-            trees = {"gate": (base.path, repo), "swapped": (repo, base.path), "same": (repo, repo)}[a.layout]
+        # equal: a sibling whose name is as long as the repository's ("base" beside "repo")
+        where = repo.parent / "base".ljust(len(repo.name), "-") if a.layout == "equal" else gate_dir / "base-tree"
+        with worktree.checkout(repo, "HEAD", where) as base:
+            trees = {"swapped": (repo, base.path), "same": (repo, repo)}.get(a.layout, (base.path, repo))
             sides = [
                 gate_rounds.Side(name="base", tree=trees[0], argv=command),
                 gate_rounds.Side(name="head", tree=trees[1], argv=command),

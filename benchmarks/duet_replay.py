@@ -59,14 +59,24 @@ def sets(path: Path) -> dict[tuple, list[dict]]:
     return out
 
 
-def gate(rounds: list[dict], shift: float, floor: tuple[float, str], design: sequential.Design, rng) -> tuple:
+def value(r: dict, metric: str) -> tuple[float, float]:
+    """A round's log ratio (head against base, lower is worse) and its SE: the efficiency, or the step speed at W
+    (``-d_w``; its own SE where the run recorded it, else the efficiency's, which is larger)."""
+    if metric == "step_w":
+        return -r["d_w"], r.get("se_w", r["se"])
+    return r["eff_log"], r["se"]
+
+
+def gate(
+    rounds: list[dict], shift: float, floor: tuple[float, str], design: sequential.Design, rng, metric: str = "eff"
+) -> tuple:
     """One replayed gate: (status, rounds used)."""
     logs: list[float] = []
     ses: list[float] = []
     for n in range(1, design.max_launches + 1):
-        r = rng.choice(rounds)
-        logs.append(r["eff_log"] + shift)
-        ses.append(r["se"])
+        log, se = value(rng.choice(rounds), metric)
+        logs.append(log + shift)
+        ses.append(se)
         sigma, _ = duet.sigma_of(logs, ses, floor)
         found = sequential.decide([math.exp(x) for x in logs], 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
         if found.status != sequential.UNDECIDED:
@@ -74,9 +84,11 @@ def gate(rounds: list[dict], shift: float, floor: tuple[float, str], design: seq
     return sequential.UNDECIDED, design.max_launches
 
 
-def replay(rounds: list[dict], shift: float, floor: tuple[float, str], design, gates: int, seed: int) -> dict:
+def replay(
+    rounds: list[dict], shift: float, floor: tuple[float, str], design, gates: int, seed: int, metric: str = "eff"
+) -> dict:
     rng = random.Random(seed)
-    found = [gate(rounds, shift, floor, design, rng) for _ in range(gates)]
+    found = [gate(rounds, shift, floor, design, rng, metric) for _ in range(gates)]
     share = {s: sum(1 for f, _ in found if f == s) / gates for s in (sequential.REGRESSED, sequential.OK)}
     return {
         "regressed": share[sequential.REGRESSED],
@@ -94,9 +106,18 @@ def main() -> int:
     p.add_argument("--budget", type=int, default=8)
     p.add_argument("--gates", type=int, default=10000)
     p.add_argument("--floor", type=float, help="the sigma floor (default: the judge's RECORDED_AA for the kind)")
+    p.add_argument(
+        "--metric",
+        choices=("eff", "step_w"),
+        default="eff",
+        help="the efficiency's test, or --scaling-step-time-tolerance's on the step time at W (--tolerance is then "
+        "the step time's: a step that much slower)",
+    )
+    p.add_argument("--only", default="", help="only the sets whose name holds this text")
     a = p.parse_args()
+    step_w = a.metric == "step_w"
     design = sequential.Design(
-        detect=a.tolerance,
+        detect=1 - 1 / (1 + a.tolerance) if step_w else a.tolerance,
         alpha=0.01,
         beta=0.05,
         max_launches=a.budget,
@@ -104,28 +125,32 @@ def main() -> int:
         min_launches_ok=duet.MIN_ROUNDS,
         sigma_floor=0.0,
     )
-    print(f"tolerance {a.tolerance:.0%}, budget {a.budget} rounds, {a.gates} gates per line")
+    what = "step time at W" if step_w else "efficiency"
+    print(f"{what}: tolerance {a.tolerance:.0%}, budget {a.budget} rounds, {a.gates} gates per line")
     print("| set | rounds | round spread | floor | false alarms | A/A ok | caught | 5% missed as ok | mean rounds |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for (kind, strategy, change, steps, note), rounds in sets(a.data).items():
         if len(rounds) < 4:
             continue
-        floor = duet.RECORDED_AA["script" if kind == "script" else "workload"]
+        floor = (duet.RECORDED_AA_STEP_W if step_w else duet.RECORDED_AA)["script" if kind == "script" else "workload"]
         if a.floor is not None:
             floor = (a.floor, "--floor")
-        spread = statistics.stdev(r["eff_log"] for r in rounds)
+        spread = statistics.stdev(value(r, a.metric)[0] for r in rounds)
         name = f"{strategy} {change}, {steps} steps" + (f" ({note})" if note else "")
+        if a.only not in name:
+            continue
         if change == "A/A":
-            clean = replay(rounds, 0.0, floor, design, a.gates, 1)
-            drop = replay(rounds, math.log(1 - a.drop), floor, design, a.gates, 2)
+            clean = replay(rounds, 0.0, floor, design, a.gates, 1, a.metric)
+            shift = -math.log(1 + a.drop) if step_w else math.log(1 - a.drop)  # a step `drop` slower at W
+            drop = replay(rounds, shift, floor, design, a.gates, 2, a.metric)
             print(
                 f"| {name} | {len(rounds)} | {spread:.1%} | {floor[0]:.1%} | {clean['regressed']:.1%} | "
                 f"{clean['ok']:.1%} | {drop['regressed']:.1%} | {drop['ok']:.1%} | "
                 f"{clean['rounds']:.1f} / {drop['rounds']:.1f} |"
             )
         else:
-            slowed = replay(rounds, 0.0, floor, design, a.gates, 3)
-            mean = statistics.fmean(r["eff_log"] for r in rounds)
+            slowed = replay(rounds, 0.0, floor, design, a.gates, 3, a.metric)
+            mean = statistics.fmean(value(r, a.metric)[0] for r in rounds)
             print(
                 f"| {name} (measured {math.exp(mean) - 1:+.1%}) | {len(rounds)} | {spread:.1%} | {floor[0]:.1%} | "
                 f"– | – | {slowed['regressed']:.1%} | {slowed['ok']:.1%} | {slowed['rounds']:.1f} |"

@@ -7,6 +7,7 @@ back to ``RECORDED_AA``. A malformed value stops with the file, the case and a H
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -92,6 +93,45 @@ def test_aa_floor_reads_the_case_entry_and_falls_back_to_recorded_aa(tmp_path):
     assert duet.aa_floor(CaseRecord(**script), None) == duet.RECORDED_AA["script"]
 
 
+def test_the_step_time_test_has_a_floor_of_its_own_recorded_or_measured_here(tmp_path):
+    """``--scaling-step-time-tolerance``'s test on the step time at W: its floor is the profile's recorded
+    ``sigma_step_w``, else ``RECORDED_AA_STEP_W`` (not the efficiency's, which carries a 1x1 launch's level)."""
+    head, base = _records(_round(0.0))
+    script = CaseRecord(**dict(head.__dict__, key="my-train-1x2:script"))
+    assert duet.aa_floor(head, None, step_w=True) == duet.RECORDED_AA_STEP_W["workload"]
+    assert duet.aa_floor(script, None, step_w=True) == duet.RECORDED_AA_STEP_W["script"]
+    assert duet.RECORDED_AA_STEP_W["script"][0] < duet.RECORDED_AA["script"][0]
+    # an entry recorded before the field: the efficiency's recorded sigma is not taken for the step time's
+    assert (
+        duet.aa_floor(head, _baseline(tmp_path, {"duet_aa": RECORDED}), step_w=True)
+        == (duet.RECORDED_AA_STEP_W["workload"])
+    )
+    with_w = _baseline(tmp_path, {"duet_aa": {**RECORDED, "sigma_step_w": 0.25}})
+    assert duet.aa_floor(head, with_w, step_w=True) == (
+        0.25,
+        "12 A/A duet rounds recorded on this profile 2026-11-30 (step time at W)",
+    )
+
+    # the verdict: a head 8% slower at W and at 1x1 alike (its efficiency holds) fails on the step time under the
+    # 1.1% floor in two rounds, and stays undecided under a recorded 25%
+    def uniform(h: LaunchRecord) -> LaunchRecord:
+        return dataclasses.replace(
+            h,
+            step_times_s=tuple(t * 1.08 for t in h.step_times_s),
+            reference_step_times_s=tuple(t * 1.08 for t in h.reference_step_times_s),
+        )
+
+    rounds = [_round(0.0), _round(0.0)]
+    slow = _records(*[(uniform(h), b) for h, b in rounds])
+    slow = tuple(
+        CaseRecord(**dict(r.__dict__, conduct=dataclasses.replace(r.conduct, step_time_tolerance=0.05))) for r in slow
+    )
+    regressed = duet.timing(*slow, None, Overrides())
+    assert regressed.status == V.REGRESSED and regressed.message.startswith("step speed at W"), regressed.message
+    undecided = duet.timing(*slow, with_w, Overrides())
+    assert undecided.status == V.NOISY and "±25.0%" in undecided.message, undecided.message
+
+
 @pytest.mark.parametrize(
     "value, says",
     [
@@ -102,6 +142,7 @@ def test_aa_floor_reads_the_case_entry_and_falls_back_to_recorded_aa(tmp_path):
         ({"sigma": 0.02, "rounds": 1}, "rounds 1 is not a whole number >= 2"),
         ({"sigma": 0.02, "rounds": True}, "rounds True is not a whole number >= 2"),
         ({"sigma": 0.02, "rounds": 4, "provenance": "yesterday"}, "provenance 'yesterday' is not an object"),
+        ({"sigma": 0.02, "rounds": 4, "sigma_step_w": 2}, "sigma_step_w 2 is not a number in 0..1"),
     ],
 )
 def test_a_malformed_recorded_spread_is_a_readable_error_with_a_hint(tmp_path, value, says):
@@ -129,10 +170,12 @@ def test_the_recorded_field_survives_a_baseline_update_and_a_rerecording_leaves_
 def test_the_recorder_takes_the_spread_of_the_rounds_efficiency_ratio():
     rounds = [_round(0.0, 0.001), _round(0.05), _round(-0.03)]
     head, base = _records(*rounds)
-    sigma, mean, n = record_duet.spread(head, base)
+    sigma, mean, n, step_w = record_duet.spread(head, base)
     logs = [duet.round_estimate(h, b).efficiency_log for h, b in rounds]
     assert n == 3 and sigma == pytest.approx(math.sqrt(sum((x - sum(logs) / 3) ** 2 for x in logs) / 2))
     assert sigma > 0.03 and mean == pytest.approx(sum(logs) / 3)
+    at_w = [duet.round_estimate(h, b).at_w.mean for h, b in rounds]
+    assert step_w == pytest.approx(math.sqrt(sum((x - sum(at_w) / 3) ** 2 for x in at_w) / 2))
     solo = LaunchRecord(step_times_s=(0.01,) * 20, reference_step_times_s=(0.006,) * 20, duet="solo: no partner")
     head, base = _records(rounds[0], (solo, rounds[1][1]))
     assert record_duet.spread(head, base) == "round 2 was not a duet (the head commit's case ran solo: no partner)"
@@ -185,7 +228,7 @@ def test_record_baselines_duet_aa_writes_each_cases_spread_with_its_provenance(t
     entry = json.loads(written.read_text())["cases"]["ddp-cnn-1x2:tiny"]
     assert set(entry) == {"duet_aa"}  # no efficiency was recorded: the A/A record adds its field only
     aa = entry["duet_aa"]
-    assert aa["rounds"] == 2 and 0 <= aa["sigma"] < 0.5
+    assert aa["rounds"] == 2 and 0 <= aa["sigma"] < 0.5 and 0 <= aa["sigma_step_w"] < 0.5
     assert aa["provenance"]["commit"].startswith(commit[:12]) and aa["provenance"]["hostname"]
     assert aa["provenance"]["date"][:4] >= "2026"
     assert "single-cnn-1x1:tiny" not in json.loads(written.read_text())["cases"]  # the reference has no duet verdict

@@ -9,7 +9,8 @@ the project's 2-core VMs. This records the profile's own: N A/A duet rounds of t
 itself with both sides resident and taking turns step by step, exactly as a gate round runs them
 (cli/gate_rounds.py, one coordinator for all rounds, back to back as a duet gate's rounds); per case the standard
 deviation of ``round_estimate(...).efficiency_log`` over the rounds goes into the case's baseline entry as
-``duet_aa`` = {"sigma", "rounds", "provenance"}, the rest of the entry as it was.
+``duet_aa`` = {"sigma", "sigma_step_w", "rounds", "provenance"} (``sigma_step_w``: the same rounds' spread of the step
+time at W, the floor of ``--scaling-step-time-tolerance``'s test), the rest of the entry as it was.
 
 A case with a round that was not a duet (a job that ran solo, too few pairs) is not recorded, and says why; a
 correctness failure or an injected fault refuses the whole recording, as ``update-baselines`` does.
@@ -36,21 +37,23 @@ from scalegate.report import compare
 MAX_ROUNDS = 100
 
 
-def spread(record: CaseRecord, base: CaseRecord) -> tuple[float, float, int] | str:
-    """(stdev, mean, rounds) of the A/A duet rounds' efficiency log ratio of one case, or why it cannot be had."""
+def spread(record: CaseRecord, base: CaseRecord) -> tuple[float, float, int, float] | str:
+    """(stdev, mean, rounds, stdev of the step time at W) of the A/A duet rounds' efficiency log ratio of one case,
+    or why it cannot be had."""
     if len(record.launches) != len(base.launches):
         return f"the head side ran {len(record.launches)} rounds, the base side {len(base.launches)}"
-    found = []
+    found, at_w = [], []
     for n, (h, b) in enumerate(zip(record.launches, base.launches), 1):
         estimate = duet.round_estimate(h, b)
         if estimate is None:
             return f"round {n} was not a duet ({duet.not_paired(h, b) or 'too few pairs'})"
         found.append(estimate.efficiency_log)
+        at_w.append(estimate.at_w.mean)
     if len(found) < 2:
         return f"{len(found)} duet round(s) on both sides: a spread needs 2"
     if statistics.stdev(found) >= 1:  # a baseline file refuses it (baselines.duet_aa_problem): no gate decides on it
         return f"the rounds' efficiency ratios spread {statistics.stdev(found):.2f} in log: not a timing measurement"
-    return statistics.stdev(found), statistics.fmean(found), len(found)
+    return statistics.stdev(found), statistics.fmean(found), len(found), min(statistics.stdev(at_w), 0.99)
 
 
 def entries(head: list[dict[str, Any]], base: list[dict[str, Any]], commit: str) -> tuple[dict[str, dict], list[str]]:
@@ -69,9 +72,10 @@ def entries(head: list[dict[str, Any]], base: list[dict[str, Any]], commit: str)
         if isinstance(found, str):
             lines.append(f"- {case['key']}: not recorded: {found}")
             continue
-        sigma, mean, rounds = found
+        sigma, mean, rounds, step_w = found
         values[case["key"]] = {
             "sigma": round(sigma, 5),
+            "sigma_step_w": round(step_w, 5),
             "rounds": rounds,
             "provenance": baselines.provenance(
                 case.get("commit") or commit,
@@ -80,7 +84,10 @@ def entries(head: list[dict[str, Any]], base: list[dict[str, Any]], commit: str)
                 case.get("host_id", ""),
             ),
         }
-        lines.append(f"~ {case['key']}: A/A duet spread {sigma:.2%} over {rounds} rounds (mean {mean:+.2%})")
+        lines.append(
+            f"~ {case['key']}: A/A duet spread {sigma:.2%} over {rounds} rounds (mean {mean:+.2%}); "
+            f"step time at W {step_w:.2%}"
+        )
     return values, lines
 
 

@@ -51,6 +51,7 @@ class DuetAA:
     date: str
     host: str
     commit: str
+    sigma_step_w: float | None = None  # the same rounds' spread of the step time at W's log ratio (older: absent)
 
     def describe(self) -> str:
         return f"{self.rounds} A/A duet rounds recorded on this profile {self.date[:10]}"
@@ -65,6 +66,9 @@ def duet_aa_problem(found: Any) -> str:
         return f"sigma {sigma!r} is not a number in 0..1 (a log ratio's spread)"
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
         return f"rounds {rounds!r} is not a whole number >= 2 (one round has no spread)"
+    step = found.get("sigma_step_w")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 <= step < 1):
+        return f"sigma_step_w {step!r} is not a number in 0..1 (a log ratio's spread)"
     if not isinstance(found.get("provenance", {}), dict):
         return f"provenance {found['provenance']!r} is not an object"
     return ""
@@ -101,6 +105,7 @@ class BaselineFile:
             date=str(made.get("date", "(date not recorded)")),
             host=str(made.get("hostname", "?")),
             commit=str(made.get("commit", "?")),
+            sigma_step_w=None if found.get("sigma_step_w") is None else float(found["sigma_step_w"]),
         )
 
 
