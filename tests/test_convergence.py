@@ -116,6 +116,15 @@ def test_a_scripts_flat_loss_fails_and_a_falling_one_passes():
     assert script_checks.problems(falling, None)[0] == []
 
 
+def test_a_scripts_loss_at_its_printed_floor_from_the_first_quarter_on_passes():
+    """The example script prints its loss to 4 decimals: run for 600 steps it reads 0.0000 from about step 60 on,
+    so both quarters' medians are 0; it fell (from its first reading) and has nothing left to fall."""
+    learned = _result([math.nan] * 5, [], SCRIPT, curve=[[i, max(0.0, 2.3 - 0.5 * i)] for i in range(100)])
+    assert script_checks.problems(learned, None)[0] == []
+    stuck = _result([math.nan] * 5, [], SCRIPT, curve=[[i, 0.0] for i in range(100)])  # never above its floor
+    assert script_checks.problems(stuck, None)[0][0].startswith("the script's loss did not fall: 0 over its first 25")
+
+
 def test_a_scripts_nan_loss_and_a_strong_curve_that_leaves_the_1x1_run_fail():
     nan = _result([math.nan] * 5, [], SCRIPT, curve=[[0, 2.3], [1, math.nan], [2, 1.0], [3, 0.9]])
     assert script_checks.problems(nan, None)[0] == ["the script's loss is nan at step 1 [ddp-cnn-1x2]"]
