@@ -183,6 +183,15 @@ def test_the_recorder_takes_the_spread_of_the_rounds_efficiency_ratio():
     assert record_duet.spread(head, CaseRecord(**dict(base.__dict__, launches=base.launches[:2]))) == (
         "the head side ran 3 rounds, the base side 2"
     )
+    # a head 4.5x slower at W and at 1x1 in one round only: the efficiency holds, the step time's spread is no timing
+    h, b = _round(0.0)
+    wild = dataclasses.replace(
+        h,
+        step_times_s=tuple(4.5 * t for t in h.step_times_s),
+        reference_step_times_s=tuple(4.5 * t for t in h.reference_step_times_s),
+    )
+    head, base = _records((h, b), (wild, b))
+    assert record_duet.spread(head, base) == "the rounds' step times at W spread 1.06 in log: not a timing measurement"
 
 
 @pytest.mark.slow

@@ -140,9 +140,10 @@ def run(
             refused = duet_refusals(merged, baseline_dir)
             for case_id, why in refused.items():
                 print(f"gate: round {n}, {case_id}: no duet, its two jobs run one after the other: {why}", flush=True)
-            # neither side always sets up and steps first, nor has its session started first (launch/duet.py)
-            coordinator.round_started(refused, first=sides[-1].name if n % 2 else sides[0].name)
+            # neither side always has its session started first, nor sets up and steps first (launch/duet.py):
+            # the side started last turns first
             ordered = sides if n % 2 else sides[::-1]
+            coordinator.round_started(refused, first=ordered[-1].name)
             for side, (code, where) in _duet_round(ordered, [*user_args, *extra], gate_dir, n, coordinator).items():
                 what = f"round {n} of the gate ({side} commit, duet)"
                 rounds[side].append(runfiles.load_run(check_run(code, where, what)))

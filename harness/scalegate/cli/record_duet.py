@@ -51,9 +51,10 @@ def spread(record: CaseRecord, base: CaseRecord) -> tuple[float, float, int, flo
         at_w.append(estimate.at_w.mean)
     if len(found) < 2:
         return f"{len(found)} duet round(s) on both sides: a spread needs 2"
-    if statistics.stdev(found) >= 1:  # a baseline file refuses it (baselines.duet_aa_problem): no gate decides on it
-        return f"the rounds' efficiency ratios spread {statistics.stdev(found):.2f} in log: not a timing measurement"
-    return statistics.stdev(found), statistics.fmean(found), len(found), min(statistics.stdev(at_w), 0.99)
+    for what, values in (("efficiency ratios", found), ("step times at W", at_w)):
+        if statistics.stdev(values) >= 1:  # a baseline file refuses it (baselines.duet_aa_problem)
+            return f"the rounds' {what} spread {statistics.stdev(values):.2f} in log: not a timing measurement"
+    return statistics.stdev(found), statistics.fmean(found), len(found), statistics.stdev(at_w)
 
 
 def entries(head: list[dict[str, Any]], base: list[dict[str, Any]], commit: str) -> tuple[dict[str, dict], list[str]]:

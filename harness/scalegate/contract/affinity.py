@@ -36,6 +36,7 @@ import os
 from typing import Sequence
 
 ENV = "SCALEGATE_CPUS"
+THREADS_ENV = "SCALEGATE_DUET_BIND_THREADS"  # experiment (benchmarks/duet_bias.py): "all" binds gloo's threads too
 
 
 def node_cpus() -> list[int]:
@@ -87,9 +88,6 @@ def bind(threads: int, env: dict[str, str] | None = None, duet: bool = False) ->
         "why": "duet: both sides' rank on the same cores" if duet else "",
         **({"threads": threads_bound} if threads_bound else {}),
     }
-
-
-THREADS_ENV = "SCALEGATE_DUET_BIND_THREADS"  # experiment (benchmarks/duet_bias.py): "all" binds gloo's threads too
 
 
 def _bind_threads(cpus: list[int]) -> int:

@@ -101,7 +101,7 @@ class Coordinator:
         turn of the round's ABBA order. The gate alternates it by round: the side that sets up and steps first ran
         faster at 1x1 by 0.8% (A/A, both sides one tree, 10 rounds each way: -0.85% head first, +0.81% base first;
         benchmarks/duet_bias.py), a bias no order inside the round removes."""
-        self.events.put(("round", first, dict(refused or {})))
+        self.events.put(("round", None, (dict(refused or {}), first)))
 
     def side_ended(self, side: str) -> None:
         """The gate saw that side's session exit: its partner jobs stop waiting for it."""
@@ -164,7 +164,7 @@ class Coordinator:
                 self.ended_sides.add(sock)  # type: ignore[arg-type]
             elif kind == "round":
                 self.ended_sides.clear()
-                self.refused, self.first = message, sock  # type: ignore[assignment]
+                self.refused, self.first = message  # type: ignore[misc]
             self._schedule()
 
     # --- decisions ----------------------------------------------------------------------------------------------
@@ -220,9 +220,7 @@ class Coordinator:
             return False  # both must have joined before the first turn; later, it is the partner's step
         turn = self._pair_turns(job)
         order = (self.first, "base" if self.first == "head" else "head")
-        due = duet.first_side(turn // 2, order)
-        if turn % 2:
-            due = order[1] if due == order[0] else order[0]
+        due = duet.first_side(turn // 2 + turn % 2, order)  # a pair's second turn is the other side's
         if due != job.side and partner.ready and not partner.gone:
             return False
         return self._grant(job)

@@ -61,17 +61,20 @@ def duet_aa_problem(found: Any) -> str:
     """What is wrong with a case's ``duet_aa`` value, "" when it is usable."""
     if not isinstance(found, dict):
         return f"is {type(found).__name__}, expected an object"
-    sigma, rounds = found.get("sigma"), found.get("rounds")
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 <= sigma < 1:  # NaN fails too
-        return f"sigma {sigma!r} is not a number in 0..1 (a log ratio's spread)"
+    rounds = found.get("rounds")
+    for name in ("sigma", "sigma_step_w"):  # sigma_step_w may be absent (recorded before it existed)
+        value = found.get(name)
+        if (name == "sigma" or value is not None) and not _is_spread(value):
+            return f"{name} {value!r} is not a number in 0..1 (a log ratio's spread)"
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
         return f"rounds {rounds!r} is not a whole number >= 2 (one round has no spread)"
-    step = found.get("sigma_step_w")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 <= step < 1):
-        return f"sigma_step_w {step!r} is not a number in 0..1 (a log ratio's spread)"
     if not isinstance(found.get("provenance", {}), dict):
         return f"provenance {found['provenance']!r} is not an object"
     return ""
+
+
+def _is_spread(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < 1  # NaN fails too
 
 
 DUET_AA_FIX = "record it again with `python -m scalegate record-baselines --duet-aa 10 -k CASE`, or delete the field"
