@@ -48,16 +48,15 @@ def test_a_compiled_run_has_a_baseline_key_of_its_own():
     assert baselines.case_key("ddp-cnn-1x2", "tiny", compiled=True) == "ddp-cnn-1x2:tiny+compile"
 
 
-def test_a_compiled_case_gets_the_compiled_gradient_and_parameter_bounds():
-    """Compiled kernels round differently from the eager reference (5.59e-5 on an H200's first conv); AdamW
-    amplifies that in the parameters."""
+def test_a_compiled_case_keeps_the_gradient_bound_and_gets_a_looser_parameter_bound():
+    """Compiled kernels round differently from the eager reference (an H200 without TF32: 7.3e-6 on the resnet's
+    gradients, 1.4e-3 on its parameters after 3 AdamW steps); AdamW amplifies that in the parameters only."""
     from scalegate.checks import tolerances
 
     eager, compiled = tolerances.for_spec(spec("ddp").replace(compile=False)), tolerances.for_spec(spec("ddp"))
     assert eager == tolerances.for_dtype("fp32")
-    assert compiled.loss_rel == eager.loss_rel
-    assert compiled.grad_rel == tolerances.COMPILED["fp32"]["grad_rel"] > 5.59e-5 > eager.grad_rel
-    assert compiled.param_rel == tolerances.COMPILED["fp32"]["param_rel"] > eager.param_rel
+    assert compiled.grad_rel == eager.grad_rel and compiled.loss_rel == eager.loss_rel
+    assert compiled.param_rel == tolerances.COMPILED_PARAM_REL["fp32"] > eager.param_rel
     bf16 = tolerances.for_spec(spec("ddp", dtype="bf16"))
     assert bf16 == tolerances.for_dtype("bf16")  # bf16's own parameter bound is already looser
 
