@@ -230,3 +230,14 @@ def test_the_script_phases_file_declares_its_cases_at_1x1_and_1x2():
     assert done.returncode == 0, done.stdout + done.stderr
     for case in ("ddp-mlp-1x1", "fsdp-mlp-1x1", "ddp-mlp-1x2", "fsdp-mlp-1x2"):
         assert f"test_train[{case}]" in done.stdout
+
+
+def test_the_gpu_gate_phase_runs_enough_pairs_to_decide_an_aa_duet():
+    """20 pairs of the cnn's 2-3 ms steps left the H200's A/A ddp-cnn-1x1 noisy after its 2 rounds; the gate phase
+    runs GATE_STEPS pairs a round while the other phases keep --steps."""
+    from scalegate.cli import gpu_phases
+
+    phases = {p.name: p for p in gpu_phases.plan(1, gpu_phases.Settings())}
+    gate, matrix = list(phases["ab-gate"].argv), list(phases["matrix-1x1"].argv)
+    assert gate[gate.index("--scaling-steps") + 1] == str(gpu_phases.GATE_STEPS) == "200"
+    assert matrix[matrix.index("--scaling-steps") + 1] == "20"

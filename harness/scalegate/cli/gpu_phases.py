@@ -61,12 +61,18 @@ def all_strategies() -> str:
     return ",".join(cards.names())
 
 
-def common(settings: Settings) -> list[str]:
+# The A/A gate's pairs a round: on the H200 (docs/gpu/nvidia-h200-2026-11-25.md) 20 pairs of the cnn's 2-3 ms steps
+# left ddp-cnn-1x1 noisy after its 2 rounds (the rounds read +11.3% and -11.6% at 1x1, with the side turning first);
+# 200 pairs cost about a second a side, and a duet round is decided by its pairs.
+GATE_STEPS = 200
+
+
+def common(settings: Settings, steps: int | None = None) -> list[str]:
     """The measurement settings every phase shares: short windows, one launch, no stored baselines (a GPU profile
     has none yet, and the acceptance run checks the path, not a level)."""
     return [
         "--scaling-steps",
-        str(settings.steps),
+        str(steps or settings.steps),
         "--scaling-warmup",
         str(settings.warmup),
         "--scaling-timeout",
@@ -148,13 +154,14 @@ def gate_phase(per_node: str, s: Settings) -> Phase:
     results = s.work_dir / "ab-gate"
     verdicts = results / "gate.json"
     argv = [s.python, "-m", "scalegate", "gate", "--base", GATE_BASE, "--results-dir", str(results)]
-    argv += ["--json", str(verdicts), *common(s), "--scaling-max-launches", "2", "--scaling-models", "cnn"]
+    argv += ["--json", str(verdicts), *common(s, max(s.steps, GATE_STEPS)), "--scaling-max-launches", "2"]
+    argv += ["--scaling-models", "cnn"]
     argv += ["--scaling-strategies", "single,ddp", "--scaling-topologies", per_node]
     return Phase(
         name="ab-gate",
         proves="the A/B gate (gate --base HEAD, an A/A) and its judge, once",
         argv=tuple(argv),
-        weight=2.6,  # two rounds of single and ddp, each side a pytest session: 134 s on the H100
+        weight=2.6,  # two rounds of single and ddp, each side a pytest session: 134 s on the H100, 73 s on the H200
         results_dir=results,
         gate_json=verdicts,
     )
