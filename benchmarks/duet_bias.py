@@ -35,7 +35,19 @@ from scalegate.judge import duet  # noqa: E402
 from scalegate.judge.evidence import CaseRecord  # noqa: E402
 from scalegate.launch.duet import Coordinator  # noqa: E402
 
-CANARY = ["-k", "ddp-cnn-1x2 and not parity", "--scaling-strategies", "ddp"]
+
+def canary(strategy: str) -> list[str]:
+    return ["-k", f"{strategy}-cnn-1x2 and not parity", "--scaling-strategies", strategy]
+
+
+def canary_with_single(strategy: str) -> list[str]:
+    """As benchmarks/duet_aa.py's whole gates select: the single-process case runs in the first round too."""
+    return [
+        "-k",
+        f"({strategy}-cnn-1x2 or single-cnn-1x1) and not parity",
+        "--scaling-strategies",
+        f"single,{strategy}",
+    ]
 
 
 def rounds_of(merged: dict[str, list[dict]]) -> list[dict]:
@@ -61,6 +73,43 @@ def rounds_of(merged: dict[str, list[dict]]) -> list[dict]:
     return out
 
 
+def one_run(a: argparse.Namespace) -> list[dict]:
+    """``a.rounds`` rounds under one coordinator, in a fresh throwaway repository and base worktree."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if a.kind == "canary":
+            from tests.repos import checkout_repo
+
+            repo = Path(tmp) / "repo"
+            checkout_repo(repo)
+            chosen = canary_with_single(a.strategy) if a.with_single else canary(a.strategy)
+            select, case = [*chosen, "--scaling-steps", str(a.steps)], f"[{a.strategy}-cnn-1x2]"
+        else:
+            from duet_aa import script_repo
+
+            repo, _ = script_repo(Path(tmp), a.steps, 0.0, 0)
+            select, case = ["-k", "ddp", "--scaling-steps", str(a.steps), "--scaling-warmup", "3"], "[ddp-mlp-1x2]"
+        project = Project.find(repo)
+        gate_dir = repo / "results" / "bias"
+        empty = gate_dir / "no-baselines"
+        command = gate.ab_command(project, sys.executable, empty)
+        # equal: a sibling whose name is as long as the repository's ("base" beside "repo")
+        where = repo.parent / "base".ljust(len(repo.name), "-") if a.layout == "equal" else gate_dir / "base-tree"
+        with worktree.checkout(repo, "HEAD", where) as base:
+            trees = {"swapped": (repo, base.path), "same": (repo, repo)}.get(a.layout, (base.path, repo))
+            sides = [
+                gate_rounds.Side(name="base", tree=trees[0], argv=command),
+                gate_rounds.Side(name="head", tree=trees[1], argv=command),
+            ]
+            with Coordinator() as coordinator:
+                if a.first != "alternate":  # always the one side first (the experiment; the gate alternates)
+                    round_started = coordinator.round_started
+                    coordinator.round_started = lambda refused=None, first="": round_started(refused, first=a.first)
+                merged, _ = gate_rounds.run(
+                    sides, [*gate.AB_SETTINGS, *select], gate_dir, lambda m: [case], a.rounds, coordinator
+                )
+        return rounds_of(merged)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=8)
@@ -79,52 +128,30 @@ def main() -> int:
         help="the side whose job turns first: by round as the gate does, or always the one named",
     )
     p.add_argument("--kind", choices=("canary", "script"), default="canary")
+    p.add_argument("--strategy", default="ddp", help="the canary's strategy: ddp, fsdp, deepspeed-zero2")
     p.add_argument("--steps", type=int, default=100, help="measured steps (pairs) per launch")
+    p.add_argument("--repeat", type=int, default=1, help="runs of --rounds each, every one in a fresh repository")
+    p.add_argument("--with-single", action="store_true", help="single-cnn-1x1 in the first round too, as duet_aa")
     a = p.parse_args()
     load = os.getloadavg()[0]
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        if a.kind == "canary":
-            from tests.repos import checkout_repo
-
-            repo = Path(tmp) / "repo"
-            checkout_repo(repo)
-            select, case = [*CANARY, "--scaling-steps", str(a.steps)], "[ddp-cnn-1x2]"
-        else:
-            from duet_aa import script_repo
-
-            repo, _ = script_repo(Path(tmp), a.steps, 0.0, 0)
-            select, case = ["-k", "ddp", "--scaling-steps", str(a.steps), "--scaling-warmup", "3"], "[ddp-mlp-1x2]"
-        project = Project.find(repo)
-        gate_dir = repo / "results" / "bias"
-        empty = gate_dir / "no-baselines"
-        command = gate.ab_command(project, sys.executable, empty)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
-        os.environ.clear()
-        os.environ.update(env)
-        # equal: a sibling whose name is as long as the repository's ("base" beside "repo")
-        where = repo.parent / "base".ljust(len(repo.name), "-") if a.layout == "equal" else gate_dir / "base-tree"
-        with worktree.checkout(repo, "HEAD", where) as base:
-            trees = {"swapped": (repo, base.path), "same": (repo, repo)}.get(a.layout, (base.path, repo))
-            sides = [
-                gate_rounds.Side(name="base", tree=trees[0], argv=command),
-                gate_rounds.Side(name="head", tree=trees[1], argv=command),
-            ]
-            with Coordinator() as coordinator:
-                if a.first != "alternate":  # always the one side first (the experiment; the gate alternates)
-                    started = coordinator.round_started
-                    coordinator.round_started = lambda refused=None, first="": started(refused, first=a.first)
-                merged, _ = gate_rounds.run(
-                    sides, [*gate.AB_SETTINGS, *select], gate_dir, lambda m: [case], a.rounds, coordinator
-                )
-        rows = rounds_of(merged)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    os.environ.clear()
+    os.environ.update(env)
+    rows = []
+    for run in range(a.repeat):
+        for row in one_run(a):
+            rows.append({**row, "run": run})
     wall = time.monotonic() - started
     record = {
         "kind": a.kind,
+        "strategy": a.strategy if a.kind == "canary" else "ddp",
         "steps": a.steps,
         "bind_threads": os.environ.get("SCALEGATE_DUET_BIND_THREADS", ""),
         "layout": a.layout,
         "first": a.first,
+        "repeat": a.repeat,
+        "with_single": a.with_single,
         "load": load,
         "wall_s": round(wall, 1),
         "note": a.note,
