@@ -5,6 +5,7 @@
     python benchmarks/duet_aa.py --kind canary --slow-ms 1.5        # the head's DDP forward slowed (SLOW_COMMIT)
     python benchmarks/duet_aa.py --kind script --script-steps 150 --slowdown 0.0527   # a 5% drop, injected at W
     python benchmarks/duet_aa.py --kind script --extra-forward 8 -- --scaling-step-time-tolerance 0.05
+    python benchmarks/duet_aa.py --strategy fsdp --runs 5 --layouts worktree,same   # base in a worktree / one tree
     python benchmarks/duet_aa.py --read results/gate/gate-...       # one gate run's rounds, as the table reads them
 
 Each run is one real ``python -m scalegate gate --base ...`` in a throwaway repository (tests/repos.py); every
@@ -121,6 +122,7 @@ def run_gate(
     script_steps: int = 30,
     slowdown: float = 0.0,
     extra_forward: int = 0,
+    same_tree: bool = False,
 ) -> tuple[Path, dict[str, str], int]:
     from tests.repos import checkout_repo, commit_change, slow_commit
 
@@ -136,7 +138,9 @@ def run_gate(
         repo, base = script_repo(where, script_steps, slowdown, extra_forward)
         select = ["-k", "ddp", "--scaling-steps", str(script_steps), "--scaling-warmup", "3"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
-    cmd = [sys.executable, "-m", "scalegate", "gate", "--base", base, "--json", "gate.json", *select, *args]
+    # same_tree: an A/A with both sides in the repository itself (`--base-python` alone: worktree.base_tree)
+    against = ["--base-python", sys.executable] if same_tree else ["--base", base]
+    cmd = [sys.executable, "-m", "scalegate", "gate", *against, "--json", "gate.json", *select, *args]
     done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
     verdicts = {c["case_id"]: c["status"] for c in json.loads((repo / "gate.json").read_text())["cases"]}
     return sorted((repo / "results" / "gate").glob("gate-*"))[-1], verdicts, done.returncode
@@ -175,6 +179,12 @@ def main() -> int:
     p.add_argument("--slowdown", type=float, default=0.0, help="script: the head's steps at W slower (injected)")
     p.add_argument("--extra-forward", type=int, default=0, help="script: the head adds a forward of N samples")
     p.add_argument("--note", default="", help="a label kept with every record (what changed since the last set)")
+    p.add_argument(
+        "--layouts",
+        default="worktree",
+        help="worktree (--base, as a PR gate), same (both sides in one tree: --base-python alone, an A/A only), or "
+        "worktree,same: the two in turn, run by run",
+    )
     p.add_argument("gate_args", nargs="*", help="more arguments for the gate (e.g. --scaling-max-launches 4)")
     a = p.parse_args()
     if a.read:
@@ -182,13 +192,24 @@ def main() -> int:
         return 0
     import tempfile
 
+    layouts = a.layouts.split(",")
+    if "same" in layouts and (a.slow_ms or a.slowdown or a.extra_forward):
+        p.error("--layouts same is an A/A: both sides run the repository's one tree")
     every = []
-    for n in range(a.runs):
+    for n, layout in ((n, layout) for n in range(a.runs) for layout in layouts):
         load = os.getloadavg()[0]
         started = time.monotonic()
         with tempfile.TemporaryDirectory() as tmp:
             gate_dir, verdicts, code = run_gate(
-                a.kind, Path(tmp), a.slow_ms, a.gate_args, a.strategy, a.script_steps, a.slowdown, a.extra_forward
+                a.kind,
+                Path(tmp),
+                a.slow_ms,
+                a.gate_args,
+                a.strategy,
+                a.script_steps,
+                a.slowdown,
+                a.extra_forward,
+                same_tree=layout == "same",
             )
             rows = rounds_of(gate_dir)
         wall = time.monotonic() - started
@@ -202,6 +223,7 @@ def main() -> int:
             "strategy": a.strategy if a.kind == "canary" else "script",
             "run": n,
             **({"note": a.note} if a.note else {}),
+            **({"layout": layout} if len(layouts) > 1 or layout != "worktree" else {}),
             "load": load,
             "wall_s": round(wall, 1),
             "exit": code,
@@ -212,7 +234,7 @@ def main() -> int:
             f.write(json.dumps(record) + "\n")
         every += rows
         print(
-            f"run {n + 1}/{a.runs}: exit {code}, {len(rows)} rounds, {verdicts}, {wall:.0f} s, load {load:.2f}",
+            f"run {n + 1}/{a.runs} ({layout}): exit {code}, {len(rows)} rounds, {verdicts}, {wall:.0f} s, load {load:.2f}",
             flush=True,
         )
     print(table(every))
