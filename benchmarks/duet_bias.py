@@ -40,16 +40,6 @@ def canary(strategy: str) -> list[str]:
     return ["-k", f"{strategy}-cnn-1x2 and not parity", "--scaling-strategies", strategy]
 
 
-def canary_with_single(strategy: str) -> list[str]:
-    """As benchmarks/duet_aa.py's whole gates select: the single-process case runs in the first round too."""
-    return [
-        "-k",
-        f"({strategy}-cnn-1x2 or single-cnn-1x1) and not parity",
-        "--scaling-strategies",
-        f"single,{strategy}",
-    ]
-
-
 def rounds_of(merged: dict[str, list[dict]]) -> list[dict]:
     base = {c["key"]: c for c in merged["base"]}
     out = []
@@ -81,7 +71,9 @@ def one_run(a: argparse.Namespace) -> list[dict]:
 
             repo = Path(tmp) / "repo"
             checkout_repo(repo)
-            chosen = canary_with_single(a.strategy) if a.with_single else canary(a.strategy)
+            from duet_aa import canary as with_single  # as the whole gates select: single-cnn-1x1 in round 1 too
+
+            chosen = with_single(a.strategy) if a.with_single else canary(a.strategy)
             select, case = [*chosen, "--scaling-steps", str(a.steps)], f"[{a.strategy}-cnn-1x2]"
         else:
             from duet_aa import script_repo
