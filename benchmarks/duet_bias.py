@@ -99,7 +99,7 @@ def one_run(a: argparse.Namespace) -> list[dict]:
                 merged, _ = gate_rounds.run(
                     sides, [*gate.AB_SETTINGS, *select], gate_dir, lambda m: [case], a.rounds, coordinator
                 )
-        return rounds_of(merged)
+        return [r for r in rounds_of(merged) if f"[{r['case']}]" == case]  # not --with-single's single-cnn-1x1
 
 
 def main() -> int:
