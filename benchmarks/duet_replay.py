@@ -117,7 +117,7 @@ def main() -> int:
     a = p.parse_args()
     step_w = a.metric == "step_w"
     design = sequential.Design(
-        detect=1 - 1 / (1 + a.tolerance) if step_w else a.tolerance,
+        detect=duet.speed_drop(a.tolerance) if step_w else a.tolerance,
         alpha=0.01,
         beta=0.05,
         max_launches=a.budget,
@@ -132,7 +132,7 @@ def main() -> int:
     for (kind, strategy, change, steps, note), rounds in sets(a.data).items():
         if len(rounds) < 4:
             continue
-        floor = (duet.RECORDED_AA_STEP_W if step_w else duet.RECORDED_AA)["script" if kind == "script" else "workload"]
+        floor = duet.measured_floor("script" if kind == "script" else "workload", step_w)
         if a.floor is not None:
             floor = (a.floor, "--floor")
         spread = statistics.stdev(value(r, a.metric)[0] for r in rounds)

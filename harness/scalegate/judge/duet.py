@@ -48,14 +48,22 @@ def aa_floor(record: CaseRecord, baseline: BaselineFile | None, step_w: bool = F
     step time at W's test (``sigma_step_w``, ``RECORDED_AA_STEP_W``). BaselineError where the recorded value is
     malformed."""
     recorded = baseline.duet_aa(record.key) if baseline is not None else None
-    kind = "script" if record.key.endswith(":script") else "workload"
-    if step_w:
-        if recorded is not None and recorded.sigma_step_w is not None:
-            return recorded.sigma_step_w, recorded.describe() + " (step time at W)"
-        return RECORDED_AA_STEP_W[kind]
-    if recorded is not None:
+    if step_w and recorded is not None and recorded.sigma_step_w is not None:
+        return recorded.sigma_step_w, recorded.describe() + " (step time at W)"
+    if not step_w and recorded is not None:
         return recorded.sigma, recorded.describe()
-    return RECORDED_AA[kind]
+    return measured_floor("script" if record.key.endswith(":script") else "workload", step_w)
+
+
+def measured_floor(kind: str, step_w: bool = False) -> tuple[float, str]:
+    """The floor measured on the 2-core VMs for ``kind`` ("workload" or "script"): the efficiency's, or the step
+    time at W's (benchmarks/duet_replay.py replays with it)."""
+    return (RECORDED_AA_STEP_W if step_w else RECORDED_AA)[kind]
+
+
+def speed_drop(step_time: float) -> float:
+    """A step time ``step_time`` slower, as the drop in speed (base/head step time) the step-time test detects."""
+    return 1 - 1 / (1 + step_time)
 
 
 MIN_ROUNDS = 2  # for either decision: one round that reads no change is confirmed as one that reads a drop is
@@ -184,7 +192,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     ]
     step_time = record.conduct.step_time_tolerance
     if step_time:  # speed at W, base/head: a step time ``step_time`` slower is a drop of 1 - 1/(1 + step_time)
-        speed = dataclasses.replace(design, detect=1 - 1 / (1 + step_time))
+        speed = dataclasses.replace(design, detect=speed_drop(step_time))
         logs, ses = [-r.at_w.mean for r in rounds], [r.at_w.se for r in rounds]
         again = f"the same {len(rounds)} round{'s' if len(rounds) > 1 else ''}"
         floor = aa_floor(record, baseline, step_w=True)
