@@ -5,6 +5,7 @@
     python benchmarks/duet_bias.py --rounds 8 --layout same      # both sides run in one tree
     python benchmarks/duet_bias.py --rounds 8 --kind script --steps 600   # the example script in its own repo
     SCALEGATE_DUET_BIND_THREADS=all python benchmarks/duet_bias.py ...    # gloo's threads bound with the rank
+    python benchmarks/duet_bias.py --kind script --steps 600 --extra "--scaling-reference-launches 4"
 
 One A/A duet of ``ddp-cnn-1x2`` (and its 1x1 reference) for a fixed number of rounds, driven by the gate's own
 ``gate_rounds.run`` and coordinator, in a throwaway copy of this checkout. Where the head's step time at W and at
@@ -19,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -55,12 +57,27 @@ def rounds_of(merged: dict[str, list[dict]]) -> list[dict]:
                         "round": n,
                         "d_w": found.at_w.mean,
                         "d_1": found.at_1.mean,
+                        "se_w": found.at_w.se,
+                        "se_1": found.at_1.se,
                         "d_1_even": statistics.median(logs[0::2]),  # pairs by the step's parity: the ABBA phase
                         "d_1_odd": statistics.median(logs[1::2]),
                         "t_1": statistics.median([*h.reference_step_times_s, *b.reference_step_times_s]),
+                        **by_pair(h, b),
                     }
                 )
     return out
+
+
+def by_pair(h, b) -> dict:
+    """The same round estimated pair by pair (``unit=1``: before duet.UNIT), to compare on the same launches."""
+    at_w = duet.paired(h.step_times_s, b.step_times_s, unit=1)
+    lengths = (h.reference_lengths, b.reference_lengths)
+    at_1 = duet.paired(h.reference_step_times_s, b.reference_step_times_s, lengths, unit=1)
+    return (
+        {"d_w_pair": at_w.mean, "d_1_pair": at_1.mean, "se_w_pair": at_w.se, "se_1_pair": at_1.se}
+        if at_w and at_1
+        else {}
+    )
 
 
 def one_run(a: argparse.Namespace) -> list[dict]:
@@ -97,7 +114,12 @@ def one_run(a: argparse.Namespace) -> list[dict]:
                     round_started = coordinator.round_started
                     coordinator.round_started = lambda refused=None, first="": round_started(refused, first=a.first)
                 merged, _ = gate_rounds.run(
-                    sides, [*gate.AB_SETTINGS, *select], gate_dir, lambda m: [case], a.rounds, coordinator
+                    sides,
+                    [*gate.AB_SETTINGS, *select, *shlex.split(a.extra)],
+                    gate_dir,
+                    lambda m: [case],
+                    a.rounds,
+                    coordinator,
                 )
         return [r for r in rounds_of(merged) if f"[{r['case']}]" == case]  # not --with-single's single-cnn-1x1
 
@@ -124,6 +146,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=100, help="measured steps (pairs) per launch")
     p.add_argument("--repeat", type=int, default=1, help="runs of --rounds each, every one in a fresh repository")
     p.add_argument("--with-single", action="store_true", help="single-cnn-1x1 in the first round too, as duet_aa")
+    p.add_argument("--extra", default="", help="more pytest options for both sides' sessions, as one string")
     a = p.parse_args()
     load = os.getloadavg()[0]
     started = time.monotonic()
@@ -144,6 +167,7 @@ def main() -> int:
         "first": a.first,
         "repeat": a.repeat,
         "with_single": a.with_single,
+        "extra": a.extra,
         "load": load,
         "wall_s": round(wall, 1),
         "note": a.note,
@@ -159,8 +183,14 @@ def main() -> int:
         f"  head/base at W:   mean {statistics.fmean(dw):+.2%} median {statistics.median(dw):+.2%} sd {sd(dw):.2%}\n"
         f"  at 1x1 by pair parity: even {statistics.fmean(r['d_1_even'] for r in rows):+.2%} "
         f"odd {statistics.fmean(r['d_1_odd'] for r in rows):+.2%}\n"
-        f"  efficiency:       mean {statistics.fmean(a - b for a, b in zip(d1, dw)):+.2%}"
+        f"  efficiency:       mean {statistics.fmean(a - b for a, b in zip(d1, dw)):+.2%} sd {sd([a - b for a, b in zip(d1, dw)]):.2%}"
     )
+    if all("d_w_pair" in r for r in rows):
+        eff = [r["d_1_pair"] - r["d_w_pair"] for r in rows]
+        print(
+            f"  pair by pair:     at 1x1 sd {sd([r['d_1_pair'] for r in rows]):.2%}, at W sd "
+            f"{sd([r['d_w_pair'] for r in rows]):.2%}, efficiency mean {statistics.fmean(eff):+.2%} sd {sd(eff):.2%}"
+        )
     return 0
 
 

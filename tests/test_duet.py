@@ -8,7 +8,9 @@ both naming every rank's last step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
 import threading
 import time
 
@@ -160,6 +162,34 @@ def test_the_paired_estimate_reads_the_efficiency_change_from_both_pairs():
     assert paired.not_paired(solo, base) == "the head commit's case ran solo: no base job x joined in 300 s"
 
 
+def test_two_consecutive_pairs_compare_like_turns_with_like():
+    """In the ABBA order a side's second turn in a row runs faster, so pair by pair the head reads faster in one
+    parity and slower in the other: two modes, and a trimmed mean keeps the inner part of each, which reads the
+    change only while the modes mirror each other. Here the head's faster turns are noisier: pair by pair misreads a
+    5% slower head by 3.6%; two pairs hold one turn of each kind for both sides and read it."""
+    warm, cold = 0.8, 1.0
+    base = [0.004 * (warm if i % 2 else cold) for i in range(200)]
+    head = [0.004 * 1.05 * (cold if i % 2 else warm * (1 + 0.15 * math.sin(7 * i))) for i in range(200)]
+    found = paired.paired(head, base)
+    assert found.pairs == 200 and found.mean == pytest.approx(math.log(1.05), abs=0.001)
+    assert paired.paired(head, base, unit=1).mean - math.log(1.05) > 0.03
+
+
+def test_pooled_reference_launches_pair_launch_by_launch():
+    """--scaling-reference-launches pools a side's 1x1 launches; launch n of the head pairs with launch n of the
+    base, so a launch that measured a step fewer shifts no later pair."""
+    base = [0.004] * 10 + [0.008] * 10
+    head = [0.004 * 1.02] * 9 + [0.008 * 1.02] * 10
+    found = paired.paired(head, base, lengths=((9, 10), (10, 10)))
+    assert found.mean == pytest.approx(math.log(1.02)) and found.pairs == 18 and found.se < 1e-9  # 4 + 5 units
+    misread = paired.paired(head, base)  # by index alone: the base's second launch from one step early
+    assert misread.se > 0.04  # a unit pairs a step of the head's second launch with one of the base's first
+    launch = _launch([0.01] * 20, head, duet="paired")
+    record = dataclasses.replace(launch, reference_lengths=(9, 10))
+    other = dataclasses.replace(_launch([0.01] * 20, base), reference_lengths=(10, 10))
+    assert paired.round_estimate(record, other).at_1.mean == pytest.approx(math.log(1.02))
+
+
 def test_block_means_keep_what_neighbouring_pairs_share():
     drifting = [0.01 * (i // 4) for i in range(20)]  # a slow phase spanning 4 pairs at a time
     naive = (sum((x - sum(drifting) / 20) ** 2 for x in drifting) / 19) ** 0.5 / math.sqrt(20)
@@ -222,3 +252,35 @@ def test_a_slower_model_on_one_process_too_fails_only_where_the_step_time_is_jud
     assert "efficiency 1.000 within" in found.message  # the other decision, still said
     head, base = _records(1.0, 1.0, rounds=3, step_time_tolerance=0.05)
     assert paired.timing(head, base, None, Overrides()).status == V.OK
+
+
+def test_an_older_base_falls_back_to_rounds_with_the_reason(tmp_path):
+    """A base commit of scalegate itself runs its own duet client: one without any, or one of another protocol
+    version (a version-1 base launches a script's 1x1 reference once, the head four times), runs today's rounds."""
+    from scalegate.cli.gate import _duet_refused
+    from scalegate.contract import duet
+
+    tree = tmp_path / "base"
+    (tree / "harness" / "scalegate" / "measure").mkdir(parents=True)
+    (tree / "harness" / "scalegate" / "contract").mkdir()
+    (tree / "harness" / "scalegate" / "__init__.py").write_text("")
+    python = sys.executable
+    assert _duet_refused(tree, False, python).startswith("the base commit has no duet client (harness/scalegate/")
+    (tree / duet.CLIENT_FILE).write_text("")
+    (tree / duet.PROTOCOL_FILE).write_text("VERSION = 1\n")
+    assert _duet_refused(tree, False, python) == (
+        "the base commit's duet client is not version 2 (harness/scalegate/contract/duet.py): an older base"
+    )
+    (tree / duet.PROTOCOL_FILE).write_text(f"VERSION = {duet.VERSION}\n")
+    assert _duet_refused(tree, False, python) == ""
+    assert _duet_refused(tree, True, python) == "--no-duet"
+
+
+def test_a_scripts_reference_launches_four_times_in_a_duet_only(monkeypatch):
+    from scalegate.contract import duet
+
+    monkeypatch.delenv(duet.ADDRESS_ENV, raising=False)
+    assert duet.reference_launches(script=True, launches=1) == 1
+    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
+    assert duet.reference_launches(script=True, launches=1) == duet.SCRIPT_REFERENCE_LAUNCHES == 4
+    assert duet.reference_launches(script=False, launches=2) == 2

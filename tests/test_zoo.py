@@ -157,6 +157,7 @@ def test_the_ab_gate_passes_every_stack_against_itself(tmp_path):
     git(repo, "commit", "-qm", "the team's training scripts")
     cmd = [sys.executable, "-m", "scalegate", "gate", "--base", "HEAD", "-k", _selects(AA_CASES), "--json", "gate.json"]
     cmd += [*FEW, "--scaling-max-launches", "2"]  # two rounds: a verdict needs two, an undecided A/A passes
+    cmd += ["--scaling-reference-launches", "1"]  # every stack's pairing, not timing: one 1x1 launch, not a duet's 4
     run = subprocess.run(
         cmd, cwd=repo, env=_env(SCALEGATE_ROUND_GAP_S="5"), capture_output=True, text=True, timeout=1500
     )

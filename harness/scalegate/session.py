@@ -18,7 +18,7 @@ from typing import Any
 from scalegate import launch, workloads
 from scalegate.checks import agreement, sharding
 from scalegate.checks import script as script_checks
-from scalegate.contract import atomic
+from scalegate.contract import atomic, duet
 from scalegate.contract.errors import LaunchError, ScalegateError
 from scalegate.contract.results import CaseResult
 from scalegate.contract.spec import CaseSpec, Faults
@@ -76,12 +76,16 @@ class ScalingSession:
 
     def reference(self, spec: CaseSpec, more: int = 0) -> list[CaseResult]:
         """The single-process 1x1 launches of the same model and preset, measured in this session
-        (``--scaling-launches`` of them, plus ``more`` fresh ones when a regression is confirmed)."""
+        (``--scaling-reference-launches`` of them, else ``--scaling-launches``, a script's four in a duet:
+        contract/duet.py; plus ``more`` fresh ones when a regression is confirmed)."""
         ref_spec = self.reference_spec(spec)
         key = (ref_spec.model, ref_spec.preset, ref_spec.scaling, ref_spec.global_batch, ref_spec.script)
         if key not in self.references:
             try:
-                self.references[key] = self._launches(ref_spec, self.options.launches)
+                n = self.options.reference_launches or duet.reference_launches(
+                    ref_spec.script is not None, self.options.launches
+                )
+                self.references[key] = self._launches(ref_spec, n)
             except LaunchError as exc:
                 self.references[key] = exc
         found = self.references[key]

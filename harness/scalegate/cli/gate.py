@@ -246,11 +246,18 @@ def _duet_refused(base_tree: Path, no_duet: bool, base_python: str) -> str:
     if checkout.path_entry(base_tree) is not None:
         if not (base_tree / duet.CLIENT_FILE).is_file():
             return f"the base commit has no duet client ({duet.CLIENT_FILE}): an older base"
+        protocol = base_tree / duet.PROTOCOL_FILE
+        if duet.VERSION_LINE not in (protocol.read_text() if protocol.is_file() else ""):
+            return f"the base commit's duet client is not version {duet.VERSION} ({duet.PROTOCOL_FILE}): an older base"
         return ""
     if base_python != sys.executable:
-        probe = subprocess.run([base_python, "-c", "import scalegate.measure.turns"], capture_output=True, text=True)
-        if probe.returncode != 0:
-            return f"the base environment's scalegate ({base_python}) has no duet client"
+        probe = subprocess.run(
+            [base_python, "-c", "from scalegate.contract import duet; print(duet.VERSION)"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode != 0 or probe.stdout.strip() != str(duet.VERSION):
+            return f"the base environment's scalegate ({base_python}) has no duet client of version {duet.VERSION}"
     return ""
 
 

@@ -62,12 +62,16 @@ def merge(rounds: list[list[dict[str, Any]]], budget: int) -> list[dict[str, Any
             first,
             launches=tuple(
                 dataclasses.replace(
-                    launch, reference_step_times_s=r.reference_step_times_s, reference_duet=r.reference_duet
+                    launch,
+                    reference_step_times_s=r.reference_step_times_s,
+                    reference_lengths=r.reference_lengths,
+                    reference_duet=r.reference_duet,
                 )
                 for r in records
                 for launch in r.launches
             ),
             reference_step_times_s=tuple(t for r in records for t in r.reference_step_times_s),
+            reference_lengths=tuple(n for r in records for n in r.reference_lengths),
             reference_launches=sum(r.reference_launches for r in records),
             problems=tuple(dict.fromkeys(p for r in records for p in r.problems)),
             failure=next((r.failure for r in records if r.failure), ""),

@@ -4,7 +4,7 @@ Both commits' jobs for a case are resident at once and take turns, one optimizer
 (``launch/duet.py``, a thread of the gate) listens at ``SCALEGATE_DUET``; each rank of each job opens one connection
 (``measure/turns.py``) and speaks JSON lines:
 
-    rank -> coordinator   {"op": "hello", "v": 1, "side": "head", "job": "ddp-cnn-1x2#1", "rank": 0, "world": 2}
+    rank -> coordinator   {"op": "hello", "v": 2, "side": "head", "job": "ddp-cnn-1x2#1", "rank": 0, "world": 2}
     coordinator -> rank   {"op": "go", "turn": 7}      run until the next turn() call
     rank -> coordinator   {"op": "done", "step": 6}    the turn is given back
     rank -> coordinator   {"op": "bye", "step": 24}    the job's last turn ended
@@ -22,14 +22,31 @@ import os
 import socket
 from typing import Any
 
-VERSION = 1
+# 2: a training script's 1x1 reference launches SCRIPT_REFERENCE_LAUNCHES times a session in a duet, so both sides
+# must launch the same jobs (a version-1 base would leave the head's later reference jobs without a partner)
+VERSION = 2
+VERSION_LINE = f"VERSION = {VERSION}\n"  # how a checkout's copy of this file says its version (cli/gate.py reads it)
 ADDRESS_ENV = "SCALEGATE_DUET"  # the coordinator's address; unset: no duet, every turn() is a no-op
 SIDE_ENV = "SCALEGATE_DUET_SIDE"  # "base" or "head"
 SIDES = ("base", "head")
 CLIENT_FILE = "harness/scalegate/measure/turns.py"  # a checkout without it has no duet client (an older base)
+PROTOCOL_FILE = "harness/scalegate/contract/duet.py"  # ... and one whose copy of this file has another VERSION
 
 
 PAIR_WAIT_S = float(os.environ.get("SCALEGATE_DUET_PAIR_WAIT_S", 120))  # a job waits this long for its partner
+
+
+# A training script's 1x1 reference launches this many times a session in a duet, unless
+# --scaling-reference-launches says otherwise: each 1x1 launch keeps a level of its own (A/A, the example script,
+# 600 pairs, 8 rounds each: head/base at 1x1 spread 3.75% between rounds with one launch, 1.41% with four, the
+# efficiency 4.38% and 2.08%; benchmarks/duet_bias.py, docs/duet.md). A workload's 1x1 case spreads far less.
+SCRIPT_REFERENCE_LAUNCHES = 4
+
+
+def reference_launches(script: bool, launches: int) -> int:
+    """The 1x1 reference's launches a session where the user named none: ``SCRIPT_REFERENCE_LAUNCHES`` for a
+    training script's inside a duet, else ``launches`` (``--scaling-launches``)."""
+    return SCRIPT_REFERENCE_LAUNCHES if script and os.environ.get(ADDRESS_ENV) else launches
 
 
 def launch_timeout(timeout_s: float) -> float:

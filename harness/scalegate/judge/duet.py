@@ -139,11 +139,47 @@ def block_se(values: Sequence[float], blocks: int = BLOCKS) -> float:
     return statistics.stdev(means) / math.sqrt(blocks)
 
 
-def paired(head: Sequence[float], base: Sequence[float]) -> Paired | None:
-    logs = [math.log(h / b) for h, b in zip(head, base) if h > 0 and b > 0]
+# Pairs per estimate unit. In the ABBA order (A B B A A B B A) each side takes two turns in a row: the first after
+# the partner's step, the second after its own, and the second ran 15-20% faster on the example script's 3.6 ms
+# steps (docs/duet.md). Pair by pair that makes d_i bimodal, its sign alternating with the pair's parity; two
+# consecutive pairs hold one turn of each kind for both sides, so their summed step times compare like with like.
+UNIT = 2
+
+
+def paired(
+    head: Sequence[float],
+    base: Sequence[float],
+    lengths: tuple[Sequence[int], Sequence[int]] = ((), ()),
+    unit: int = UNIT,
+) -> Paired | None:
+    """The pairs' estimate over units of ``unit`` consecutive pairs, ``ln(sum t_head / sum t_base)`` each;
+    ``lengths``: both sides' steps per launch where a series pools several launches (the 1x1 reference's,
+    ``--scaling-reference-launches``): launch n of the head pairs with launch n of the base, step by step, so a
+    launch that measured fewer steps shifts no later pair, and no unit spans two launches."""
+    logs = []
+    for launch in zip_launches(head, base, lengths):
+        for i in range(0, len(launch) - unit + 1, unit):
+            heads, bases = zip(*launch[i : i + unit])
+            if min(heads) > 0 and min(bases) > 0:
+                logs.append(math.log(sum(heads) / sum(bases)))
     if len(logs) < 4:
         return None
-    return Paired(mean=trimmed_mean(logs), se=block_se(logs), pairs=len(logs))
+    return Paired(mean=trimmed_mean(logs), se=block_se(logs), pairs=len(logs) * unit)
+
+
+def zip_launches(
+    head: Sequence[float], base: Sequence[float], lengths: tuple[Sequence[int], Sequence[int]]
+) -> list[list[tuple[float, float]]]:
+    """Both sides' steps paired launch by launch (as one launch where either side's lengths are unknown)."""
+    head_lengths, base_lengths = lengths
+    if not head_lengths or not base_lengths or sum(head_lengths) != len(head) or sum(base_lengths) != len(base):
+        return [list(zip(head, base))]
+    out = []
+    h = b = 0
+    for n_head, n_base in zip(head_lengths, base_lengths):
+        out.append(list(zip(head[h : h + n_head], base[b : b + n_base])))
+        h, b = h + n_head, b + n_base
+    return out
 
 
 def round_estimate(head: LaunchRecord, base: LaunchRecord) -> RoundEstimate | None:
@@ -151,7 +187,8 @@ def round_estimate(head: LaunchRecord, base: LaunchRecord) -> RoundEstimate | No
     if not (head.duet == base.duet == PAIRED and head.reference_duet == base.reference_duet == PAIRED):
         return None
     at_w = paired(head.step_times_s, base.step_times_s)
-    at_1 = paired(head.reference_step_times_s, base.reference_step_times_s)
+    lengths = (head.reference_lengths, base.reference_lengths)
+    at_1 = paired(head.reference_step_times_s, base.reference_step_times_s, lengths)
     if at_w is None or at_1 is None:
         return None
     return RoundEstimate(at_w=at_w, at_1=at_1)

@@ -37,6 +37,7 @@ class LaunchRecord:
     # the 1x1 reference steps of the session this launch ran in, where the gate merges rounds (gate_rounds.merge):
     # an A/B on the classic efficiency pairs each round with its own reference, not the rounds' pooled one
     reference_step_times_s: tuple[float, ...] = ()
+    reference_lengths: tuple[int, ...] = ()  # ... its launches' steps each, in order (a duet pairs launch by launch)
     # a gate --base round's duet (docs/duet.md): "paired" (took turns with the other commit's job), "solo: why", or ""
     duet: str = ""
     reference_duet: str = ""  # ... of the round's 1x1 reference
@@ -66,6 +67,7 @@ class CaseRecord:
     warmup: int
     launches: tuple[LaunchRecord, ...] = ()
     reference_step_times_s: tuple[float, ...] = ()  # the session's single 1x1 launches, pooled
+    reference_lengths: tuple[int, ...] = ()  # ... how many of those steps each launch measured, in launch order
     reference_global_batch: int = 0
     reference_launches: int = 0
     reference_duet: str = ""  # the reference launches' duet status (LaunchRecord.duet)
@@ -102,7 +104,7 @@ class CaseRecord:
             values = dict(data)
             values["launches"] = tuple(LaunchRecord(**_tuples(launch)) for launch in values.get("launches", ()))
             values["conduct"] = Conduct(**values.get("conduct", {}))
-            for name in ("reference_step_times_s", "problems"):
+            for name in ("reference_step_times_s", "reference_lengths", "problems"):
                 values[name] = tuple(values.get(name, ()))
             return cls(**values)
         except (TypeError, ValueError, AttributeError) as exc:
@@ -149,6 +151,12 @@ def duet_status(result: CaseResult) -> str:
     return "solo: " + next((d.get("why") or "" for d in duets if not d.get("paired")), "")
 
 
+def references_duet(references: Sequence[CaseResult]) -> str:
+    """The reference launches' duet status: "paired" only where every one of them took turns."""
+    found = [duet_status(r) for r in references]
+    return next((status for status in found if status != PAIRED), found[0] if found else "")
+
+
 def pooled_steps(results: Sequence[CaseResult]) -> tuple[float, ...]:
     """Several launches of the steady single-process reference as one series of steps."""
     return tuple(t for r in results for t in r.step_times_s)
@@ -176,7 +184,8 @@ def from_results(
         reference_step_times_s=pooled_steps(references),
         reference_global_batch=references[0].spec.global_batch_size if references else 0,
         reference_launches=len(references),
-        reference_duet=duet_status(references[0]) if references else "",
+        reference_lengths=tuple(len(r.step_times_s) for r in references),
+        reference_duet=references_duet(references),
         **_flops(results),
         **fields,
     )

@@ -236,6 +236,13 @@ def add_gate_options(addoption: AddOption, prefix: str = "scaling-") -> None:
         help="launch each case and its reference this many times and judge the median launch, with the spread "
         "between launches as its noise; 3-5 make timing verdicts trustworthy on shared hosts (default: %(default)s)",
     )
+    addoption(
+        f"--{prefix}reference-launches",
+        type=t.whole(f"--{prefix}reference-launches", 1, 20, "pass 1 to 20; 4 for a training script's A/B duet"),
+        default=None,
+        help="launch each case's 1x1 reference this many times a session, pooled (an A/B duet pairs them launch by "
+        "launch: a 1x1 launch keeps a level of its own, docs/duet.md); default: as --scaling-launches",
+    )
 
 
 def add_sequential_options(addoption: AddOption, prefix: str = "scaling-") -> None:

@@ -88,6 +88,7 @@ class Options:
     confirm: int = 1  # relaunches that must also regress before a timing regression fails
     memory_interval_ms: float = 50.0
     launches: int = 1  # launches per case (and reference) judged together (scalegate/session.py)
+    reference_launches: int | None = None  # --scaling-reference-launches: the 1x1 reference's; None = ``launches``
     cpu_binding: bool = False
     tp_sequence_parallel: bool = False
     compile: bool = False
@@ -148,6 +149,7 @@ def parse(values: argparse.Namespace, rootdir: Path, strategy_names: Sequence[st
         strict=v.scaling_strict,
         confirm=v.scaling_confirm,
         launches=v.scaling_launches,
+        reference_launches=v.scaling_reference_launches,
         local_steps=v.scaling_local_steps,
         max_launches=v.scaling_max_launches,
         step_time_tolerance=v.scaling_step_time_tolerance,
