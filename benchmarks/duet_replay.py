@@ -2,6 +2,7 @@
 
     python benchmarks/duet_replay.py                       # every set in docs/detection-data-duet.jsonl
     python benchmarks/duet_replay.py --tolerance 0.05 --gates 20000
+    python benchmarks/duet_replay.py --data docs/detection-data-duet-bias.jsonl --floor 0.02   # forced A/A rounds
 
 A *set* is the rounds of one kind of whole-command run of benchmarks/duet_aa.py (case, head change, steps, note).
 Each replayed gate draws rounds at random, with replacement, from one set and runs the judge's own sequential
@@ -48,15 +49,31 @@ def sets(path: Path) -> dict[tuple, list[dict]]:
             if run.get("extra_forward")
             else "A/A"
         )
+        kind = run.get("kind", "canary")  # forced rounds before --kind named none
         key = (
-            run["kind"],
-            run.get("strategy", "ddp" if run["kind"] == "canary" else "script"),
+            kind,
+            run.get("strategy", "ddp" if kind == "canary" else "script"),
             change,
-            run.get("script_steps", 30 if run["kind"] == "script" else 100),
+            run.get("script_steps", run.get("steps", 30 if kind == "script" else 100)),
             run.get("note", ""),
         )
-        out.setdefault(key, []).extend(r for r in run["rounds"] if r.get("paired"))
+        rounds = [forced(r) for r in run["rounds"] if "se_1" in r] if "layout" in run else run["rounds"]
+        out.setdefault(key, []).extend(r for r in rounds if r.get("paired"))
     return out
+
+
+def forced(r: dict) -> dict:
+    """A round of benchmarks/duet_bias.py (docs/detection-data-duet-bias.jsonl: forced A/A rounds, those that
+    recorded their SEs) as a whole gate's round reads."""
+    se = math.hypot(r["se_w"], r["se_1"])
+    return {
+        "paired": True,
+        "d_w": r["d_w"],
+        "d_1": r["d_1"],
+        "eff_log": r["d_1"] - r["d_w"],
+        "se": se,
+        "se_w": r["se_w"],
+    }
 
 
 def value(r: dict, metric: str) -> tuple[float, float]:

@@ -23,22 +23,26 @@ from scalegate.judge.timing import Timing, decided
 from scalegate.record.baselines import BaselineFile
 
 # The spread of a duet round's efficiency log ratio between launches in recorded A/A duets on the 2-core CPU VMs
-# (benchmarks/duet_aa.py, docs/detection-data-duet.jsonl, 2026-11-25, nothing else running): what a round's own
-# block means cannot see, a launch's own level. The example script's was 20.1% (9 rounds, 30 pairs) while each
-# resident process kept a core of its own; with both sides' rank r bound to the same cores (contract/affinity.py)
-# and 150 pairs a round it is 7.0% (12 rounds, 3 gates). Where the profile has not recorded its own (``aa_floor``),
-# sigma is never below it; the verdict names the source.
+# (benchmarks/duet_aa.py, benchmarks/duet_bias.py, docs/detection-data-duet*.jsonl, nothing else running): what a
+# round's own block means cannot see, a launch's own level. The example script's was 20.1% (9 rounds, 30 pairs)
+# while each resident process kept a core of its own; 7.0% with both sides' rank r bound to the same cores
+# (contract/affinity.py, 150 pairs, 12 rounds); 4.33% with 600 pairs, its 1x1 reference launched four times a round
+# (contract/duet.py) and units of two pairs (24 rounds in two sittings, 2026-11-26). Where the profile has not
+# recorded its own (``aa_floor``), sigma is never below it; the verdict names the source.
 RECORDED_AA = {
     "workload": (0.0232, "20 A/A duet rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
-    "script": (0.0699, "12 A/A duet rounds of the example script (150 pairs) recorded on the 2-core VMs"),
+    "script": (
+        0.0433,
+        "24 A/A duet rounds of the example script (600 pairs, four 1x1 launches a round) recorded on the 2-core VMs",
+    ),
 }
 # The same for ``--scaling-step-time-tolerance``'s test, on the step time at W alone: its own spread between A/A duet
 # rounds, lower than the efficiency's (no 1x1 launch's level in it). Canaries: ddp, fsdp and ZeRO-2 on cnn 1x2, 34
-# rounds with ranks bound (100 pairs); the example script: 57 rounds of 150 pairs (2.2-2.8% in 16 rounds of 600
-# pairs, benchmarks/duet_bias.py: at W the pairs' noise, not the launch's level, is most of it).
+# rounds with ranks bound (100 pairs); the example script: the same 24 rounds of 600 pairs (57 rounds of 150 pairs
+# read 5.59%; at W the pairs' noise, not the launch's level, is most of it).
 RECORDED_AA_STEP_W = {
     "workload": (0.0111, "34 A/A duet rounds of the cnn canaries' step time at W recorded on the 2-core VMs"),
-    "script": (0.0559, "57 A/A duet rounds of the example script's step time at W (150 pairs) on the 2-core VMs"),
+    "script": (0.0339, "24 A/A duet rounds of the example script's step time at W (600 pairs) on the 2-core VMs"),
 }
 
 
