@@ -284,3 +284,16 @@ def test_a_scripts_reference_launches_four_times_in_a_duet_only(monkeypatch):
     monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
     assert duet.reference_launches(script=True, launches=1) == duet.SCRIPT_REFERENCE_LAUNCHES == 4
     assert duet.reference_launches(script=False, launches=2) == 2
+
+
+def test_a_duet_gate_refuses_several_launches_of_a_case_a_round():
+    """Each launch of a duet round is judged as a round of its own against the round's one 1x1 reference."""
+    from scalegate.cli.gate import _check_duet_launches
+    from scalegate.contract.errors import ScalegateError
+
+    _check_duet_launches(["-k", "ddp", "--scaling-launches", "1"], refused="")
+    _check_duet_launches(["--scaling-launches=3"], refused="--no-duet")  # today's rounds judge launches together
+    with pytest.raises(ScalegateError) as found:
+        _check_duet_launches(["-k", "ddp", "--scaling-launches=2"], refused="")
+    assert str(found.value).startswith("--scaling-launches 2 in a duet gate: each launch of a round")
+    assert "--no-duet" in found.value.hint
