@@ -332,6 +332,8 @@ def _ab(
         base_env = {**base_env, "scalegate": hostinfo.commit(base.path)}
         where = f" in {base_env['python']}" if base_python else ""
         print(f"gate: A/B, {head_tree} against {base.ref} ({base.commit[:12]}){where}, both launched in every round")
+        refused = _duet_refused(base.path, no_duet, base_env["python"])
+        _check_duet_launches(user_args, refused)
         parity_run, parity_code = _parity(project, user_args, gate_dir, head_tree)
         sides = [
             # the base side's ranks build DeepSpeed's ops into their own venv's cache (harness/scalegate/launch/base.py)
@@ -343,8 +345,6 @@ def _ab(
             ),
             gate_rounds.Side(name="head", tree=head_tree, argv=ab_command(project, sys.executable, empty)),
         ]
-        refused = _duet_refused(base.path, no_duet, base_env["python"])
-        _check_duet_launches(user_args, refused)
         print(
             f"gate: no duet ({refused}): each round runs the base's session, then the head's"
             if refused
