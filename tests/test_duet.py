@@ -256,7 +256,7 @@ def test_a_slower_model_on_one_process_too_fails_only_where_the_step_time_is_jud
 
 def test_an_older_base_falls_back_to_rounds_with_the_reason(tmp_path):
     """A base commit of scalegate itself runs its own duet client: one without any, or one of another protocol
-    version (a version-1 base launches a script's 1x1 reference once, the head four times), runs today's rounds."""
+    version (a version-2 base launches a script's case once a round, the head twice), runs today's rounds."""
     from scalegate.cli.gate import _duet_refused
     from scalegate.contract import duet
 
@@ -269,7 +269,7 @@ def test_an_older_base_falls_back_to_rounds_with_the_reason(tmp_path):
     (tree / duet.CLIENT_FILE).write_text("")
     (tree / duet.PROTOCOL_FILE).write_text("VERSION = 1\n")
     assert _duet_refused(tree, False, python) == (
-        "the base commit's duet client is not version 2 (harness/scalegate/contract/duet.py): an older base"
+        f"the base commit's duet client is not version {duet.VERSION} (harness/scalegate/contract/duet.py): an older base"
     )
     (tree / duet.PROTOCOL_FILE).write_text(f"VERSION = {duet.VERSION}\n")
     assert _duet_refused(tree, False, python) == ""
@@ -286,14 +286,51 @@ def test_a_scripts_reference_launches_four_times_in_a_duet_only(monkeypatch):
     assert duet.reference_launches(script=False, launches=2) == 2
 
 
-def test_a_duet_gate_refuses_several_launches_of_a_case_a_round():
-    """Each launch of a duet round is judged as a round of its own against the round's one 1x1 reference."""
-    from scalegate.cli.gate import _check_duet_launches
-    from scalegate.contract.errors import ScalegateError
+def test_a_scripts_case_launches_twice_in_a_duet_unless_the_user_named_a_count(monkeypatch):
+    from scalegate.contract import duet
 
-    _check_duet_launches(["-k", "ddp", "--scaling-launches", "1"], refused="")
-    _check_duet_launches(["--scaling-launches=3"], refused="--no-duet")  # today's rounds judge launches together
-    with pytest.raises(ScalegateError) as found:
-        _check_duet_launches(["-k", "ddp", "--scaling-launches=2"], refused="")
-    assert str(found.value).startswith("--scaling-launches 2 in a duet gate: each launch of a round")
-    assert "--no-duet" in found.value.hint
+    monkeypatch.delenv(duet.ADDRESS_ENV, raising=False)
+    assert duet.case_launches(script=True, launches=1, named=False) == 1
+    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
+    assert duet.case_launches(script=True, launches=1, named=False) == duet.SCRIPT_CASE_LAUNCHES == 2
+    assert duet.case_launches(script=True, launches=1, named=True) == 1  # --scaling-launches 1
+    assert duet.case_launches(script=False, launches=3, named=True) == 3
+
+
+def _round_file(launches, reference=(0.004,) * 8):
+    """One round's result file of a case, as a side's session writes it (the fields gate_rounds.merge reads)."""
+    from scalegate.judge.evidence import CaseRecord
+
+    record = CaseRecord(
+        case_id="ddp-mlp-1x2", key="ddp-mlp-1x2:script", profile="p", world_size=2, global_batch=64, steps=10,
+        warmup=3, launches=tuple(launches), reference_step_times_s=reference, reference_lengths=(len(reference),),
+        reference_launches=1, reference_duet="paired",
+    )  # fmt: skip
+    return {"key": record.key, "case_id": record.case_id, "record": record.to_dict()}
+
+
+def test_a_duet_rounds_launches_of_a_case_pool_into_one_round():
+    """Two launches of a case in one duet round are one round for the judge, paired launch by launch (the head's
+    first measured a step fewer), so the round's one 1x1 reference counts once; today's rounds keep them apart."""
+    from scalegate.cli.gate_rounds import merge
+    from scalegate.judge.evidence import CaseRecord
+
+    def launch(steps, duet="paired", peak=(1, 2)):
+        return LaunchRecord(step_times_s=tuple(steps), duet=duet, peak_memory_bytes=peak)
+
+    head = [launch([0.010 * 1.05] * 9, peak=(5, 1)), launch([0.020 * 1.05] * 10)]
+    base = [launch([0.010] * 10), launch([0.020] * 10)]
+    rounds = {
+        side: CaseRecord.from_dict(merge([[_round_file(launches)], [_round_file(launches)]], 8)[0]["record"])
+        for side, launches in (("head", head), ("base", base))
+    }
+    assert [len(r.launches) for r in rounds.values()] == [2, 2]  # one launch a round, each pooling two
+    pooled = rounds["head"].launches[0]
+    assert pooled.lengths == (9, 10) and len(pooled.step_times_s) == 19 and pooled.peak_memory_bytes == (5, 2)
+    found = paired.round_estimate(pooled, rounds["base"].launches[0])
+    assert found.at_w.mean == pytest.approx(math.log(1.05)) and found.at_w.pairs == 18 and found.at_w.se < 1e-9
+    assert found.at_1.mean == pytest.approx(0.0)
+    unpaired = [launch([0.01] * 10, duet=""), launch([0.01] * 10, duet="")]  # today's rounds: launches stay apart
+    assert len(CaseRecord.from_dict(merge([[_round_file(unpaired)]], 8)[0]["record"]).launches) == 2
+    half = [launch([0.01] * 10), launch([0.01] * 10, duet="solo: no head job joined in 120 s")]
+    assert CaseRecord.from_dict(merge([[_round_file(half)]], 8)[0]["record"]).launches[0].duet.startswith("solo")

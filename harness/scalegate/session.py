@@ -167,7 +167,10 @@ class ScalingSession:
             if spec == self.reference_spec(spec) and not spec.faults.any:
                 results = self.reference(spec)
             else:
-                results = self._launches(spec, self.options.launches)
+                named = self.options.launches_named
+                results = self._launches(
+                    spec, duet.case_launches(spec.script is not None, self.options.launches, named)
+                )
             references = self.reference(spec)
         except ScalegateError as exc:
             record = self._record(case, key, [], [], tolerances, failure=str(exc))

@@ -238,19 +238,6 @@ def _in_rounds(project: Project, user_args: list[str], results_dir: Path) -> tup
     return gate_rounds.write_merged(gate_dir, merged["head"], parity_run, results_dir), [*codes, parity_code]
 
 
-def _check_duet_launches(user_args: list[str], refused: str) -> None:
-    """A duet judges each launch of a round as a round of its own, against the round's one pooled 1x1 reference:
-    several launches of a case a round would count that reference several times (docs/duet.md)."""
-    launches = gate_rounds.whole_option(user_args, "--scaling-launches", 1)
-    if not refused and launches > 1:
-        raise ScalegateError(
-            f"--scaling-launches {launches} in a duet gate: each launch of a round would be judged as a round of its "
-            "own against the round's one 1x1 reference",
-            "drop it: the gate's rounds relaunch what is still undecided (docs/duet.md); a script's 1x1 reference "
-            "already launches four times a round (--scaling-reference-launches); or run today's rounds: --no-duet",
-        )
-
-
 def _duet_refused(base_tree: Path, no_duet: bool, base_python: str) -> str:
     """Why this A/B gate runs today's rounds instead of a duet (docs/duet.md), or "". The base side's ranks run the
     base commit's own harness where the base is scalegate itself, else the base environment's installed one."""
@@ -333,7 +320,6 @@ def _ab(
         where = f" in {base_env['python']}" if base_python else ""
         print(f"gate: A/B, {head_tree} against {base.ref} ({base.commit[:12]}){where}, both launched in every round")
         refused = _duet_refused(base.path, no_duet, base_env["python"])
-        _check_duet_launches(user_args, refused)
         parity_run, parity_code = _parity(project, user_args, gate_dir, head_tree)
         sides = [
             # the base side's ranks build DeepSpeed's ops into their own venv's cache (harness/scalegate/launch/base.py)

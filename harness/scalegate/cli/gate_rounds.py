@@ -29,12 +29,13 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from scalegate.cli.project import NO_CASES_HINT
 from scalegate.contract import atomic, checkout, duet
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import CaseRecord
+from scalegate.judge.evidence import PAIRED, LaunchRecord
 from scalegate.launch import duet_fit
 from scalegate.plan import hostinfo
 from scalegate.record import baselines, runfiles
@@ -46,8 +47,9 @@ PYTEST_BAD_INPUT = (2, 3, 4, 5)  # interrupted, internal error, usage error, not
 
 
 def merge(rounds: list[list[dict[str, Any]]], budget: int) -> list[dict[str, Any]]:
-    """Every case's result files of all rounds as one: launches and reference steps in round order, the
-    judge's budget the gate's (a round's own session ran with a budget of one launch)."""
+    """Every case's result files of all rounds as one: launches and reference steps in round order (a duet round's
+    launches pooled into one: ``pooled``), the judge's budget the gate's (a round's own session ran with a budget of
+    one launch)."""
     by_key: dict[str, list[dict[str, Any]]] = {}
     for cases in rounds:
         for case in cases:
@@ -68,7 +70,7 @@ def merge(rounds: list[list[dict[str, Any]]], budget: int) -> list[dict[str, Any
                     reference_duet=r.reference_duet,
                 )
                 for r in records
-                for launch in r.launches
+                for launch in pooled(r.launches)
             ),
             reference_step_times_s=tuple(t for r in records for t in r.reference_step_times_s),
             reference_lengths=tuple(n for r in records for n in r.reference_lengths),
@@ -79,6 +81,27 @@ def merge(rounds: list[list[dict[str, Any]]], budget: int) -> list[dict[str, Any
         )
         merged.append({**group[-1], "record": record.to_dict(), "launches": len(record.launches), "rounds": len(group)})
     return merged
+
+
+def pooled(launches: Sequence[LaunchRecord]) -> tuple[LaunchRecord, ...]:
+    """A duet round's launches of a case as one launch, as its 1x1 reference's already are: the judge reads a round
+    as one estimate (judge/duet.py pairs launch n of the head with launch n of the base, by ``lengths``), so the
+    round's one reference is not counted once per launch. Today's rounds keep their launches apart."""
+    if len(launches) < 2 or not any(launch.duet for launch in launches):
+        return tuple(launches)
+    peaks = [launch.peak_memory_bytes for launch in launches]
+    return (
+        dataclasses.replace(
+            launches[0],
+            step_times_s=tuple(t for launch in launches for t in launch.step_times_s),
+            lengths=tuple(len(launch.step_times_s) for launch in launches),
+            pair_step_times_s=tuple(t for launch in launches for t in launch.pair_step_times_s),
+            local_step_times_s=tuple(t for launch in launches for t in launch.local_step_times_s),
+            final_loss=launches[-1].final_loss,
+            peak_memory_bytes=tuple(map(max, zip(*peaks))) if len(set(map(len, peaks))) == 1 else peaks[0],
+            duet=next((launch.duet for launch in launches if launch.duet != PAIRED), PAIRED),
+        ),
+    )
 
 
 def multi_node_slurm() -> bool:

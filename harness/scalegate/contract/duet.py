@@ -24,7 +24,8 @@ from typing import Any
 
 # 2: a training script's 1x1 reference launches SCRIPT_REFERENCE_LAUNCHES times a session in a duet, so both sides
 # must launch the same jobs (a version-1 base would leave the head's later reference jobs without a partner)
-VERSION = 2
+# 3: and its case SCRIPT_CASE_LAUNCHES times (a version-2 base would launch it once)
+VERSION = 3
 VERSION_LINE = f"VERSION = {VERSION}\n"  # how a checkout's copy of this file says its version (cli/gate.py reads it)
 ADDRESS_ENV = "SCALEGATE_DUET"  # the coordinator's address; unset: no duet, every turn() is a no-op
 SIDE_ENV = "SCALEGATE_DUET_SIDE"  # "base" or "head"
@@ -41,6 +42,19 @@ PAIR_WAIT_S = float(os.environ.get("SCALEGATE_DUET_PAIR_WAIT_S", 120))  # a job 
 # 600 pairs, 8 rounds each: head/base at 1x1 spread 3.75% between rounds with one launch, 1.41% with four, the
 # efficiency 4.38% and 2.08%; benchmarks/duet_bias.py, docs/duet.md). A workload's 1x1 case spreads far less.
 SCRIPT_REFERENCE_LAUNCHES = 4
+
+
+# ... and its case at W this many times, unless --scaling-launches says otherwise; the judge pools a round's launches
+# into one estimate (cli/gate_rounds.py ``pooled``). A W launch keeps a level of its own too: a round's two launches
+# differed 3.8% each (A/A, the example script, 600 pairs); their mean spread 2.44% at W and 2.45% in efficiency between
+# rounds, where one launch a round spread 3.23% and 3.72% (8 rounds each, taking turns; docs/duet.md).
+SCRIPT_CASE_LAUNCHES = 2
+
+
+def case_launches(script: bool, launches: int, named: bool) -> int:
+    """The case's launches a session: ``launches`` where ``--scaling-launches`` was ``named``, else
+    ``SCRIPT_CASE_LAUNCHES`` for a training script's inside a duet, else ``launches``."""
+    return SCRIPT_CASE_LAUNCHES if script and not named and os.environ.get(ADDRESS_ENV) else launches
 
 
 def reference_launches(script: bool, launches: int) -> int:

@@ -158,7 +158,7 @@ def paired(
 ) -> Paired | None:
     """The pairs' estimate over units of ``unit`` consecutive pairs, ``ln(sum t_head / sum t_base)`` each;
     ``lengths``: both sides' steps per launch where a series pools several launches (the 1x1 reference's,
-    ``--scaling-reference-launches``): launch n of the head pairs with launch n of the base, step by step, so a
+    ``--scaling-reference-launches``; the case's, ``--scaling-launches``): launch n of the head pairs with launch n of the base, step by step, so a
     launch that measured fewer steps shifts no later pair, and no unit spans two launches."""
     logs = []
     for launch in zip_launches(head, base, lengths):
@@ -190,7 +190,7 @@ def round_estimate(head: LaunchRecord, base: LaunchRecord) -> RoundEstimate | No
     """The round's estimate where the case and its 1x1 reference each ran as a duet on both sides; else None."""
     if not (head.duet == base.duet == PAIRED and head.reference_duet == base.reference_duet == PAIRED):
         return None
-    at_w = paired(head.step_times_s, base.step_times_s)
+    at_w = paired(head.step_times_s, base.step_times_s, (head.lengths, base.lengths))
     lengths = (head.reference_lengths, base.reference_lengths)
     at_1 = paired(head.reference_step_times_s, base.reference_step_times_s, lengths)
     if at_w is None or at_1 is None:

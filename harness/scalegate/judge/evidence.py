@@ -24,6 +24,8 @@ PAIRED = "paired"  # a launch that took turns with the other commit's job (Launc
 @dataclass(frozen=True, kw_only=True)
 class LaunchRecord:
     step_times_s: tuple[float, ...]  # the measured window, slowest rank per step
+    # a duet round's launches of the case pooled into one (cli/gate_rounds.py ``pooled``): each one's steps, in order
+    lengths: tuple[int, ...] = ()
     pair_step_times_s: tuple[float, ...] = ()  # same-launch pairs: distributed step (slowest rank)
     local_step_times_s: tuple[float, ...] = ()  # ... and local step (ranks' mean); scalegate/measure/local_steps.py
     local_unavailable: str = ""  # why a launch has no pairs although they were asked for

@@ -232,9 +232,10 @@ def add_gate_options(addoption: AddOption, prefix: str = "scaling-") -> None:
     addoption(
         f"--{prefix}launches",
         type=t.whole(f"--{prefix}launches", 1, 20, "pass 1 (one launch) to 20; 3-5 is typical"),
-        default=1,
+        default=None,
         help="launch each case and its reference this many times and judge the median launch, with the spread "
-        "between launches as its noise; 3-5 make timing verdicts trustworthy on shared hosts (default: %(default)s)",
+        "between launches as its noise; 3-5 make timing verdicts trustworthy on shared hosts (default: 1; a "
+        "training script's case in an A/B duet: 2 a round, pooled, docs/duet.md)",
     )
     addoption(
         f"--{prefix}reference-launches",

@@ -88,6 +88,7 @@ class Options:
     confirm: int = 1  # relaunches that must also regress before a timing regression fails
     memory_interval_ms: float = 50.0
     launches: int = 1  # launches per case (and reference) judged together (scalegate/session.py)
+    launches_named: bool = False  # --scaling-launches was given: a script's duet case keeps it (contract/duet.py)
     reference_launches: int | None = None  # --scaling-reference-launches: the 1x1 reference's; None = ``launches``
     cpu_binding: bool = False
     tp_sequence_parallel: bool = False
@@ -148,7 +149,8 @@ def parse(values: argparse.Namespace, rootdir: Path, strategy_names: Sequence[st
         parity_tolerance=v.scaling_parity_tolerance,
         strict=v.scaling_strict,
         confirm=v.scaling_confirm,
-        launches=v.scaling_launches,
+        launches=v.scaling_launches or 1,
+        launches_named=v.scaling_launches is not None,
         reference_launches=v.scaling_reference_launches,
         local_steps=v.scaling_local_steps,
         max_launches=v.scaling_max_launches,
