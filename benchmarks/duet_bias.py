@@ -58,6 +58,8 @@ def rounds_of(merged: dict[str, list[dict]]) -> list[dict]:
                         "d_w": found.at_w.mean,
                         "d_1": found.at_1.mean,
                         "se_w": found.at_w.se,
+                        "w_launches": len(h.lengths) or 1,
+                        "ref_launches": len(h.reference_lengths) or 1,
                         "se_1": found.at_1.se,
                         "d_1_even": statistics.median(logs[0::2]),  # pairs by the step's parity: the ABBA phase
                         "d_1_odd": statistics.median(logs[1::2]),
