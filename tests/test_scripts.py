@@ -366,8 +366,8 @@ def test_the_ab_gate_passes_the_teams_script_against_itself(tmp_path):
     assert not any(j["solo"] or j["failed"] for j in jobs), jobs
     references = {"ddp-mlp-1x1", "ddp-mlp-1x1~2", "ddp-mlp-1x1~3", "ddp-mlp-1x1~4"}
     assert {j["job"] for j in jobs} == {"ddp-mlp-1x2", "ddp-mlp-1x2~2", *references}
-    record = json.loads((gate_dir / "merged" / "ddp-mlp-1x2.json").read_text())["record"]
-    rounds = json.loads((gate_dir / "merged" / "ddp-mlp-1x2.json").read_text())["rounds"]
+    merged = json.loads((gate_dir / "merged" / "ddp-mlp-1x2.json").read_text())
+    record, rounds = merged["record"], merged["rounds"]
     assert len(record["launches"]) == rounds  # one pooled launch a round
     assert [len(launch["reference_lengths"]) for launch in record["launches"]] == [4] * rounds
     assert [len(launch["lengths"]) for launch in record["launches"]] == [2] * rounds

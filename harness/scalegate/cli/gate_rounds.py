@@ -113,16 +113,11 @@ def multi_node_slurm() -> bool:
 
 def budget_of(user_args: list[str], default: int) -> int:
     """The user's --scaling-max-launches (the last one wins, as in pytest), else the gate's."""
-    return whole_option(user_args, "--scaling-max-launches", default)
-
-
-def whole_option(user_args: list[str], name: str, default: int) -> int:
-    """The user's value of the whole-number option ``name`` (the last one wins, as in pytest), else ``default``."""
     found = default
     for i, arg in enumerate(user_args):
-        if arg == name and i + 1 < len(user_args):
+        if arg == "--scaling-max-launches" and i + 1 < len(user_args):
             found = int(user_args[i + 1]) if user_args[i + 1].isdigit() else found
-        elif arg.startswith(f"{name}="):
+        elif arg.startswith("--scaling-max-launches="):
             value = arg.split("=", 1)[1]
             found = int(value) if value.isdigit() else found
     return found

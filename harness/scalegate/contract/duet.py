@@ -46,8 +46,8 @@ SCRIPT_REFERENCE_LAUNCHES = 4
 
 # ... and its case at W this many times, unless --scaling-launches says otherwise; the judge pools a round's launches
 # into one estimate (cli/gate_rounds.py ``pooled``). A W launch keeps a level of its own too: a round's two launches
-# differed 3.8% each (A/A, the example script, 600 pairs); their mean spread 2.44% at W and 2.45% in efficiency between
-# rounds, where one launch a round spread 3.23% and 3.72% (8 rounds each, taking turns; docs/duet.md).
+# differed 3.8% each (A/A, the example script, 600 pairs). Pooled, the efficiency spread 3.58% between rounds (16
+# rounds), where one launch a round spread 4.33% (24 rounds; docs/duet.md, the fifth and sixth sets).
 SCRIPT_CASE_LAUNCHES = 2
 
 

@@ -163,8 +163,9 @@ def paired(
 ) -> Paired | None:
     """The pairs' estimate over units of ``unit`` consecutive pairs, ``ln(sum t_head / sum t_base)`` each;
     ``lengths``: both sides' steps per launch where a series pools several launches (the 1x1 reference's,
-    ``--scaling-reference-launches``; the case's, ``--scaling-launches``): launch n of the head pairs with launch n of the base, step by step, so a
-    launch that measured fewer steps shifts no later pair, and no unit spans two launches."""
+    ``--scaling-reference-launches``; the case's, ``--scaling-launches``): launch n of the head pairs with launch n
+    of the base, step by step, so a launch that measured fewer steps shifts no later pair, and no unit spans two
+    launches."""
     logs = []
     for launch in zip_launches(head, base, lengths):
         for i in range(0, len(launch) - unit + 1, unit):
