@@ -63,6 +63,24 @@ def test_steps_placeholder_is_the_steps_the_case_needs_in_the_case_and_its_refer
     assert spec.script.at("ddp", plan_script.Topology.parse("1x1")).argv == ("--max-steps=7",)
 
 
+def test_reference_steps_give_the_1x1_reference_launch_its_own_measured_steps(tmp_path):
+    import dataclasses
+
+    from scalegate.plan import hostinfo
+    from scalegate.session import ScalingSession
+
+    (tmp_path / "train.py").write_text("")
+    decl = plan_script.declared(("train.py", "--max-steps={steps}"), {"strategies": ["ddp"]}, tmp_path, "t")
+    spec = plan_script.spec_for(decl, "ddp", plan_script.Topology.parse("1x2"), _options(), tmp_path, "t")
+    host = hostinfo.detect()
+    same = ScalingSession(options=_options(), host=host, run_dir=tmp_path / "run", baseline=None)
+    assert same.reference_spec(spec).steps == 5 and same.reference_spec(spec).script.argv == ("--max-steps=7",)
+    longer = dataclasses.replace(_options(), reference_steps=12)
+    ref = ScalingSession(options=longer, host=host, run_dir=tmp_path / "run", baseline=None).reference_spec(spec)
+    assert (ref.topology, ref.steps, ref.script.argv) == ("1x1", 12, ("--max-steps=14",))  # 2 warm-up + 12
+    assert spec.steps == 5 and spec.script.argv == ("--max-steps=7",)  # the case keeps its own
+
+
 def test_an_injected_slowdown_reaches_the_scripts_case(tmp_path):
     import dataclasses
 

@@ -21,6 +21,7 @@ from scalegate.checks import script as script_checks
 from scalegate.contract import atomic, duet
 from scalegate.contract.errors import LaunchError, ScalegateError
 from scalegate.contract.results import CaseResult
+from scalegate.contract.script import needed_steps
 from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.contract.topology import Topology
 from scalegate.figures import peaks, resources, stragglers
@@ -69,10 +70,12 @@ class ScalingSession:
     def reference_spec(self, spec: CaseSpec) -> CaseSpec:
         """The single-process 1x1 case this one's speedup is measured against; for a training script, the same
         script with the same strategy word on one process (harness/scalegate/plan/script.py says why)."""
+        steps = self.options.reference_steps or spec.steps  # --scaling-reference-steps
         if spec.script is not None:
-            one = Topology.parse("1x1")
-            return spec.replace(topology="1x1", faults=Faults(), script=spec.script.at(spec.strategy, one))
-        return spec.replace(strategy="single", topology="1x1", faults=Faults())
+            one, needed = Topology.parse("1x1"), needed_steps(steps, spec.warmup)
+            script = dataclasses.replace(spec.script, needed_steps=needed).at(spec.strategy, one)
+            return spec.replace(topology="1x1", steps=steps, faults=Faults(), script=script)
+        return spec.replace(strategy="single", topology="1x1", steps=steps, faults=Faults())
 
     def reference(self, spec: CaseSpec, more: int = 0) -> list[CaseResult]:
         """The single-process 1x1 launches of the same model and preset, measured in this session

@@ -244,6 +244,14 @@ def add_gate_options(addoption: AddOption, prefix: str = "scaling-") -> None:
         help="launch each case's 1x1 reference this many times a session, pooled (an A/B duet pairs them launch by "
         "launch: a 1x1 launch keeps a level of its own, docs/duet.md); default: as --scaling-launches",
     )
+    addoption(
+        f"--{prefix}reference-steps",
+        type=t.whole(f"--{prefix}reference-steps", 1),
+        default=None,
+        help="measured steps of each 1x1 reference launch, where they should differ from the case's (an A/B duet "
+        "of a training script: more, shorter launches at W and long ones at 1x1, docs/duet.md); default: as "
+        "--scaling-steps",
+    )
 
 
 def add_sequential_options(addoption: AddOption, prefix: str = "scaling-") -> None:

@@ -90,6 +90,7 @@ class Options:
     launches: int = 1  # launches per case (and reference) judged together (scalegate/session.py)
     launches_named: bool = False  # --scaling-launches was given: a script's duet case keeps it (contract/duet.py)
     reference_launches: int | None = None  # --scaling-reference-launches: the 1x1 reference's; None = ``launches``
+    reference_steps: int | None = None  # --scaling-reference-steps: a 1x1 reference launch's; None = ``steps``
     cpu_binding: bool = False
     tp_sequence_parallel: bool = False
     compile: bool = False
@@ -152,6 +153,7 @@ def parse(values: argparse.Namespace, rootdir: Path, strategy_names: Sequence[st
         launches=v.scaling_launches or 1,
         launches_named=v.scaling_launches is not None,
         reference_launches=v.scaling_reference_launches,
+        reference_steps=v.scaling_reference_steps,
         local_steps=v.scaling_local_steps,
         max_launches=v.scaling_max_launches,
         step_time_tolerance=v.scaling_step_time_tolerance,
