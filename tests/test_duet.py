@@ -286,15 +286,25 @@ def test_a_scripts_reference_launches_four_times_in_a_duet_only(monkeypatch):
     assert duet.reference_launches(script=False, launches=2) == 2
 
 
-def test_a_scripts_case_launches_twice_in_a_duet_unless_the_user_named_a_count(monkeypatch):
+def test_a_scripts_case_launches_four_times_in_a_duet_unless_the_user_named_a_count(monkeypatch):
     from scalegate.contract import duet
 
     monkeypatch.delenv(duet.ADDRESS_ENV, raising=False)
     assert duet.case_launches(script=True, launches=1, named=False) == 1
     monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
-    assert duet.case_launches(script=True, launches=1, named=False) == duet.SCRIPT_CASE_LAUNCHES == 2
+    assert duet.case_launches(script=True, launches=1, named=False) == duet.SCRIPT_CASE_LAUNCHES == 4
     assert duet.case_launches(script=True, launches=1, named=True) == 1  # --scaling-launches 1
     assert duet.case_launches(script=False, launches=3, named=True) == 3
+
+
+def test_a_scripts_reference_measures_twice_the_cases_steps_in_a_duet_only(monkeypatch):
+    from scalegate.contract import duet
+
+    monkeypatch.delenv(duet.ADDRESS_ENV, raising=False)
+    assert duet.reference_steps(script=True, steps=300) == 300
+    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
+    assert duet.reference_steps(script=True, steps=300) == duet.SCRIPT_REFERENCE_STEPS * 300 == 600
+    assert duet.reference_steps(script=False, steps=100) == 100  # a workload's 1x1 case is a case of its own
 
 
 def _round_file(launches, reference=(0.004,) * 8):

@@ -377,18 +377,19 @@ def test_the_ab_gate_passes_the_teams_script_against_itself(tmp_path):
     repo = _team_repo(tmp_path)
     run = _gate(repo, "--base", "HEAD", "-k", "ddp")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    # a script's 1x1 reference launches four times a round in a duet and its case twice, each launch paired with its
-    # namesake; the judge reads a round's launches of a case as one (cli/gate_rounds.py pooled)
+    # a script's case launches four times a round in a duet and its 1x1 reference four times with twice the steps,
+    # each launch paired with its namesake; the judge reads a round's launches of a case as one (gate_rounds.pooled)
     [gate_dir] = (repo / "results" / "gate").glob("gate-*")
     jobs = json.loads((gate_dir / "merged" / "duet.json").read_text())["jobs"].values()
     assert not any(j["solo"] or j["failed"] for j in jobs), jobs
     references = {"ddp-mlp-1x1", "ddp-mlp-1x1~2", "ddp-mlp-1x1~3", "ddp-mlp-1x1~4"}
-    assert {j["job"] for j in jobs} == {"ddp-mlp-1x2", "ddp-mlp-1x2~2", *references}
+    assert {j["job"] for j in jobs} == {"ddp-mlp-1x2", "ddp-mlp-1x2~2", "ddp-mlp-1x2~3", "ddp-mlp-1x2~4", *references}
     merged = json.loads((gate_dir / "merged" / "ddp-mlp-1x2.json").read_text())
     record, rounds = merged["record"], merged["rounds"]
     assert len(record["launches"]) == rounds  # one pooled launch a round
     assert [len(launch["reference_lengths"]) for launch in record["launches"]] == [4] * rounds
-    assert [len(launch["lengths"]) for launch in record["launches"]] == [2] * rounds
+    assert [len(launch["lengths"]) for launch in record["launches"]] == [4] * rounds
+    assert all(sum(r["reference_lengths"]) == 2 * sum(r["lengths"]) for r in record["launches"])  # duet.reference_steps
 
 
 @pytest.mark.slow

@@ -25,7 +25,8 @@ from typing import Any
 # 2: a training script's 1x1 reference launches SCRIPT_REFERENCE_LAUNCHES times a session in a duet, so both sides
 # must launch the same jobs (a version-1 base would leave the head's later reference jobs without a partner)
 # 3: and its case SCRIPT_CASE_LAUNCHES times (a version-2 base would launch it once)
-VERSION = 3
+# 4: four times, and the reference's launches measure SCRIPT_REFERENCE_STEPS times the case's steps
+VERSION = 4
 VERSION_LINE = f"VERSION = {VERSION}\n"  # how a checkout's copy of this file says its version (cli/gate.py reads it)
 ADDRESS_ENV = "SCALEGATE_DUET"  # the coordinator's address; unset: no duet, every turn() is a no-op
 SIDE_ENV = "SCALEGATE_DUET_SIDE"  # "base" or "head"
@@ -45,10 +46,13 @@ SCRIPT_REFERENCE_LAUNCHES = 4
 
 
 # ... and its case at W this many times, unless --scaling-launches says otherwise; the judge pools a round's launches
-# into one estimate (cli/gate_rounds.py ``pooled``). A W launch keeps a level of its own too: a round's two launches
-# differed 3.8% each (A/A, the example script, 600 pairs). Pooled, the efficiency spread 3.58% between rounds (16
-# rounds), where one launch a round spread 4.33% (24 rounds; docs/duet.md, the fifth and sixth sets).
-SCRIPT_CASE_LAUNCHES = 2
+# into one estimate (cli/gate_rounds.py ``pooled``). A W launch keeps a level of its own, and at W that level, not the
+# pairs, is most of a round's spread, so more launches of fewer steps spread less; at 1x1 it is the other way round,
+# so the reference's launches measure SCRIPT_REFERENCE_STEPS times the case's steps. A/A, the example script, 16
+# rounds: four W launches of 300 pairs and four 1x1 launches of 600 spread the efficiency 2.31% between rounds (2.60%
+# in the wider of two sittings), two W launches of 600 and four 1x1 of 600 3.58% (docs/duet.md, sixth, seventh sets).
+SCRIPT_CASE_LAUNCHES = 4
+SCRIPT_REFERENCE_STEPS = 2
 
 
 def case_launches(script: bool, launches: int, named: bool) -> int:
@@ -61,6 +65,12 @@ def reference_launches(script: bool, launches: int) -> int:
     """The 1x1 reference's launches a session where the user named none: ``SCRIPT_REFERENCE_LAUNCHES`` for a
     training script's inside a duet, else ``launches`` (``--scaling-launches``)."""
     return SCRIPT_REFERENCE_LAUNCHES if script and os.environ.get(ADDRESS_ENV) else launches
+
+
+def reference_steps(script: bool, steps: int) -> int:
+    """The 1x1 reference launch's measured steps where the user named none (``--scaling-reference-steps``):
+    ``SCRIPT_REFERENCE_STEPS`` times the case's ``steps`` for a training script's inside a duet, else ``steps``."""
+    return SCRIPT_REFERENCE_STEPS * steps if script and os.environ.get(ADDRESS_ENV) else steps
 
 
 def launch_timeout(timeout_s: float) -> float:
