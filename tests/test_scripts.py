@@ -81,6 +81,24 @@ def test_reference_steps_give_the_1x1_reference_launch_its_own_measured_steps(tm
     assert spec.steps == 5 and spec.script.argv == ("--max-steps=7",)  # the case keeps its own
 
 
+def test_in_a_duet_a_scripts_reference_takes_twice_the_steps_only_where_its_arguments_take_steps(tmp_path, monkeypatch):
+    from scalegate.contract import duet
+    from scalegate.plan import hostinfo
+    from scalegate.session import ScalingSession
+
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
+    session = ScalingSession(options=_options(), host=hostinfo.detect(), run_dir=tmp_path / "run", baseline=None)
+    for template, steps, argv in (
+        (("--max-steps={steps}",), 10, ("--max-steps=12",)),  # 2 warm-up + twice the 5 measured
+        (("--max-steps=40",), 5, ("--max-steps=40",)),  # a fixed count: twice the steps could outrun it
+    ):
+        decl = plan_script.declared(("train.py", *template), {"strategies": ["ddp"]}, tmp_path, "t")
+        spec = plan_script.spec_for(decl, "ddp", plan_script.Topology.parse("1x2"), _options(), tmp_path, "t")
+        ref = session.reference_spec(spec)
+        assert (ref.steps, ref.script.argv) == (steps, argv), template
+
+
 def test_an_injected_slowdown_reaches_the_scripts_case(tmp_path):
     import dataclasses
 

@@ -69,7 +69,8 @@ def reference_launches(script: bool, launches: int) -> int:
 
 def reference_steps(script: bool, steps: int) -> int:
     """The 1x1 reference launch's measured steps where the user named none (``--scaling-reference-steps``):
-    ``SCRIPT_REFERENCE_STEPS`` times the case's ``steps`` for a training script's inside a duet, else ``steps``."""
+    ``SCRIPT_REFERENCE_STEPS`` times the case's ``steps`` for a training script's inside a duet (one whose arguments
+    take ``{steps}``: the session asks), else ``steps``."""
     return SCRIPT_REFERENCE_STEPS * steps if script and os.environ.get(ADDRESS_ENV) else steps
 
 
