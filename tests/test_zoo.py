@@ -157,7 +157,7 @@ def test_the_ab_gate_passes_every_stack_against_itself(tmp_path):
     git(repo, "commit", "-qm", "the team's training scripts")
     cmd = [sys.executable, "-m", "scalegate", "gate", "--base", "HEAD", "-k", _selects(AA_CASES), "--json", "gate.json"]
     cmd += [*FEW, "--scaling-max-launches", "2"]  # two rounds: a verdict needs two, an undecided A/A passes
-    # every stack's pairing, not timing: one launch of each case and of its 1x1 reference, not a duet's 2 and 4
+    # every stack's pairing, not timing: one launch of each case and of its 1x1 reference, not a duet's 4 and 4
     cmd += ["--scaling-launches", "1", "--scaling-reference-launches", "1"]
     run = subprocess.run(
         cmd, cwd=repo, env=_env(SCALEGATE_ROUND_GAP_S="5"), capture_output=True, text=True, timeout=1500

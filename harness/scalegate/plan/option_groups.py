@@ -250,7 +250,7 @@ def add_gate_options(addoption: AddOption, prefix: str = "scaling-") -> None:
         default=None,
         help="measured steps of each 1x1 reference launch, where they should differ from the case's (an A/B duet "
         "of a training script: more, shorter launches at W and long ones at 1x1, docs/duet.md); default: as "
-        "--scaling-steps",
+        "--scaling-steps; a training script's in an A/B duet: twice them, where its marker passes {steps}",
     )
 
 
