@@ -29,6 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from duet_bias import raw_row  # noqa: E402
 
 from scalegate.judge import ab, duet  # noqa: E402
 from scalegate.judge.evidence import CaseRecord  # noqa: E402
@@ -45,8 +48,9 @@ def canary(strategy: str) -> list[str]:
     ]
 
 
-def rounds_of(gate_dir: Path) -> list[dict]:
-    """Every duet round of every case of one gate run: its paired estimate."""
+def rounds_of(gate_dir: Path, raw: Path | None = None) -> list[dict]:
+    """Every duet round of every case of one gate run: its paired estimate; every step of both sides to ``raw``
+    (benchmarks/duet_estimators.py reads it)."""
     merged = gate_dir / "merged"
     base = {c["key"]: c for c in runfiles.load_run(merged / "base")}
     out = []
@@ -59,7 +63,10 @@ def rounds_of(gate_dir: Path) -> list[dict]:
             continue
         rounds = ab.pairs(head, other) or ab.classic_pairs(head, other)  # today's statistic, per round
         for n, (h, b) in enumerate(zip(head.launches, other.launches), 1):
-            found = duet.round_estimate(h, b)
+            if raw is not None:
+                with raw.open("a") as f:
+                    f.write(json.dumps(raw_row(case["case_id"], n, h, b)) + "\n")
+            found = duet.round_estimate(h, b, duet.trim_of(head))
             if found is None:
                 today = math.log(rounds[n - 1][0] / rounds[n - 1][1]) if n <= len(rounds) else None
                 out.append({"case": case["case_id"], "round": n, "paired": False, "rounds_log": today})
@@ -179,6 +186,7 @@ def main() -> int:
     p.add_argument("--slowdown", type=float, default=0.0, help="script: the head's steps at W slower (injected)")
     p.add_argument("--extra-forward", type=int, default=0, help="script: the head adds a forward of N samples")
     p.add_argument("--note", default="", help="a label kept with every record (what changed since the last set)")
+    p.add_argument("--raw", type=Path, help="also every step time of both sides, a round a line (JSON lines)")
     p.add_argument(
         "--layouts",
         default="worktree",
@@ -211,7 +219,7 @@ def main() -> int:
                 a.extra_forward,
                 same_tree=layout == "same",
             )
-            rows = rounds_of(gate_dir)
+            rows = rounds_of(gate_dir, a.raw)
         wall = time.monotonic() - started
         record = {
             "kind": a.kind,

@@ -42,13 +42,23 @@ def canary(strategy: str) -> list[str]:
     return ["-k", f"{strategy}-cnn-1x2 and not parity", "--scaling-strategies", strategy]
 
 
-def rounds_of(merged: dict[str, list[dict]]) -> list[dict]:
+def raw_row(case_id: str, n: int, head, base) -> dict:
+    """Round ``n`` of a case, every step of both sides (benchmarks/duet_estimators.py reads it)."""
+    fields = ("step_times_s", "lengths", "reference_step_times_s", "reference_lengths")
+    row = {"case": case_id, "round": n}
+    return row | {f"{s}_{k}": list(getattr(x, k)) for s, x in (("head", head), ("base", base)) for k in fields}
+
+
+def rounds_of(merged: dict[str, list[dict]], raw: Path | None = None) -> list[dict]:
     base = {c["key"]: c for c in merged["base"]}
     out = []
     for case in merged["head"]:
         head, other = CaseRecord.from_dict(case["record"]), CaseRecord.from_dict(base[case["key"]]["record"])
         for n, (h, b) in enumerate(zip(head.launches, other.launches), 1):
-            found = duet.round_estimate(h, b)
+            found = duet.round_estimate(h, b, duet.trim_of(head))
+            if raw is not None:  # every step of both sides, for estimators tried afterwards
+                with raw.open("a") as f:
+                    f.write(json.dumps(raw_row(case["case_id"], n, h, b)) + "\n")
             if found is not None:
                 logs = [math.log(x / y) for x, y in zip(h.reference_step_times_s, b.reference_step_times_s)]
                 out.append(
@@ -65,6 +75,7 @@ def rounds_of(merged: dict[str, list[dict]]) -> list[dict]:
                         "d_1_odd": statistics.median(logs[1::2]),
                         "t_1": statistics.median([*h.reference_step_times_s, *b.reference_step_times_s]),
                         **by_pair(h, b),
+                        **by_launch(h, b),
                     }
                 )
     return out
@@ -80,6 +91,28 @@ def by_pair(h, b) -> dict:
         if at_w and at_1
         else {}
     )
+
+
+def by_launch(h, b) -> dict:
+    """The round's launches one by one (their trimmed means of the units' log ratios, and the units' spread): how
+    much of a round's spread is between launches and how much the pairs inside one."""
+    out = {}
+    for level, pair in (
+        ("w", (h.step_times_s, b.step_times_s, (h.lengths, b.lengths))),
+        ("1", (h.reference_step_times_s, b.reference_step_times_s, (h.reference_lengths, b.reference_lengths))),
+    ):
+        means, sds, units = [], [], []
+        for launch in duet.zip_launches(*pair):
+            logs = [
+                math.log(sum(x for x, _ in launch[i : i + duet.UNIT]) / sum(y for _, y in launch[i : i + duet.UNIT]))
+                for i in range(0, len(launch) - duet.UNIT + 1, duet.UNIT)
+            ]
+            if len(logs) >= 4:
+                means.append(duet.trimmed_mean(logs))
+                sds.append(statistics.stdev(logs))
+                units.append(len(logs))
+        out |= {f"launch_d_{level}": means, f"launch_unit_sd_{level}": sds, f"launch_units_{level}": units}
+    return out
 
 
 def one_run(a: argparse.Namespace) -> list[dict]:
@@ -123,7 +156,7 @@ def one_run(a: argparse.Namespace) -> list[dict]:
                     a.rounds,
                     coordinator,
                 )
-        return [r for r in rounds_of(merged) if f"[{r['case']}]" == case]  # not --with-single's single-cnn-1x1
+        return [r for r in rounds_of(merged, a.raw) if f"[{r['case']}]" == case]  # not --with-single's single-cnn-1x1
 
 
 def main() -> int:
@@ -137,6 +170,7 @@ def main() -> int:
     )
     p.add_argument("--out", type=Path, default=Path("/tmp/duet-bias.jsonl"))
     p.add_argument("--note", default="")
+    p.add_argument("--raw", type=Path, help="also every step time of both sides, a round a line (JSON lines)")
     p.add_argument(
         "--first",
         choices=("alternate", "head", "base"),

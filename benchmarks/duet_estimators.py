@@ -1,0 +1,125 @@
+"""A duet round's estimate under other trims, over every step of recorded rounds (issue 34; docs/duet.md).
+
+    python benchmarks/duet_estimators.py docs/detection-data-duet-raw.jsonl.gz
+    python benchmarks/duet_estimators.py RAW --trims 0.2,0.4 --rounds-out /tmp/rounds.jsonl --trim 0.4
+
+The input is ``benchmarks/duet_bias.py --raw``: a line a round, every step time of both sides at W and at 1x1 with
+the launches' lengths. For each trim of the units' log ratios (``judge.duet.paired``'s estimate, ``TRIM`` there)
+the table gives, at W and at 1x1, how far a round's launches lie apart (the launch means' spread inside a round,
+root mean square over the rounds), the launches' own noise (odd against even units), and the spread between
+rounds of the pooled estimate, with the efficiency's (d_1 - d_W). ``--rounds-out`` writes the rounds estimated
+with ``--trim`` in duet_bias.py's row format, for benchmarks/duet_replay.py. Nothing is timed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "harness"))
+
+from scalegate.judge import duet  # noqa: E402
+
+
+def read(paths: list[Path]) -> list[dict]:
+    rows = []
+    for path in paths:
+        opened = gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
+        with opened as f:
+            rows += [json.loads(line) for line in f if line.strip()]
+    return rows
+
+
+def launches(row: dict, reference: bool, keep: tuple[int, int] = (0, 0)) -> list[list[float]]:
+    """One level's launches, each as its units' log ratios (``duet.UNIT`` pairs a unit, as the judge forms them);
+    ``keep``: only the first that many of each launch's units (at W, at 1x1; 0: all), as a shorter launch."""
+    p = "reference_" if reference else ""
+    lengths = (row[f"head_{p}lengths"], row[f"base_{p}lengths"])
+    out = []
+    for launch in duet.zip_launches(row[f"head_{p}step_times_s"], row[f"base_{p}step_times_s"], lengths):
+        units = [launch[i : i + duet.UNIT] for i in range(0, len(launch) - duet.UNIT + 1, duet.UNIT)]
+        out.append([math.log(sum(h for h, _ in u) / sum(b for _, b in u)) for u in units])
+    first = keep[1 if reference else 0]
+    return [u[:first] for u in out] if first else out
+
+
+def rms(values: list[float]) -> float:
+    return math.sqrt(statistics.fmean(v * v for v in values))
+
+
+def level_table(
+    rows: list[dict], reference: bool, trim: float, keep: tuple[int, int]
+) -> tuple[float, float, list[float]]:
+    """(launch means' spread inside a round, one launch's own SE, every round's pooled estimate)."""
+    every = [launches(r, reference, keep) for r in rows]
+    between = rms([statistics.stdev([duet.trimmed_mean(u, trim) for u in one]) for one in every if len(one) > 1])
+    own = rms([(duet.trimmed_mean(u[0::2], trim) - duet.trimmed_mean(u[1::2], trim)) / 2 for one in every for u in one])
+    pooled = [duet.trimmed_mean([x for u in one for x in u], trim) for one in every]
+    return between, own, pooled
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("raw", type=Path, nargs="+", help="duet_bias.py --raw files (JSON lines, .gz too)")
+    p.add_argument("--case", default="ddp", help="only the rounds of cases whose id starts with this")
+    p.add_argument("--trims", default="0.1,0.2,0.3,0.4,0.5")
+    p.add_argument("--rounds-out", type=Path, help="write the rounds estimated with --trim here (duet_bias rows)")
+    p.add_argument("--trim", type=float, default=duet.TRIM)
+    p.add_argument("--note", default="", help="the note the written rounds carry (duet_replay.py --only)")
+    p.add_argument(
+        "--keep-units",
+        default="0,0",
+        help="W,1x1: only the first that many units of each launch (a shorter launch; 0: all)",
+    )
+    a = p.parse_args()
+    keep = tuple(int(x) for x in a.keep_units.split(","))
+    rows = [r for r in read(a.raw) if r["case"].startswith(a.case)]
+    print(f"{len(rows)} rounds")
+    print(
+        "| trim | W: launches apart | W: a launch's own | W: rounds | 1x1: apart | 1x1: own | 1x1: rounds | efficiency |"
+    )
+    print("|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for trim in (float(t) for t in a.trims.split(",")):
+        w_apart, w_own, d_w = level_table(rows, False, trim, keep)
+        r_apart, r_own, d_1 = level_table(rows, True, trim, keep)
+        eff = [one - w for one, w in zip(d_1, d_w)]
+        print(
+            f"| {trim:.1f} | {w_apart:.2%} | {w_own:.2%} | {statistics.stdev(d_w):.2%} | {r_apart:.2%} | "
+            f"{r_own:.2%} | {statistics.stdev(d_1):.2%} | {statistics.stdev(eff):.2%} (mean {statistics.fmean(eff):+.2%}) |"
+        )
+    if a.rounds_out:
+        out = []
+        for r in rows:
+            w = [x for u in launches(r, False, keep) for x in u]
+            one = [x for u in launches(r, True, keep) for x in u]
+            out.append(
+                {
+                    "case": r["case"],
+                    "round": r["round"],
+                    "d_w": duet.trimmed_mean(w, a.trim),
+                    "d_1": duet.trimmed_mean(one, a.trim),
+                    "se_w": duet.block_se(w, trim=a.trim),
+                    "se_1": duet.block_se(one, trim=a.trim),
+                }
+            )
+        steps = duet.UNIT * len(launches(rows[0], False, keep)[0])
+        record = {
+            "kind": "script",
+            "strategy": "ddp",
+            "layout": "gate",
+            "steps": steps,
+            "note": a.note or f"trim {a.trim}",
+        }
+        with a.rounds_out.open("a") as f:
+            f.write(json.dumps({**record, "rounds": out}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
