@@ -297,14 +297,12 @@ def test_a_scripts_case_launches_four_times_in_a_duet_unless_the_user_named_a_co
     assert duet.case_launches(script=False, launches=3, named=True) == 3
 
 
-def test_a_scripts_reference_measures_twice_the_cases_steps_in_a_duet_only(monkeypatch):
+def test_a_scripts_duet_gate_decides_within_its_own_budget_unless_one_is_named():
     from scalegate.contract import duet
 
-    monkeypatch.delenv(duet.ADDRESS_ENV, raising=False)
-    assert duet.reference_steps(script=True, steps=300) == 300
-    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
-    assert duet.reference_steps(script=True, steps=300) == duet.SCRIPT_REFERENCE_STEPS * 300 == 600
-    assert duet.reference_steps(script=False, steps=100) == 100  # a workload's 1x1 case is a case of its own
+    assert duet.script_rounds(8, named=False) == duet.SCRIPT_ROUNDS == 6
+    assert duet.script_rounds(4, named=False) == 4  # never above the gate's
+    assert duet.script_rounds(8, named=True) == 8  # --scaling-max-launches 8
 
 
 def _round_file(launches, reference=(0.004,) * 8):
@@ -344,3 +342,36 @@ def test_a_duet_rounds_launches_of_a_case_pool_into_one_round():
     assert len(CaseRecord.from_dict(merge([[_round_file(unpaired)]], 8)[0]["record"]).launches) == 2
     half = [launch([0.01] * 10), launch([0.01] * 10, duet="solo: no head job joined in 120 s")]
     assert CaseRecord.from_dict(merge([[_round_file(half)]], 8)[0]["record"]).launches[0].duet.startswith("solo")
+
+
+def test_a_scripts_duet_rounds_take_the_scripts_budget_and_todays_rounds_the_gates():
+    from scalegate.cli.gate_rounds import merge
+    from scalegate.judge.evidence import CaseRecord
+
+    def budget(duet, script_budget):
+        launches = [LaunchRecord(step_times_s=(0.01,) * 10, duet=duet)]
+        return CaseRecord.from_dict(
+            merge([[_round_file(launches)]], 8, script_budget)[0]["record"]
+        ).conduct.max_launches
+
+    assert budget("paired", 6) == 6  # the case is a script's (_round_file: ...:script)
+    assert budget("", 6) == 8  # no duet: today's rounds keep the gate's budget
+    assert budget("paired", None) == 8
+
+
+def test_a_scripts_round_trims_its_units_harder_and_its_se_is_the_trimmed_means():
+    """A training script's 1x1 launch carries tails of its own: trimmed 40% (``SCRIPT_TRIM``), its round reads the
+    middle that the launches agree on; the block SE is that of the same trimmed means, not of plain means."""
+    from scalegate.judge.evidence import CaseRecord
+
+    base = [0.004] * 200
+    # the head 2% slower, but up to a third of its units in a block with a tail of +30% (a launch's own tail)
+    tails = {u for u in range(100) if u % 5 == 0 or (u > 50 and u % 7 == 0)}
+    head = [0.004 * (1.30 if i // 2 in tails and i % 2 else 1.02) for i in range(200)]
+    plain = paired.paired(head, base)
+    script = paired.paired(head, base, trim=paired.SCRIPT_TRIM)
+    assert script.mean == pytest.approx(math.log(1.02), abs=1e-9) and script.se < 1e-9
+    assert plain.mean > math.log(1.02) + 0.001 and plain.se > 0.001
+    record = CaseRecord.from_dict(_round_file([LaunchRecord(step_times_s=(0.01,) * 10)])["record"])
+    assert paired.trim_of(record) == paired.SCRIPT_TRIM
+    assert paired.trim_of(dataclasses.replace(record, key="ddp-cnn-1x2:cpu")) == paired.TRIM

@@ -81,24 +81,6 @@ def test_reference_steps_give_the_1x1_reference_launch_its_own_measured_steps(tm
     assert spec.steps == 5 and spec.script.argv == ("--max-steps=7",)  # the case keeps its own
 
 
-def test_in_a_duet_a_scripts_reference_takes_twice_the_steps_only_where_its_arguments_take_steps(tmp_path, monkeypatch):
-    from scalegate.contract import duet
-    from scalegate.plan import hostinfo
-    from scalegate.session import ScalingSession
-
-    (tmp_path / "train.py").write_text("")
-    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
-    session = ScalingSession(options=_options(), host=hostinfo.detect(), run_dir=tmp_path / "run", baseline=None)
-    for template, steps, argv in (
-        (("--max-steps={steps}",), 10, ("--max-steps=12",)),  # 2 warm-up + twice the 5 measured
-        (("--max-steps=40",), 5, ("--max-steps=40",)),  # a fixed count: twice the steps could outrun it
-    ):
-        decl = plan_script.declared(("train.py", *template), {"strategies": ["ddp"]}, tmp_path, "t")
-        spec = plan_script.spec_for(decl, "ddp", plan_script.Topology.parse("1x2"), _options(), tmp_path, "t")
-        ref = session.reference_spec(spec)
-        assert (ref.steps, ref.script.argv) == (steps, argv), template
-
-
 def test_an_injected_slowdown_reaches_the_scripts_case(tmp_path):
     import dataclasses
 
@@ -392,10 +374,12 @@ def test_the_ab_gate_fails_a_head_that_adds_an_all_reduce_to_the_teams_script(tm
 
 @pytest.mark.nightly
 def test_the_ab_gate_passes_the_teams_script_against_itself(tmp_path):
+    from scalegate.contract import duet
+
     repo = _team_repo(tmp_path)
     run = _gate(repo, "--base", "HEAD", "-k", "ddp")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    # a script's case launches four times a round in a duet and its 1x1 reference four times with twice the steps,
+    # a script's case launches four times a round in a duet and its 1x1 reference four times with the case's steps,
     # each launch paired with its namesake; the judge reads a round's launches of a case as one (gate_rounds.pooled)
     [gate_dir] = (repo / "results" / "gate").glob("gate-*")
     jobs = json.loads((gate_dir / "merged" / "duet.json").read_text())["jobs"].values()
@@ -407,7 +391,8 @@ def test_the_ab_gate_passes_the_teams_script_against_itself(tmp_path):
     assert len(record["launches"]) == rounds  # one pooled launch a round
     assert [len(launch["reference_lengths"]) for launch in record["launches"]] == [4] * rounds
     assert [len(launch["lengths"]) for launch in record["launches"]] == [4] * rounds
-    assert all(sum(r["reference_lengths"]) == 2 * sum(r["lengths"]) for r in record["launches"])  # duet.reference_steps
+    assert all(sum(r["reference_lengths"]) == sum(r["lengths"]) for r in record["launches"])
+    assert record["conduct"]["max_launches"] == duet.SCRIPT_ROUNDS  # a script's own budget of duet rounds
 
 
 @pytest.mark.slow

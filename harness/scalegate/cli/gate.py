@@ -209,9 +209,10 @@ def _rounds(
     budget: int,
     coordinator: Coordinator | None = None,
     baseline_dir: Path | None = None,
+    script_budget: int | None = None,
 ) -> tuple[dict[str, list[dict]], list[int]]:
     try:
-        return gate_rounds.run(sides, user_args, gate_dir, undecided, budget, coordinator, baseline_dir)
+        return gate_rounds.run(sides, user_args, gate_dir, undecided, budget, coordinator, baseline_dir, script_budget)
     except ScalegateError as exc:
         if parity_run is None or "exit code 5" not in exc.message:
             raise
@@ -337,6 +338,7 @@ def _ab(
             else "gate: duet: both commits' jobs of a case take turns step by step (docs/duet.md)",
             flush=True,
         )
+        budget = gate_rounds.budget_of([*AB_SETTINGS, *user_args], MAX_LAUNCHES)
         with contextlib.nullcontext() if refused else Coordinator() as coordinator:
             merged, codes = _rounds(
                 sides,
@@ -344,9 +346,10 @@ def _ab(
                 gate_dir,
                 undecided,
                 parity_run,
-                gate_rounds.budget_of([*AB_SETTINGS, *user_args], MAX_LAUNCHES),
+                budget,
                 coordinator,
                 baseline_dir,  # the stored peaks: whether a case's two jobs fit in GPU memory (launch/duet_fit.py)
+                duet.script_rounds(budget, named=gate_rounds.budget_of(user_args, 0) > 0),
             )
             report = coordinator.report() if coordinator is not None else {}
     run_dir = gate_rounds.write_merged(

@@ -35,6 +35,7 @@ from scalegate.cli.project import NO_CASES_HINT
 from scalegate.contract import atomic, checkout, duet
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import CaseRecord
+from scalegate.judge import duet as judge_duet
 from scalegate.judge.evidence import PAIRED, LaunchRecord
 from scalegate.launch import duet_fit
 from scalegate.plan import hostinfo
@@ -46,10 +47,10 @@ ROUND_GAP_S = float(os.environ.get("SCALEGATE_ROUND_GAP_S", 30))
 PYTEST_BAD_INPUT = (2, 3, 4, 5)  # interrupted, internal error, usage error, nothing collected
 
 
-def merge(rounds: list[list[dict[str, Any]]], budget: int) -> list[dict[str, Any]]:
+def merge(rounds: list[list[dict[str, Any]]], budget: int, script_budget: int | None = None) -> list[dict[str, Any]]:
     """Every case's result files of all rounds as one: launches and reference steps in round order (a duet round's
     launches pooled into one: ``pooled``), the judge's budget the gate's (a round's own session ran with a budget of
-    one launch)."""
+    one launch), a training script's in a duet ``script_budget`` where given (``contract.duet.script_rounds``)."""
     by_key: dict[str, list[dict[str, Any]]] = {}
     for cases in rounds:
         for case in cases:
@@ -60,6 +61,8 @@ def merge(rounds: list[list[dict[str, Any]]], budget: int) -> list[dict[str, Any
             CaseRecord.from_dict(c.get("record") or {}, f"result file of {c.get('case_id', '?')}") for c in group
         ]
         first = records[0]
+        in_duet = any(launch.duet for r in records for launch in r.launches)
+        own = script_budget if script_budget and in_duet and judge_duet.is_script(first) else budget
         record = dataclasses.replace(
             first,
             launches=tuple(
@@ -77,7 +80,7 @@ def merge(rounds: list[list[dict[str, Any]]], budget: int) -> list[dict[str, Any
             reference_launches=sum(r.reference_launches for r in records),
             problems=tuple(dict.fromkeys(p for r in records for p in r.problems)),
             failure=next((r.failure for r in records if r.failure), ""),
-            conduct=dataclasses.replace(first.conduct, max_launches=budget),
+            conduct=dataclasses.replace(first.conduct, max_launches=own),
         )
         merged.append({**group[-1], "record": record.to_dict(), "launches": len(record.launches), "rounds": len(group)})
     return merged
@@ -149,13 +152,14 @@ def run(
     budget: int,
     coordinator: Any = None,
     baseline_dir: Path | None = None,
+    script_budget: int | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], list[int]]:
     """Rounds until no case is undecided or the budget is spent: (every side's merged cases, the head's pytest
     exit codes). With two sides (A/B) each round launches both, in alternating order, so neither commit always
     runs first after the pause; with a duet ``coordinator`` (launch/duet.py) both sessions run at once and their
     jobs take turns step by step (docs/duet.md), but for the cases whose two jobs would not fit in GPU memory
     (``duet_refusals``, with the stored peaks of ``baseline_dir``). ``undecided(merged)`` names the case ids that want
-    another round."""
+    another round; ``script_budget``: a training script's own budget in a duet (``merge``)."""
     rounds: dict[str, list[list[dict[str, Any]]]] = {side.name: [] for side in sides}
     codes: list[int] = []
     selection: list[str] = []
@@ -192,7 +196,7 @@ def run(
             rounds[side.name].append(runfiles.load_run(check_run(done.returncode, where, what)))
             if side.name == sides[-1].name:  # the commit under test; the base's failures show as its missing cases
                 codes.append(done.returncode)
-        merged = {name: merge(found, budget) for name, found in rounds.items()}
+        merged = {name: merge(found, budget, script_budget) for name, found in rounds.items()}
         selection = undecided(merged)
         print(
             f"gate: round {n} done in {time.monotonic() - started:.0f}s; "

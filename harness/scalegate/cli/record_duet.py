@@ -44,7 +44,7 @@ def spread(record: CaseRecord, base: CaseRecord) -> tuple[float, float, int, flo
         return f"the head side ran {len(record.launches)} rounds, the base side {len(base.launches)}"
     found, at_w = [], []
     for n, (h, b) in enumerate(zip(record.launches, base.launches), 1):
-        estimate = duet.round_estimate(h, b)
+        estimate = duet.round_estimate(h, b, duet.trim_of(record))
         if estimate is None:
             return f"round {n} was not a duet ({duet.not_paired(h, b) or 'too few pairs'})"
         found.append(estimate.efficiency_log)

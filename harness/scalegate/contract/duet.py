@@ -25,8 +25,9 @@ from typing import Any
 # 2: a training script's 1x1 reference launches SCRIPT_REFERENCE_LAUNCHES times a session in a duet, so both sides
 # must launch the same jobs (a version-1 base would leave the head's later reference jobs without a partner)
 # 3: and its case SCRIPT_CASE_LAUNCHES times (a version-2 base would launch it once)
-# 4: four times, and the reference's launches measure SCRIPT_REFERENCE_STEPS times the case's steps
-VERSION = 4
+# 4: four times, and the reference's launches measure twice the case's steps
+# 5: the reference's launches measure the case's steps again (a version-4 base would measure twice them)
+VERSION = 5
 VERSION_LINE = f"VERSION = {VERSION}\n"  # how a checkout's copy of this file says its version (cli/gate.py reads it)
 ADDRESS_ENV = "SCALEGATE_DUET"  # the coordinator's address; unset: no duet, every turn() is a no-op
 SIDE_ENV = "SCALEGATE_DUET_SIDE"  # "base" or "head"
@@ -47,12 +48,24 @@ SCRIPT_REFERENCE_LAUNCHES = 4
 
 # ... and its case at W this many times, unless --scaling-launches says otherwise; the judge pools a round's launches
 # into one estimate (cli/gate_rounds.py ``pooled``). A W launch keeps a level of its own, and at W that level, not the
-# pairs, is most of a round's spread, so more launches of fewer steps spread less; at 1x1 it is the other way round,
-# so the reference's launches measure SCRIPT_REFERENCE_STEPS times the case's steps. A/A, the example script, 16
-# rounds: four W launches of 300 pairs and four 1x1 launches of 600 spread the efficiency 2.31% between rounds (2.60%
-# in the wider of two sittings), two W launches of 600 and four 1x1 of 600 3.58% (docs/duet.md, sixth, seventh sets).
+# pairs, is most of a round's spread, so more launches of fewer steps spread less. At 1x1 too: the first 300 pairs
+# of each 1x1 launch of 600 spread the rounds as much as all 600 (1.40% both, eighth set, 16 rounds), so the
+# reference measures the case's steps (``--scaling-reference-steps`` names others). A/A, the example script: four W
+# launches of 300 pairs spread the efficiency 1.99% between rounds (16 rounds; two W launches of 600: 3.58%).
 SCRIPT_CASE_LAUNCHES = 4
-SCRIPT_REFERENCE_STEPS = 2
+
+
+# ... and its duet gate decides within this many rounds, unless --scaling-max-launches is named: a round of the
+# example script takes 85-105 s (eight launches' start-up is most of it), so eight rounds would pass ten minutes.
+# Replayed over the eighth set's A/A rounds (10,000 gates, 5% tolerance): a 5% drop caught 98.8% in 6 rounds
+# (99.8% in 8), false alarms 0.1% (benchmarks/duet_replay.py, docs/duet.md).
+SCRIPT_ROUNDS = 6
+
+
+def script_rounds(budget: int, named: bool) -> int:
+    """A training script's budget of duet rounds in a gate whose budget is ``budget``: ``SCRIPT_ROUNDS`` (at most
+    ``budget``) unless the user ``named`` --scaling-max-launches."""
+    return budget if named else min(budget, SCRIPT_ROUNDS)
 
 
 def case_launches(script: bool, launches: int, named: bool) -> int:
@@ -65,13 +78,6 @@ def reference_launches(script: bool, launches: int) -> int:
     """The 1x1 reference's launches a session where the user named none: ``SCRIPT_REFERENCE_LAUNCHES`` for a
     training script's inside a duet, else ``launches`` (``--scaling-launches``)."""
     return SCRIPT_REFERENCE_LAUNCHES if script and os.environ.get(ADDRESS_ENV) else launches
-
-
-def reference_steps(script: bool, steps: int) -> int:
-    """The 1x1 reference launch's measured steps where the user named none (``--scaling-reference-steps``):
-    ``SCRIPT_REFERENCE_STEPS`` times the case's ``steps`` for a training script's inside a duet (one whose arguments
-    take ``{steps}``: the session asks), else ``steps``."""
-    return SCRIPT_REFERENCE_STEPS * steps if script and os.environ.get(ADDRESS_ENV) else steps
 
 
 def launch_timeout(timeout_s: float) -> float:

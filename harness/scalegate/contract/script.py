@@ -50,11 +50,6 @@ class ScriptSpec:
                     r'e.g. r"step (\d+) loss ([0-9.eE+-]+)"',
                 )
 
-    @property
-    def takes_steps(self) -> bool:
-        """Its arguments say how many steps to run (``{steps}``): a case may ask it for more than the marker's."""
-        return any("{steps}" in arg for arg in self.template)
-
     @classmethod
     def from_dict(cls, data: dict) -> "ScriptSpec":
         return cls(**data)

@@ -248,9 +248,8 @@ def add_gate_options(addoption: AddOption, prefix: str = "scaling-") -> None:
         f"--{prefix}reference-steps",
         type=t.whole(f"--{prefix}reference-steps", 1),
         default=None,
-        help="measured steps of each 1x1 reference launch, where they should differ from the case's (an A/B duet "
-        "of a training script: more, shorter launches at W and long ones at 1x1, docs/duet.md); default: as "
-        "--scaling-steps; a training script's in an A/B duet: twice them, where its marker passes {steps}",
+        help="measured steps of each 1x1 reference launch, where they should differ from the case's (docs/duet.md); "
+        "default: as --scaling-steps",
     )
 
 
@@ -279,7 +278,7 @@ def add_sequential_options(addoption: AddOption, prefix: str = "scaling-") -> No
         ),
         default=MAX_LAUNCHES,
         help="sequential verdicts: launch a case again while its verdict is undecided, up to this many launches "
-        "(default: %(default)s)",
+        "(default: %(default)s; the gate's: 8 rounds, a training script's duet 6 unless this is named)",
     )
     for name, default, text in (
         ("alpha", ALPHA, "false alarms the sequential gate allows when nothing changed (default: %(default)s)"),
