@@ -1,6 +1,7 @@
 """A duet round's estimate under other trims, over every step of recorded rounds (issue 34; docs/duet.md).
 
-    python benchmarks/duet_estimators.py docs/detection-data-duet-raw.jsonl.gz
+    python benchmarks/duet_estimators.py docs/detection-data-duet-raw.jsonl.gz --only sitting   # forced rounds
+    python benchmarks/duet_estimators.py docs/detection-data-duet-raw.jsonl.gz --only "(A/A)"   # whole A/A gates
     python benchmarks/duet_estimators.py RAW --trims 0.2,0.4 --rounds-out /tmp/rounds.jsonl --trim 0.4
 
 The input is ``benchmarks/duet_bias.py --raw``: a line a round, every step time of both sides at W and at 1x1 with
@@ -68,6 +69,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("raw", type=Path, nargs="+", help="duet_bias.py --raw files (JSON lines, .gz too)")
     p.add_argument("--case", default="ddp", help="only the rounds of cases whose id starts with this")
+    p.add_argument("--only", default="", help="only the rounds whose note holds this text (e.g. 'A/A', 'sitting')")
     p.add_argument("--trims", default="0.1,0.2,0.3,0.4,0.5")
     p.add_argument("--rounds-out", type=Path, help="write the rounds estimated with --trim here (duet_bias rows)")
     p.add_argument("--trim", type=float, default=duet.TRIM)
@@ -79,7 +81,7 @@ def main() -> int:
     )
     a = p.parse_args()
     keep = tuple(int(x) for x in a.keep_units.split(","))
-    rows = [r for r in read(a.raw) if r["case"].startswith(a.case)]
+    rows = [r for r in read(a.raw) if r["case"].startswith(a.case) and a.only in r.get("note", "")]
     print(f"{len(rows)} rounds")
     print(
         "| trim | W: launches apart | W: a launch's own | W: rounds | 1x1: apart | 1x1: own | 1x1: rounds | efficiency |"
