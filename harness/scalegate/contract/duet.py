@@ -56,9 +56,10 @@ SCRIPT_CASE_LAUNCHES = 4
 
 
 # ... and its duet gate decides within this many rounds, unless --scaling-max-launches is named: a round of the
-# example script takes 85-105 s (eight launches' start-up is most of it), so eight rounds would pass ten minutes.
-# Replayed over the eighth set's A/A rounds (10,000 gates, 5% tolerance): a 5% drop caught 98.8% in 6 rounds
-# (99.8% in 8), false alarms 0.1% (benchmarks/duet_replay.py, docs/duet.md).
+# example script takes about 100 s (eight launches' start-up is most of it), so eight rounds would take 13 minutes.
+# Eighth set, 10,000 replayed gates, 5% tolerance, six rounds: over 16 forced A/A rounds a 5% drop is caught 98.8%
+# (eight rounds: 99.8%) with no false alarm; over 10 whole A/A gates' own 30 rounds 96.6%, false alarms 0.7%; the
+# gates took 192-614 s (benchmarks/duet_replay.py, docs/duet.md).
 SCRIPT_ROUNDS = 6
 
 
