@@ -75,7 +75,6 @@ def rounds_of(merged: dict[str, list[dict]], raw: Path | None = None) -> list[di
                         "d_1_odd": statistics.median(logs[1::2]),
                         "t_1": statistics.median([*h.reference_step_times_s, *b.reference_step_times_s]),
                         **by_pair(h, b),
-                        **by_launch(h, b),
                     }
                 )
     return out
@@ -91,28 +90,6 @@ def by_pair(h, b) -> dict:
         if at_w and at_1
         else {}
     )
-
-
-def by_launch(h, b) -> dict:
-    """The round's launches one by one (their trimmed means of the units' log ratios, and the units' spread): how
-    much of a round's spread is between launches and how much the pairs inside one."""
-    out = {}
-    for level, pair in (
-        ("w", (h.step_times_s, b.step_times_s, (h.lengths, b.lengths))),
-        ("1", (h.reference_step_times_s, b.reference_step_times_s, (h.reference_lengths, b.reference_lengths))),
-    ):
-        means, sds, units = [], [], []
-        for launch in duet.zip_launches(*pair):
-            logs = [
-                math.log(sum(x for x, _ in launch[i : i + duet.UNIT]) / sum(y for _, y in launch[i : i + duet.UNIT]))
-                for i in range(0, len(launch) - duet.UNIT + 1, duet.UNIT)
-            ]
-            if len(logs) >= 4:
-                means.append(duet.trimmed_mean(logs))
-                sds.append(statistics.stdev(logs))
-                units.append(len(logs))
-        out |= {f"launch_d_{level}": means, f"launch_unit_sd_{level}": sds, f"launch_units_{level}": units}
-    return out
 
 
 def one_run(a: argparse.Namespace) -> list[dict]:

@@ -42,10 +42,8 @@ def launches(row: dict, reference: bool, keep: tuple[int, int] = (0, 0)) -> list
     ``keep``: only the first that many of each launch's units (at W, at 1x1; 0: all), as a shorter launch."""
     p = "reference_" if reference else ""
     lengths = (row[f"head_{p}lengths"], row[f"base_{p}lengths"])
-    out = []
-    for launch in duet.zip_launches(row[f"head_{p}step_times_s"], row[f"base_{p}step_times_s"], lengths):
-        units = [launch[i : i + duet.UNIT] for i in range(0, len(launch) - duet.UNIT + 1, duet.UNIT)]
-        out.append([math.log(sum(h for h, _ in u) / sum(b for _, b in u)) for u in units])
+    pairs = duet.zip_launches(row[f"head_{p}step_times_s"], row[f"base_{p}step_times_s"], lengths)
+    out = [duet.unit_logs(launch) for launch in pairs]
     first = keep[1 if reference else 0]
     return [u[:first] for u in out] if first else out
 

@@ -189,15 +189,21 @@ def paired(
     ``--scaling-reference-launches``; the case's, ``--scaling-launches``): launch n of the head pairs with launch n
     of the base, step by step, so a launch that measured fewer steps shifts no later pair, and no unit spans two
     launches."""
-    logs = []
-    for launch in zip_launches(head, base, lengths):
-        for i in range(0, len(launch) - unit + 1, unit):
-            heads, bases = zip(*launch[i : i + unit])
-            if min(heads) > 0 and min(bases) > 0:
-                logs.append(math.log(sum(heads) / sum(bases)))
+    logs = [x for launch in zip_launches(head, base, lengths) for x in unit_logs(launch, unit)]
     if len(logs) < 4:
         return None
     return Paired(mean=trimmed_mean(logs, trim), se=block_se(logs, trim=trim), pairs=len(logs) * unit)
+
+
+def unit_logs(launch: Sequence[tuple[float, float]], unit: int = UNIT) -> list[float]:
+    """One launch's (head, base) step pairs in units of ``unit`` consecutive pairs, ``ln(sum t_head / sum t_base)``
+    each; a unit with a step that measured nothing is left out."""
+    logs = []
+    for i in range(0, len(launch) - unit + 1, unit):
+        heads, bases = zip(*launch[i : i + unit])
+        if min(heads) > 0 and min(bases) > 0:
+            logs.append(math.log(sum(heads) / sum(bases)))
+    return logs
 
 
 def zip_launches(
