@@ -38,8 +38,13 @@ from scalegate.judge.evidence import CaseRecord  # noqa: E402
 from scalegate.launch.duet import Coordinator  # noqa: E402
 
 
-def canary(strategy: str) -> list[str]:
-    return ["-k", f"{strategy}-cnn-1x2 and not parity", "--scaling-strategies", strategy]
+def canary(strategy: str, model: str = "cnn", topology: str = "1x2") -> list[str]:
+    """The canary case; another workload or topology (``--model resnet --topology 1x1`` on one GPU) is selected
+    by name, and the matrix told to hold it."""
+    picked = (
+        ["--scaling-models", model, "--scaling-topologies", topology] if (model, topology) != ("cnn", "1x2") else []
+    )
+    return ["-k", f"{strategy}-{model}-{topology} and not parity", "--scaling-strategies", strategy, *picked]
 
 
 def raw_row(case_id: str, n: int, head, base) -> dict:
@@ -102,8 +107,8 @@ def one_run(a: argparse.Namespace) -> list[dict]:
             checkout_repo(repo)
             from duet_aa import canary as with_single  # as the whole gates select: single-cnn-1x1 in round 1 too
 
-            chosen = with_single(a.strategy) if a.with_single else canary(a.strategy)
-            select, case = [*chosen, "--scaling-steps", str(a.steps)], f"[{a.strategy}-cnn-1x2]"
+            chosen = with_single(a.strategy) if a.with_single else canary(a.strategy, a.model, a.topology)
+            select, case = [*chosen, "--scaling-steps", str(a.steps)], f"[{a.strategy}-{a.model}-{a.topology}]"
         else:
             from duet_aa import script_repo
 
@@ -156,6 +161,8 @@ def main() -> int:
     )
     p.add_argument("--kind", choices=("canary", "script"), default="canary")
     p.add_argument("--strategy", default="ddp", help="the canary's strategy: ddp, fsdp, deepspeed-zero2")
+    p.add_argument("--model", default="cnn", help="the canary's workload (resnet: ~18 ms a step on one GPU)")
+    p.add_argument("--topology", default="1x2", help="the canary's topology (1x1 on one GPU)")
     p.add_argument("--steps", type=int, default=100, help="measured steps (pairs) per launch")
     p.add_argument("--repeat", type=int, default=1, help="runs of --rounds each, every one in a fresh repository")
     p.add_argument("--with-single", action="store_true", help="single-cnn-1x1 in the first round too, as duet_aa")
@@ -174,6 +181,7 @@ def main() -> int:
     record = {
         "kind": a.kind,
         "strategy": a.strategy if a.kind == "canary" else "ddp",
+        "case": f"{a.strategy}-{a.model}-{a.topology}" if a.kind == "canary" else "ddp-mlp-1x2",
         "steps": a.steps,
         "bind_threads": os.environ.get("SCALEGATE_DUET_BIND_THREADS", ""),
         "layout": a.layout,
@@ -188,6 +196,9 @@ def main() -> int:
     }
     with a.out.open("a") as f:
         f.write(json.dumps(record) + "\n")
+    if not rows:
+        print(f"no paired round of {record['case']} (too few steps for the estimate?), {wall:.0f} s")
+        return 1
     d1, dw = [r["d_1"] for r in rows], [r["d_w"] for r in rows]
     sd = statistics.stdev if len(rows) > 1 else (lambda v: float("nan"))
     print(
