@@ -49,7 +49,9 @@ def launches(row: dict, reference: bool, keep: tuple[int, int] = (0, 0)) -> list
 
 
 def rms(values: list[float]) -> float:
-    return math.sqrt(statistics.fmean(v * v for v in values))
+    """Root mean square; nan where there is nothing (one launch a round has no spread between launches)."""
+    values = list(values)
+    return math.sqrt(statistics.fmean(v * v for v in values)) if values else math.nan
 
 
 def level_table(
