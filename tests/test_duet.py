@@ -87,6 +87,10 @@ def test_two_jobs_take_turns_one_at_a_time_in_abba_order():
     # the setup turns were pair 0 (head, base); the steps go on in the same ABBA order
     assert order[:8] == ["base", "head", "head", "base", "base", "head", "head", "base"]
     assert all(s["paired"] and s["turns"] == 9 for s in head.summaries + base.summaries)  # setup + 8 steps
+    # the coordinator's timeline of each job: its hello, first turn, end, and its turns' time (duet_timeline.py)
+    for job in c.report().values():
+        assert 0 <= job["joined_s"] <= job["first_turn_s"] <= job["ended_s"], job
+        assert 0 < job["held_s"] <= job["ended_s"] - job["first_turn_s"] + 0.01, job
 
 
 def test_the_round_names_the_side_that_turns_first_so_neither_always_does():
@@ -100,6 +104,7 @@ def test_the_round_names_the_side_that_turns_first_so_neither_always_does():
         head.join(), base.join()
     assert not head.errors and not base.errors, head.errors + base.errors
     assert _runs(log) == ["head", "base", "base", "head", "head", "base", "base", "head"]
+    assert len(c.timeline()["rounds_s"]) == 1
 
 
 def test_a_job_whose_partner_never_comes_runs_solo_and_says_why():
@@ -284,6 +289,16 @@ def test_a_scripts_reference_launches_four_times_in_a_duet_only(monkeypatch):
     monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
     assert duet.reference_launches(script=True, launches=1) == duet.SCRIPT_REFERENCE_LAUNCHES == 4
     assert duet.reference_launches(script=False, launches=2) == 2
+
+
+def test_a_scripts_reference_measures_half_the_cases_steps_in_a_duet_at_least_a_hundred(monkeypatch):
+    from scalegate.contract import duet
+
+    monkeypatch.delenv(duet.ADDRESS_ENV, raising=False)
+    assert duet.reference_steps(script=True, steps=300) == 300  # no duet: the case's steps
+    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
+    assert [duet.reference_steps(script=True, steps=n) for n in (300, 1001, 150, 40)] == [150, 501, 100, 40]
+    assert duet.reference_steps(script=False, steps=300) == 300  # a workload's 1x1 case spreads far less
 
 
 def test_a_scripts_case_launches_four_times_in_a_duet_unless_the_user_named_a_count(monkeypatch):

@@ -9,6 +9,7 @@ too early, never step an optimizer, mark their steps with ``scalegate.step()``, 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -79,6 +80,24 @@ def test_reference_steps_give_the_1x1_reference_launch_its_own_measured_steps(tm
     ref = ScalingSession(options=longer, host=host, run_dir=tmp_path / "run", baseline=None).reference_spec(spec)
     assert (ref.topology, ref.steps, ref.script.argv) == ("1x1", 12, ("--max-steps=14",))  # 2 warm-up + 12
     assert spec.steps == 5 and spec.script.argv == ("--max-steps=7",)  # the case keeps its own
+
+
+def test_a_scripts_reference_in_a_duet_runs_half_the_cases_steps(tmp_path, monkeypatch):
+    import dataclasses
+
+    from scalegate.contract import duet
+    from scalegate.plan import hostinfo
+    from scalegate.session import ScalingSession
+
+    (tmp_path / "train.py").write_text("")
+    decl = plan_script.declared(("train.py", "--max-steps={steps}"), {"strategies": ["ddp"]}, tmp_path, "t")
+    options = dataclasses.replace(_options(), steps=300)
+    spec = plan_script.spec_for(decl, "ddp", plan_script.Topology.parse("1x2"), options, tmp_path, "t")
+    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
+    session = ScalingSession(options=options, host=hostinfo.detect(), run_dir=tmp_path / "run", baseline=None)
+    ref = session.reference_spec(spec)
+    assert (ref.steps, ref.script.argv) == (150, ("--max-steps=152",))  # 2 warm-up + 150: the script stops there
+    assert spec.script.argv == ("--max-steps=302",)
 
 
 def test_an_injected_slowdown_reaches_the_scripts_case(tmp_path):
@@ -391,7 +410,10 @@ def test_the_ab_gate_passes_the_teams_script_against_itself(tmp_path):
     assert len(record["launches"]) == rounds  # one pooled launch a round
     assert [len(launch["reference_lengths"]) for launch in record["launches"]] == [4] * rounds
     assert [len(launch["lengths"]) for launch in record["launches"]] == [4] * rounds
-    assert all(sum(r["reference_lengths"]) == sum(r["lengths"]) for r in record["launches"])
+    # ... each reference launch with half the case's steps, at least a hundred (contract/duet.py reference_steps)
+    steps = [max(r["lengths"]) for r in record["launches"]]
+    want = [min(n, max(duet.SCRIPT_REFERENCE_MIN_STEPS, math.ceil(n * duet.SCRIPT_REFERENCE_SHARE))) for n in steps]
+    assert [max(r["reference_lengths"]) for r in record["launches"]] == want
     assert record["conduct"]["max_launches"] == duet.SCRIPT_ROUNDS  # a script's own budget of duet rounds
 
 

@@ -70,7 +70,7 @@ class ScalingSession:
     def reference_spec(self, spec: CaseSpec) -> CaseSpec:
         """The single-process 1x1 case this one's speedup is measured against; for a training script, the same
         script with the same strategy word on one process (harness/scalegate/plan/script.py says why)."""
-        steps = self.options.reference_steps or spec.steps
+        steps = self.options.reference_steps or duet.reference_steps(spec.script is not None, spec.steps)
         if spec.script is not None:
             one, needed = Topology.parse("1x1"), needed_steps(steps, spec.warmup)
             script = dataclasses.replace(spec.script, needed_steps=needed).at(spec.strategy, one)

@@ -352,6 +352,7 @@ def _ab(
                 duet.script_rounds(budget, named=gate_rounds.budget_of(user_args, 0) > 0),
             )
             report = coordinator.report() if coordinator is not None else {}
+            timeline = coordinator.timeline() if coordinator is not None else {}
     run_dir = gate_rounds.write_merged(
         gate_dir,
         merged["head"],
@@ -360,7 +361,7 @@ def _ab(
         base_cases=merged["base"],
         base={"ref": base.ref, "commit": base.commit},
     )
-    atomic.write_json(run_dir / DUET_FILE, {"duet": not refused, "why_not": refused, "jobs": report})
+    atomic.write_json(run_dir / DUET_FILE, {"duet": not refused, "why_not": refused, "jobs": report, **timeline})
     atomic.write_json(run_dir / env_report.FILE, head_env)
     atomic.write_json(run_dir / "base" / env_report.FILE, base_env)
     return run_dir, run_dir / "base", [*codes, parity_code]

@@ -18,6 +18,7 @@ namespaces too) or ``tcp:HOST:PORT`` (for a later multi-node A/B under srun).
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 from typing import Any
@@ -27,7 +28,8 @@ from typing import Any
 # 3: and its case SCRIPT_CASE_LAUNCHES times (a version-2 base would launch it once)
 # 4: four times, and the reference's launches measure twice the case's steps
 # 5: the reference's launches measure the case's steps again (a version-4 base would measure twice them)
-VERSION = 5
+# 6: half the case's steps, at least SCRIPT_REFERENCE_MIN_STEPS (a version-5 base would measure all of them)
+VERSION = 6
 VERSION_LINE = f"VERSION = {VERSION}\n"  # how a checkout's copy of this file says its version (cli/gate.py reads it)
 ADDRESS_ENV = "SCALEGATE_DUET"  # the coordinator's address; unset: no duet, every turn() is a no-op
 SIDE_ENV = "SCALEGATE_DUET_SIDE"  # "base" or "head"
@@ -48,11 +50,20 @@ SCRIPT_REFERENCE_LAUNCHES = 4
 
 # ... and its case at W this many times, unless --scaling-launches says otherwise; the judge pools a round's launches
 # into one estimate (cli/gate_rounds.py ``pooled``). A W launch keeps a level of its own, and at W that level, not the
-# pairs, is most of a round's spread, so more launches of fewer steps spread less. At 1x1 too: the first 300 pairs
-# of each 1x1 launch of 600 spread the rounds as much as all 600 (1.40% both, eighth set, 16 rounds), so the
-# reference measures the case's steps (``--scaling-reference-steps`` names others). A/A, the example script: four W
+# pairs, is most of a round's spread, so more launches of fewer steps spread less. A/A, the example script: four W
 # launches of 300 pairs spread the efficiency 1.99% between rounds (16 rounds; two W launches of 600: 3.58%).
 SCRIPT_CASE_LAUNCHES = 4
+
+
+# ... and each of its 1x1 reference's launches measures this share of the case's steps, at least
+# SCRIPT_REFERENCE_MIN_STEPS (never more than the case's), unless --scaling-reference-steps names others. At 1x1 a
+# launch's level (3-4% apart), not its pairs (0.7-1.3%), is the spread, and the first pairs of a launch are its
+# steadiest: the whole gates' 30 A/A rounds of the eighth set, their 1x1 launches cut from 300 pairs to their first
+# 150, spread the efficiency 2.47% (all 300: 2.51%), and 10,000 replayed gates caught a 5% drop 95.8% with 0.4% false
+# alarms (all 300: 96.6%, 0.7%); cut at W instead (200 of 300), 89.2%. It saves about 11 s of a ~100 s round
+# (benchmarks/duet_estimators.py --keep-units 0,75; docs/duet.md).
+SCRIPT_REFERENCE_SHARE = 0.5
+SCRIPT_REFERENCE_MIN_STEPS = 100
 
 
 # ... and its duet gate decides within this many rounds, unless --scaling-max-launches is named: a round of the
@@ -79,6 +90,14 @@ def reference_launches(script: bool, launches: int) -> int:
     """The 1x1 reference's launches a session where the user named none: ``SCRIPT_REFERENCE_LAUNCHES`` for a
     training script's inside a duet, else ``launches`` (``--scaling-launches``)."""
     return SCRIPT_REFERENCE_LAUNCHES if script and os.environ.get(ADDRESS_ENV) else launches
+
+
+def reference_steps(script: bool, steps: int) -> int:
+    """The measured steps of a case's 1x1 reference launch of ``steps``, where the user named none: a training
+    script's in a duet ``SCRIPT_REFERENCE_SHARE`` of them (at least ``SCRIPT_REFERENCE_MIN_STEPS``), else ``steps``."""
+    if not (script and os.environ.get(ADDRESS_ENV)):
+        return steps
+    return min(steps, max(SCRIPT_REFERENCE_MIN_STEPS, math.ceil(steps * SCRIPT_REFERENCE_SHARE)))
 
 
 def launch_timeout(timeout_s: float) -> float:

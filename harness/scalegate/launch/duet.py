@@ -40,6 +40,9 @@ class Job:
     solo: str = ""  # why it runs without a partner
     failed: str = ""
     turns: int = 0
+    first_turn: float = 0.0  # the timeline (time.monotonic()): its first grant, its end, its turns' time held
+    ended: float = 0.0
+    held: float = 0.0
 
     @property
     def ready(self) -> bool:
@@ -62,6 +65,8 @@ class Coordinator:
 
     def __init__(self, pair_wait_s: float = PAIR_WAIT_S, turn_s: float = TURN_S) -> None:
         self.pair_wait_s, self.turn_s = pair_wait_s, turn_s
+        self.t0 = time.monotonic()
+        self.rounds_at: list[float] = []  # each round's start, for the timeline
         self.dir = tempfile.mkdtemp(prefix="scalegate-duet-")
         self.path = Path(self.dir) / "coordinator.sock"
         self.address = f"unix:{self.path}"
@@ -108,7 +113,10 @@ class Coordinator:
         self.events.put(("ended", side, None))
 
     def report(self) -> dict[str, dict[str, Any]]:
-        """Per side and job: paired or solo (and why), turns granted, a failure."""
+        """Per side and job: paired or solo (and why), turns granted, a failure; and its timeline in seconds since the
+        coordinator started: its first rank's hello, its first turn, its end, and the time its turns held the token
+        (the rest of a round's wall is start-up, waits and hand-offs: benchmarks/duet_timeline.py)."""
+        at = self._since
         return {
             f"{n}:{j.side}:{j.name}": {
                 "side": j.side,
@@ -116,9 +124,20 @@ class Coordinator:
                 "turns": j.turns,
                 "solo": j.solo,
                 "failed": j.failed,
+                "joined_s": at(j.since),
+                "first_turn_s": at(j.first_turn),
+                "ended_s": at(j.ended),
+                "held_s": round(j.held, 3),
             }
             for n, j in enumerate([*self.finished, *self.jobs.values()])
         }
+
+    def timeline(self) -> dict[str, Any]:
+        """The rounds' starts, in seconds since the coordinator started (the jobs' are in ``report``)."""
+        return {"rounds_s": [self._since(t) for t in self.rounds_at]}
+
+    def _since(self, t: float) -> float | None:
+        return round(t - self.t0, 3) if t else None
 
     # --- threads ------------------------------------------------------------------------------------------------
     def _accept(self) -> None:
@@ -156,6 +175,8 @@ class Coordinator:
                 job, rank = owners[sock]
                 job.last_step[rank] = int(message.get("step", -1))
                 (job.left if message["op"] == "bye" else job.waiting).add(rank)
+                if job.gone and not job.ended:
+                    job.ended = time.monotonic()
             elif kind == "closed" and sock in owners:
                 job, rank = owners.pop(sock)
                 if rank not in job.left and not job.failed:
@@ -163,6 +184,7 @@ class Coordinator:
             elif kind == "ended":
                 self.ended_sides.add(sock)  # type: ignore[arg-type]
             elif kind == "round":
+                self.rounds_at.append(time.monotonic())
                 self.ended_sides.clear()
                 self.refused, self.first = message  # type: ignore[misc]
             self._schedule()
@@ -187,6 +209,7 @@ class Coordinator:
         if holder is not None:
             if holder.gone or (not holder.solo and (holder.ready or holder.left == set(holder.ranks))):
                 self.holder = None  # its turn was given back (or it left, or failed)
+                holder.held += time.monotonic() - self.held_since
             elif time.monotonic() - self.held_since > self.turn_s:
                 self._hung(holder)
             else:
@@ -240,6 +263,7 @@ class Coordinator:
 
     def _grant(self, job: Job) -> bool:
         job.turns += 1
+        job.first_turn = job.first_turn or time.monotonic()
         job.tell({"op": "go", "turn": job.turns}, set(job.waiting))
         job.waiting.clear()
         self.holder, self.held_since = job, time.monotonic()

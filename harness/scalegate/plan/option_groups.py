@@ -249,7 +249,7 @@ def add_gate_options(addoption: AddOption, prefix: str = "scaling-") -> None:
         type=t.whole(f"--{prefix}reference-steps", 1),
         default=None,
         help="measured steps of each 1x1 reference launch, where they should differ from the case's (docs/duet.md); "
-        "default: as --scaling-steps",
+        "default: as --scaling-steps, except a training script's in a duet: half of them, at least 100",
     )
 
 
