@@ -153,6 +153,27 @@ def run_gate(
     return sorted((repo / "results" / "gate").glob("gate-*"))[-1], verdicts, done.returncode
 
 
+def walls(gate_dir: Path) -> list[dict]:
+    """Each duet round's wall, its turns' time, and its launches' median start-up (benchmarks/duet_timeline.py)."""
+    import duet_timeline
+
+    duet_file = gate_dir / "merged" / "duet.json"
+    data = json.loads(duet_file.read_text()) if duet_file.is_file() else {}
+    if not data.get("rounds_s"):
+        return []
+    out = []
+    for r in duet_timeline.rounds(data):
+        ups = [j["startup_s"] for j in r["jobs"]]
+        out.append(
+            {
+                "wall_s": round(r["end"] - r["start"], 1),
+                "turns_s": round(sum(j["held_s"] for j in r["jobs"]), 1),
+                "startup_s": round(statistics.median(ups), 2) if ups else None,
+            }
+        )
+    return out
+
+
 def table(rows: list[dict]) -> str:
     paired = [r for r in rows if r.get("paired")]
     today = [r["rounds_log"] for r in rows if r.get("rounds_log") is not None]
@@ -220,6 +241,7 @@ def main() -> int:
                 same_tree=layout == "same",
             )
             rows = rounds_of(gate_dir, a.raw)
+            timeline = walls(gate_dir)
         wall = time.monotonic() - started
         record = {
             "kind": a.kind,
@@ -237,6 +259,7 @@ def main() -> int:
             "exit": code,
             "verdicts": verdicts,
             "rounds": rows,
+            **({"timeline": timeline} if timeline else {}),
         }
         with a.out.open("a") as f:
             f.write(json.dumps(record) + "\n")
