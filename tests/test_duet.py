@@ -315,7 +315,7 @@ def test_a_scripts_case_launches_four_times_in_a_duet_unless_the_user_named_a_co
 def test_a_scripts_duet_gate_decides_within_its_own_budget_unless_one_is_named():
     from scalegate.contract import duet
 
-    assert duet.script_rounds(8, named=False) == duet.SCRIPT_ROUNDS == 6
+    assert duet.script_rounds(8, named=False) == duet.SCRIPT_ROUNDS == 7
     assert duet.script_rounds(4, named=False) == 4  # never above the gate's
     assert duet.script_rounds(8, named=True) == 8  # --scaling-max-launches 8
 

@@ -31,27 +31,31 @@ from scalegate.record.baselines import BaselineFile
 # (contract/duet.py) and units of two pairs (24 rounds in two sittings, 2026-11-26); 3.58% with its case launched
 # twice a round too, pooled (16 rounds in two sittings, 2026-11-26, sixth set); 2.31% with four W launches of 300
 # pairs and four 1x1 launches of 600 (16 rounds, seventh set; the floor is the wider sitting's 2.60%); 1.99% with
-# four 1x1 launches of 300 and SCRIPT_TRIM (16 rounds, eighth set; the wider sitting's 2.10%). Where the profile has
-# not recorded its own (``aa_floor``), sigma is never below it; the verdict names the source.
+# four 1x1 launches of 300 and SCRIPT_TRIM (16 forced rounds, eighth set; the wider sitting's 2.10%); 2.70% over the
+# 59 A/A rounds of 18 whole gates (eighth set, and the ninth's with the 1x1 reference at half the steps: 2.51% and
+# 2.92%), the floor since the ninth set: forced rounds run in one quiet sitting, a gate's rounds wherever it runs, and
+# gates that disagree run longer. Where the profile has not recorded its own (``aa_floor``), sigma is never below it;
+# the verdict names the source.
 RECORDED_AA = {
     "workload": (0.0232, "20 A/A duet rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
     "script": (
-        0.0210,
-        "8 A/A duet rounds of the example script (four W launches and four 1x1 launches of 300 pairs a round), the "
-        "wider of two sittings, recorded on the 2-core VMs",
+        0.0270,
+        "59 A/A duet rounds of 18 whole gates of the example script (four W launches of 300 pairs and four 1x1 "
+        "launches a round), recorded on the 2-core VMs",
     ),
 }
 # The same for ``--scaling-step-time-tolerance``'s test, on the step time at W alone: its own spread between A/A duet
 # rounds, lower than the efficiency's (no 1x1 launch's level in it). Canaries: ddp, fsdp and ZeRO-2 on cnn 1x2, 34
 # rounds with ranks bound (100 pairs); the example script: four W launches of 300 pairs pooled, the eighth set's
 # 1.79% over 16 rounds (SCRIPT_TRIM), 1.93% in the wider sitting (seventh set, trimmed 20%: 1.93%, 2.08% the wider;
-# two of 600: 3.22%; one: 3.39%; 57 rounds of 150 pairs: 5.59%).
+# two of 600: 3.22%; one: 3.39%; 57 rounds of 150 pairs: 5.59%); 2.39% over the 59 A/A rounds of 18 whole gates
+# (eighth and ninth sets), the floor since the ninth set.
 RECORDED_AA_STEP_W = {
     "workload": (0.0111, "34 A/A duet rounds of the cnn canaries' step time at W recorded on the 2-core VMs"),
     "script": (
-        0.0193,
-        "8 A/A duet rounds of the example script's step time at W (four W launches of 300 pairs), the wider of two "
-        "sittings, on the 2-core VMs",
+        0.0239,
+        "59 A/A duet rounds of 18 whole gates of the example script's step time at W (four W launches of 300 pairs), "
+        "on the 2-core VMs",
     ),
 }
 
