@@ -390,3 +390,29 @@ def test_a_scripts_round_trims_its_units_harder_and_its_se_is_the_trimmed_means(
     record = CaseRecord.from_dict(_round_file([LaunchRecord(step_times_s=(0.01,) * 10)])["record"])
     assert paired.trim_of(record) == paired.SCRIPT_TRIM
     assert paired.trim_of(dataclasses.replace(record, key="ddp-cnn-1x2:cpu")) == paired.TRIM
+
+
+def test_the_timeline_splits_a_round_into_turns_waits_and_start_up(monkeypatch):
+    """benchmarks/duet_timeline.py reads the coordinator's report: a job that starts 0.3 s after its round began
+    shows that start-up, and its partner's later start as a wait before its first turn."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import duet_timeline
+
+    log: list = []
+    with Coordinator(pair_wait_s=30, turn_s=30) as c:
+        c.round_started(first="head")
+        time.sleep(0.3)
+        head = Ranks(c, "head", "ddp-cnn-1x2", 2, 20, log, step_s=0.005).start()
+        time.sleep(0.3)
+        base = Ranks(c, "base", "ddp-cnn-1x2", 2, 20, log, step_s=0.005).start()
+        head.join(), base.join()
+        data = {"jobs": c.report(), **c.timeline()}
+    assert not head.errors and not base.errors, head.errors + base.errors
+    [round_] = duet_timeline.rounds(data)
+    jobs = {j["side"]: j for j in round_["jobs"]}
+    assert 0.25 < jobs["head"]["startup_s"] < jobs["base"]["startup_s"]
+    assert jobs["head"]["first_turn_s"] - jobs["head"]["joined_s"] > 0.1  # it waited for the base to join
+    turns = sum(j["held_s"] for j in round_["jobs"])
+    assert 0.2 < turns <= round_["end"] - round_["start"]  # 2 x 20 steps of 5 ms at least
