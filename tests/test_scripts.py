@@ -181,6 +181,10 @@ def test_the_example_script_is_gated_on_ddp_and_fsdp_from_its_own_directory(tmp_
         assert rank0["peak_memory_bytes"] > 0 and len(rank0["extra"]["loss_curve"]) == 40
         assert rank0["extra"]["loss_read_from"] == ["file", "file"]  # the rank logs, not wrapped streams
         assert case["resources"]["wire"]["bytes_per_step"] > 1e6  # ~1.6 MB of gradients a rank a step
+        # through the session's warm agent, its ranks started as fresh interpreters (worker/agent.py ``fresh``)
+        assert case["result"]["launch"] == {"launcher": "warm"}
+        log = next((project / "results").glob(f"*/{case_id}/launcher.log")).read_text()
+        assert "[warm agent] torchrun --nnodes" in log and "forkserver" not in log.splitlines()[0]
     written = json.loads(next((project / "baselines").glob("*.json")).read_text())
     assert {"ddp-mlp-1x2:script", "fsdp-mlp-1x2:script"} <= set(written["cases"])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -166,11 +166,9 @@ def choose(spec: CaseSpec, slurm: SlurmEnv | None, launcher: str) -> str:
     (also under srun, where node 0 runs them alone)."""
     if spec.topo.multi_node:
         return "slurm" if slurm is not None else "emulated"
-    if spec.script is not None and launcher == "warm":
-        # A team's script runs in a fresh interpreter, as `torchrun train.py` runs it: the warm agent's ranks are
-        # forked from a server that preloaded torch, and a script's own teardown can behave otherwise there
-        # (seen: DDP's reducer freeing a gloo process group deadlocked on the GIL after an extra all_reduce)
-        return "torchrun"
+    # A team's script launches warm too, but its ranks start as fresh interpreters, as `torchrun train.py` starts
+    # them (worker/agent.py ``fresh``): forked from a server that preloaded torch, a script's own teardown can behave
+    # otherwise (seen: DDP's reducer freeing a gloo process group deadlocked on the GIL after an extra all_reduce)
     return launcher
 
 

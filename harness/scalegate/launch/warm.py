@@ -139,10 +139,12 @@ class AgentPool:
         """
         server = self._server_for(spec)
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = spec.script is not None  # a team's script: fresh interpreters (worker/agent.py says why)
         with open(log_path, "ab") as log:
-            log.write(("$ [warm agent] torchrun --start-method forkserver " + " ".join(argv) + "\n").encode())
+            how = "" if fresh else " --start-method forkserver"
+            log.write((f"$ [warm agent] torchrun{how} " + " ".join(argv) + "\n").encode())
         wire = {wirecount.ENV_UNAVAILABLE: server.key.no_wire} if server.key.no_wire else {wirecount.ENV_IFACE: "lo"}
-        request = {"argv": argv, "env": {**env, **wire}, "log": str(log_path)}
+        request = {"argv": argv, "env": {**env, **wire}, "log": str(log_path), "fresh": fresh}
         start = time.perf_counter()
         try:
             try:

@@ -17,7 +17,8 @@ Protocol, one JSON line each way on the pipes ``--fds`` names (so the agent's ow
 each case's ``launcher.log``): first the server says ``{"ready": true, "pid": ..., "modules":
 [...]}`` once everything is imported, or ``{"ready": false, "error": "..."}`` and
 exits 2 (the traceback goes to its own log). Then per launch: request ``{"argv": [...torchrun
-args...], "env": {...}, "log": PATH}``, reply ``{"returncode": 0 | 1 | 2, "wall_s": ...}`` (1: a
+args...], "env": {...}, "log": PATH, "fresh": false}`` (``fresh``: a team's script, whose ranks start as fresh
+interpreters, as under a cold torchrun), reply ``{"returncode": 0 | 1 | 2, "wall_s": ...}`` (1: a
 rank failed, 2: the agent itself failed, e.g. its port was taken; both logged to PATH). End of input
 ends the server; so does SIGTERM (during a launch torchelastic's handler first stops the ranks), which
 it also gets when the process that started it dies. The launching side (``harness/scalegate/launch/warm.py``)
@@ -65,7 +66,10 @@ def _preload(modules: list[str]) -> None:
     forkserver.ensure_running()  # the forkserver imports them now, not during the first launch
 
 
-def _launch(argv: list[str], env: dict[str, str]) -> int:
+def _launch(argv: list[str], env: dict[str, str], fresh: bool = False) -> int:
+    """One launch. ``fresh`` (a team's script): the ranks are fresh interpreters started as torchrun starts them
+    (its command as ``elastic_launch``'s entrypoint, in the launch's environment), not forked from the preloaded
+    forkserver; only the agent's own start-up is saved (about 1.2 s a launch on the 2-core VMs)."""
     import dataclasses
 
     from torch.distributed import run
@@ -74,13 +78,23 @@ def _launch(argv: list[str], env: dict[str, str]) -> int:
 
     from scalegate.worker.entry import forked_main
 
-    config, _, cmd_args = run.config_from_args(run.parse_args(argv))
-    config = dataclasses.replace(config, start_method="forkserver")
+    config, cmd, cmd_args = run.config_from_args(run.parse_args(argv))
+    saved = dict(os.environ)
     try:
-        elastic_launch(config, forked_main)(cmd_args[-2], cmd_args[-1], env, _FORKSERVER_ENV)
+        if fresh:  # the ranks inherit this process's environment: the launch's own, as under a cold torchrun
+            os.environ.clear()
+            os.environ.update(env)
+            elastic_launch(config, cmd)(*cmd_args)
+        else:
+            config = dataclasses.replace(config, start_method="forkserver")
+            elastic_launch(config, forked_main)(cmd_args[-2], cmd_args[-1], env, _FORKSERVER_ENV)
     except ChildFailedError as exc:
         print(exc.format_msg(), file=sys.stderr)
         return 1
+    finally:
+        if fresh:
+            os.environ.clear()
+            os.environ.update(saved)
     return 0
 
 
@@ -114,7 +128,7 @@ def serve(read_fd: int, write_fd: int) -> int:
         start = time.perf_counter()
         restore = _redirected(request["log"])
         try:
-            code = _launch(request["argv"], request.get("env") or {})
+            code = _launch(request["argv"], request.get("env") or {}, bool(request.get("fresh")))
         except SignalException:  # SIGTERM from the launcher: the agent has stopped the ranks; we end too
             raise
         except Exception:  # a bad port, a bad argument: the launcher reads the log, the server lives on
