@@ -161,17 +161,7 @@ def walls(gate_dir: Path) -> list[dict]:
     data = json.loads(duet_file.read_text()) if duet_file.is_file() else {}
     if not data.get("rounds_s"):
         return []
-    out = []
-    for r in duet_timeline.rounds(data):
-        ups = [j["startup_s"] for j in r["jobs"]]
-        out.append(
-            {
-                "wall_s": round(r["end"] - r["start"], 1),
-                "turns_s": round(sum(j["held_s"] for j in r["jobs"]), 1),
-                "startup_s": round(statistics.median(ups), 2) if ups else None,
-            }
-        )
-    return out
+    return [duet_timeline.summary(r) for r in duet_timeline.rounds(data)]
 
 
 def table(rows: list[dict]) -> str:

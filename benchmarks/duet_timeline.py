@@ -48,14 +48,25 @@ def rounds(data: dict) -> list[dict]:
     return out
 
 
+def summary(r: dict) -> dict:
+    """One round's wall, its turns' time (both sides), the waits before the jobs' first turns, and its launches'
+    median start-up, in seconds."""
+    ups = [j["startup_s"] for j in r["jobs"]]
+    return {
+        "wall_s": round(r["end"] - r["start"], 1),
+        "turns_s": round(sum(j["held_s"] for j in r["jobs"]), 1),
+        "waits_s": round(sum((j["first_turn_s"] or j["joined_s"]) - j["joined_s"] for j in r["jobs"]), 1),
+        "startup_s": round(statistics.median(ups), 2) if ups else None,
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("where", type=Path, help="a gate run's directory or its duet.json")
     a = p.parse_args()
     for r in rounds(load(a.where)):
-        wall = r["end"] - r["start"]
-        held = sum(j["held_s"] for j in r["jobs"])
-        waits = sum((j["first_turn_s"] or j["joined_s"]) - j["joined_s"] for j in r["jobs"])
+        s = summary(r)
+        wall, held, waits = s["wall_s"], s["turns_s"], s["waits_s"]
         print(
             f"round {r['round']}: {wall:.1f} s; turns {held:.1f} s ({held / wall:.0%}), waits for a partner "
             f"{waits:.1f} s, the rest {wall - held - waits:.1f} s"
@@ -66,9 +77,9 @@ def main() -> int:
                 f"{(j['first_turn_s'] or j['joined_s']) - j['joined_s']:5.1f} s  turns {j['held_s']:5.1f} s "
                 f"({j['turns']})  to its end {(j['ended_s'] or j['joined_s']) - (j['first_turn_s'] or j['joined_s']):5.1f} s"
             )
-        ups = [j["startup_s"] for j in r["jobs"]]
-        if ups:
-            print(f"  start-up: median {statistics.median(ups):.1f} s, total {sum(ups):.1f} s over {len(ups)} jobs")
+        if s["startup_s"] is not None:
+            total = sum(j["startup_s"] for j in r["jobs"])
+            print(f"  start-up: median {s['startup_s']:.1f} s, total {total:.1f} s over {len(r['jobs'])} jobs")
     return 0
 
 

@@ -166,10 +166,7 @@ def choose(spec: CaseSpec, slurm: SlurmEnv | None, launcher: str) -> str:
     (also under srun, where node 0 runs them alone)."""
     if spec.topo.multi_node:
         return "slurm" if slurm is not None else "emulated"
-    # A team's script launches warm too, but its ranks start as fresh interpreters, as `torchrun train.py` starts
-    # them (worker/agent.py ``fresh``): forked from a server that preloaded torch, a script's own teardown can behave
-    # otherwise (seen: DDP's reducer freeing a gloo process group deadlocked on the GIL after an extra all_reduce)
-    return launcher
+    return launcher  # a team's script too: the warm agent starts its ranks fresh (launch/warm.py says why)
 
 
 def collect(spec: CaseSpec, out_dir: Path, wall_s: float) -> CaseResult:

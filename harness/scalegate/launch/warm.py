@@ -72,7 +72,7 @@ def modules_for(spec: CaseSpec) -> frozenset[str]:
     from scalegate import workloads
     from scalegate.contract import cards
 
-    if spec.script is not None:  # a team's script imports what it imports, in its rank: torch is preloaded
+    if spec.script is not None:  # a team's script's ranks are fresh interpreters (``run``): nothing to preload
         return frozenset()
     # the strategy's card, not the strategy: the launching side never imports the ranks' code
     used = [cards.card(name) for name in filter(None, (spec.strategy, spec.companion))]
@@ -139,7 +139,10 @@ class AgentPool:
         """
         server = self._server_for(spec)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        fresh = spec.script is not None  # a team's script: fresh interpreters (worker/agent.py says why)
+        # A team's script's ranks start as fresh interpreters, as `torchrun train.py` starts them (worker/agent.py
+        # ``fresh``): forked from the server that preloaded torch, a script's own teardown can behave otherwise (seen:
+        # DDP's reducer freeing a gloo process group deadlocked on the GIL after an extra all_reduce)
+        fresh = spec.script is not None
         with open(log_path, "ab") as log:
             how = "" if fresh else " --start-method forkserver"
             log.write((f"$ [warm agent] torchrun{how} " + " ".join(argv) + "\n").encode())
