@@ -181,6 +181,16 @@ def test_the_report_is_written_as_device_date_md_and_json_and_rendered_again_by_
     assert md.read_text() == acceptance_page.markdown(report)
 
 
+def test_a_second_run_on_the_same_device_and_day_gets_its_own_page_not_the_first_ones(tmp_path):
+    first = acceptance_page.load(RECORDED)
+    second = first | {"work_dir": "results/gpu-acceptance/later", "commit": "later"}
+    md1, raw1 = acceptance_page.write(first, tmp_path)
+    md2, raw2 = acceptance_page.write(second, tmp_path)
+    assert (md2.name, raw2.name) == ("nvidia-h100-80gb-hbm3-2026-11-24-2.md", "nvidia-h100-80gb-hbm3-2026-11-24-2.json")
+    assert json.loads(raw1.read_text()) == first and json.loads(raw2.read_text()) == second
+    assert acceptance_page.paths(tmp_path, second) == (md2, raw2)  # --render finds a run's own page again
+
+
 def test_a_recorded_json_that_is_not_a_report_is_refused_with_a_hint(tmp_path, capsys):
     bad = tmp_path / "x.json"
     bad.write_text(json.dumps({"schema": 1, "device": "NVIDIA H100"}))

@@ -47,8 +47,23 @@ def slug(device: str) -> str:
 
 
 def paths(out_dir: Path, report: dict[str, Any]) -> tuple[Path, Path]:
-    stem = f"{slug(report['device'])}-{report['date']}"
-    return out_dir / f"{stem}.md", out_dir / f"{stem}.json"
+    """The device and the date name a run's page; a second run on the same device and day (the H100's of
+    2026-11-26 had overwritten the first's committed page) takes the next free ``-2``, ``-3``: a page whose JSON
+    records this run's own work_dir is this run's, written again."""
+    base = f"{slug(report['device'])}-{report['date']}"
+    for n in range(1, 100):
+        stem = base if n == 1 else f"{base}-{n}"
+        raw = out_dir / f"{stem}.json"
+        if not raw.exists() or _same_run(raw, report):
+            return out_dir / f"{stem}.md", raw
+    raise ScalegateError(f"{out_dir}: 99 acceptance reports for {base}", "move older reports out of that folder")
+
+
+def _same_run(raw: Path, report: dict[str, Any]) -> bool:
+    try:
+        return json.loads(raw.read_text()).get("work_dir") == report.get("work_dir")
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def rows_of(report: dict[str, Any]) -> list[CaseRow]:
