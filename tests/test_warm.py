@@ -241,6 +241,37 @@ def test_a_server_killed_mid_launch_is_reported_and_its_ranks_do_not_survive(poo
     assert pool.server is None and eventually_none(token) == []
 
 
+def test_a_scripts_fresh_ranks_die_with_a_server_killed_from_outside(pool, tmp_path):
+    """A team's script's ranks start as fresh interpreters in sessions of their own (torchelastic's), so the pool's
+    kill of the dead server's tree no longer reaches them: they die of their own death signal (worker/entry.py
+    ``die_with``). Without it they slept on."""
+    from scalegate.plan import script as plan_script
+    from tests.test_scripts import _options
+
+    (tmp_path / "train.py").write_text("import time\ntime.sleep(600)\n")
+    decl = plan_script.declared(("train.py",), {"strategies": ["ddp"]}, tmp_path, "t")
+    case = plan_script.spec_for(decl, "ddp", Topology.parse("1x2"), _options(), tmp_path, "t")
+    run_case(spec(), tmp_path / "before", agents=pool)
+    server = pool.server.proc.pid
+    ranks: list[psutil.Process] = []
+
+    def kill_server_when_the_ranks_sleep() -> None:
+        deadline = time.monotonic() + 120
+        while len(pids := hang.worker_pids(server)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ranks.extend(psutil.Process(pid) for pid in pids)
+        os.kill(server, signal.SIGKILL)
+
+    threading.Thread(target=kill_server_when_the_ranks_sleep, daemon=True).start()
+    with pytest.raises(LaunchError, match="the warm torchrun agent exited during the launch"):
+        run_case(case, tmp_path / "case", agents=pool)
+    assert len(ranks) == 2
+    gone, alive = psutil.wait_procs(ranks, timeout=GONE_WITHIN_S)
+    for rank in alive:  # a failing run leaves nothing behind either
+        rank.kill()
+    assert alive == [], f"ranks {[p.pid for p in alive]} outlived their server"
+
+
 @pytest.mark.parametrize("victims", ["owner", "owner and server"])
 @pytest.mark.nightly  # default tier -> nightly (issue 25): the server killed mid-launch stays in the default tier
 def test_sigkill_of_the_owner_takes_server_forkserver_and_ranks_down(tmp_path, victims):

@@ -16,6 +16,8 @@ case's own failure and is reported as on the cold path.
 Nothing outlives the session's process: the server gets SIGTERM when the thread that started it
 exits (PR_SET_PDEATHSIG; its agent then stops the ranks), the forkserver exits when the server
 does, and every rank gets SIGKILL when the forkserver exits (set in ``scalegate.worker.entry.forked_main``).
+A team's script's ranks, started fresh by the server itself, get SIGKILL when the server exits
+(``scalegate.worker.entry.die_with``): they run in sessions of their own, out of the reach of the tree's kill.
 A namespace left by a SIGKILLed session is deleted when the next pool starts a server.
 
 A single-node job's bytes on the wire are counted on the loopback of a private network namespace

@@ -76,14 +76,14 @@ def _launch(argv: list[str], env: dict[str, str], fresh: bool = False) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    from scalegate.worker.entry import forked_main
+    from scalegate.worker.entry import AGENT_PID_ENV, forked_main
 
     config, cmd, cmd_args = run.config_from_args(run.parse_args(argv))
     saved = dict(os.environ)
     try:
         if fresh:  # the ranks inherit this process's environment: the launch's own, as under a cold torchrun
             os.environ.clear()
-            os.environ.update(env)
+            os.environ.update({**env, AGENT_PID_ENV: str(os.getpid())})  # the ranks die with this server
             elastic_launch(config, cmd)(*cmd_args)
         else:
             config = dataclasses.replace(config, start_method="forkserver")

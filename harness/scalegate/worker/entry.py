@@ -27,10 +27,30 @@ from scalegate.measure import turns
 from scalegate.worker import script
 from scalegate.worker.loop import rank_context, train
 
+# A team's script's rank that the warm agent started as a fresh interpreter (worker/agent.py ``fresh``): the agent's
+# pid, so the rank dies with it. Its ranks start in sessions of their own (torchelastic's start_new_session), so a
+# server SIGKILLed from outside would leave them running, as a cold torchrun's are; forked ranks die with the forkserver.
+AGENT_PID_ENV = "SCALEGATE_AGENT_PID"
+
+
+def die_with(parent: int) -> None:
+    """SIGKILL this rank when ``parent`` exits (PR_SET_PDEATHSIG), and exit now if it already has."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+
 
 @record
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    agent = os.environ.pop(AGENT_PID_ENV, None)  # popped: the team's script sees torchrun's environment
+    if agent:
+        die_with(int(agent))
     if len(argv) != 2:
         print("usage: python -m scalegate.worker SPEC.json OUT_DIR", file=sys.stderr)
         return 2
@@ -85,7 +105,6 @@ def forked_main(spec_path: str, out_dir: str, env: dict[str, str], inherited: di
     what torchrun's agent set for it (RANK, MASTER_PORT, TORCHELASTIC_ERROR_FILE...: whatever differs from
     ``inherited``), and nothing left over from the session's start, as under a cold torchrun.
     """
-    import ctypes
     from multiprocessing import forkserver
 
     # The forkserver exits when the agent dies (killed, out of memory) and the rank must go with it. The
@@ -95,13 +114,7 @@ def forked_main(spec_path: str, out_dir: str, env: dict[str, str], inherited: di
     if alive_fd is not None:
         os.close(alive_fd)
         forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
-    parent = os.getppid()
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    if os.getppid() != parent:  # it died before the line above
-        os._exit(1)
+    die_with(os.getppid())
     from_agent = {k: v for k, v in os.environ.items() if inherited.get(k) != v}
     os.environ.clear()
     os.environ.update({**env, **from_agent})
