@@ -126,6 +126,12 @@ def one_run(a: argparse.Namespace) -> list[dict]:
                 gate_rounds.Side(name="base", tree=trees[0], argv=command),
                 gate_rounds.Side(name="head", tree=trees[1], argv=command),
             ]
+
+            def undecided(merged: dict) -> list[str]:
+                if a.partial is not None:  # the rounds so far: a command stopped at its limit keeps them
+                    a.partial.write_text(json.dumps({"note": a.note, "rounds": rounds_of(merged)}) + "\n")
+                return [case]
+
             with Coordinator() as coordinator:
                 if a.first != "alternate":  # always the one side first (the experiment; the gate alternates)
                     round_started = coordinator.round_started
@@ -134,7 +140,7 @@ def one_run(a: argparse.Namespace) -> list[dict]:
                     sides,
                     [*gate.AB_SETTINGS, *select, *shlex.split(a.extra)],
                     gate_dir,
-                    lambda m: [case],
+                    undecided,
                     a.rounds,
                     coordinator,
                 )
@@ -153,6 +159,12 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("/tmp/duet-bias.jsonl"))
     p.add_argument("--note", default="")
     p.add_argument("--raw", type=Path, help="also every step time of both sides, a round a line (JSON lines)")
+    p.add_argument(
+        "--partial",
+        type=Path,
+        help="after every round, the rounds so far to this file (on a GPU lease: a command stopped at its time "
+        "limit still leaves them; the fifth GPU session lost two rounds without it)",
+    )
     p.add_argument(
         "--first",
         choices=("alternate", "head", "base"),

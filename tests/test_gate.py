@@ -269,6 +269,26 @@ def test_the_ab_gate_fails_a_commit_that_slows_ddp(tmp_path):
     assert again.returncode == 1 and "❌ regressed" in again.stdout and "(A/B)" in again.stdout  # the same judge
 
 
+def test_a_time_budget_stops_the_gate_and_says_why_in_the_table(tmp_path):
+    """``--max-minutes``: no round starts that would end past the budget. An A/B case needs two rounds for either
+    verdict (judge/duet.py MIN_ROUNDS), so a budget shorter than one round stops the gate after its first: the case
+    is judged on that round (noisy, not failing) and the table says why, as the JSON does."""
+    repo = tmp_path / "repo"
+    checkout_repo(repo)
+    cut = _ab(repo, tmp_path, "HEAD", "--max-minutes", "0.01", "--json", str(tmp_path / "gate.json"), gap_s="5")
+    assert cut.returncode == 0, cut.stdout[-4000:] + cut.stderr[-4000:]
+    said = "the gate stopped after round 1 of 8: another round (up to "
+    assert f"gate: {said}" in cut.stdout and "gate: round 2" not in cut.stdout
+    table = (tmp_path / "gate.md").read_text()
+    assert f"Note: {said}" in table and "ended past its time budget (--max-minutes); [ddp-cnn-1x2] judged on 1" in table
+    assert "regressed" not in table and "noisy" in table
+    notes = json.loads((tmp_path / "gate.json").read_text())["notes"]
+    assert len(notes) == 1 and notes[0].startswith(said)
+    bad = gate(tmp_path, "--max-minutes", "0", cwd=repo)
+    assert bad.returncode == 2 and "--max-minutes 0: the gate's time budget must be more than 0" in bad.stderr
+    assert "HINT: " in bad.stderr and "Traceback" not in bad.stderr
+
+
 @pytest.mark.nightly
 def test_the_ab_gate_passes_a_commit_against_itself(tmp_path):
     """A/A with the shipped 30 s between rounds, within a short budget."""

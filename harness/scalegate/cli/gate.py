@@ -52,6 +52,7 @@ SETTINGS = ["--scaling-require-baseline", "--scaling-tolerance", "0.1", "--scali
 # A/B (--base): no stored baseline is required (the base commit is measured), the same drop and budget in rounds.
 AB_SETTINGS = ["--scaling-tolerance", "0.1", "--scaling-max-launches", "8"]
 DUET_FILE = "duet.json"  # an A/B run's duet: used or why not, and each job's turns (launch/duet.py report)
+NOTES_FILE = "gate-notes.json"  # what the gate itself did that the verdicts do not say (a time budget's stop)
 MAX_LAUNCHES = int(SETTINGS[SETTINGS.index("--scaling-max-launches") + 1])
 
 
@@ -117,6 +118,9 @@ def judge_run(
         if (run_dir / DUET_FILE).is_file():
             data["duet"] = json.loads((run_dir / DUET_FILE).read_text())
             text += _duet_markdown(data["duet"])
+    if (run_dir / NOTES_FILE).is_file():
+        data["notes"] = json.loads((run_dir / NOTES_FILE).read_text())
+        text += "".join(f"\nNote: {note}.\n" for note in data["notes"])
     return (EXIT_REGRESSION if failed else EXIT_OK), text, data
 
 
@@ -147,17 +151,24 @@ def main(args: argparse.Namespace, user_args: list[str]) -> int:
     results_dir = Path(args.results_dir)
     base_dir = None
     try:
+        deadline = _deadline(getattr(args, "max_minutes", None))
         project = Project.find()
         if args.base or args.base_python:
             run_dir, base_dir, codes = _ab(
-                project, args.base, user_args, results_dir, args.base_python, getattr(args, "no_duet", False)
+                project,
+                args.base,
+                user_args,
+                results_dir,
+                args.base_python,
+                getattr(args, "no_duet", False),
+                deadline,
             )
         elif gate_rounds.multi_node_slurm():  # every node's agent takes part in each launch: in-session relaunches
             run_dir, codes = _in_session(project, user_args, results_dir)
             if run_dir is None:  # a node other than 0: node 0 judges and prints
                 return EXIT_OK if codes == [0] else EXIT_REGRESSION
         else:
-            run_dir, codes = _in_rounds(project, user_args, results_dir)
+            run_dir, codes = _in_rounds(project, user_args, results_dir, deadline)
         code, text, data = judge_run(run_dir, _baseline_dir(user_args), base_dir, project)
     except ScalegateError as exc:
         print(f"error: {exc.message}" + (f"\nHINT: {exc.hint}" if exc.hint else ""), file=sys.stderr)
@@ -170,6 +181,18 @@ def main(args: argparse.Namespace, user_args: list[str]) -> int:
     if 1 in codes and code == EXIT_OK:  # pytest failed something the table does not show
         return EXIT_REGRESSION
     return code
+
+
+def _deadline(minutes: float | None) -> float | None:
+    """``--max-minutes``: the ``time.monotonic()`` past which no round of the gate ends (gate_rounds.run)."""
+    if minutes is None:
+        return None
+    if not minutes > 0:
+        raise ScalegateError(
+            f"--max-minutes {minutes:g}: the gate's time budget must be more than 0 minutes",
+            "name the minutes a gate may take (e.g. --max-minutes 10), or leave the option out",
+        )
+    return time.monotonic() + 60 * minutes
 
 
 def _in_session(project: Project, user_args: list[str], results_dir: Path) -> tuple[Path | None, list[int]]:
@@ -210,16 +233,22 @@ def _rounds(
     coordinator: Coordinator | None = None,
     baseline_dir: Path | None = None,
     script_budget: int | None = None,
+    deadline: float | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[dict[str, list[dict]], list[int]]:
     try:
-        return gate_rounds.run(sides, user_args, gate_dir, undecided, budget, coordinator, baseline_dir, script_budget)
+        return gate_rounds.run(
+            sides, user_args, gate_dir, undecided, budget, coordinator, baseline_dir, script_budget, deadline, notes
+        )
     except ScalegateError as exc:
         if parity_run is None or "exit code 5" not in exc.message:
             raise
         return {side.name: [] for side in sides}, []  # the selection holds parity cases only
 
 
-def _in_rounds(project: Project, user_args: list[str], results_dir: Path) -> tuple[Path, list[int]]:
+def _in_rounds(
+    project: Project, user_args: list[str], results_dir: Path, deadline: float | None = None
+) -> tuple[Path, list[int]]:
     """Parity, then the scaling cases in rounds against the stored baselines (harness/scalegate/cli/gate_rounds.py)."""
     gate_dir = results_dir / time.strftime("gate-%Y%m%d-%H%M%S")
     parity_run, parity_code = _parity(project, user_args, gate_dir, project.root)
@@ -233,10 +262,17 @@ def _in_rounds(project: Project, user_args: list[str], results_dir: Path) -> tup
     head = gate_rounds.Side(
         name="head", tree=project.root, argv=lambda extra, where: pytest_argv(project, extra, where, project.tests)
     )
-    merged, codes = _rounds(
-        [head], user_args, gate_dir, undecided, parity_run, gate_rounds.budget_of([*SETTINGS, *user_args], MAX_LAUNCHES)
-    )
-    return gate_rounds.write_merged(gate_dir, merged["head"], parity_run, results_dir), [*codes, parity_code]
+    notes: list[str] = []
+    budget = gate_rounds.budget_of([*SETTINGS, *user_args], MAX_LAUNCHES)
+    merged, codes = _rounds([head], user_args, gate_dir, undecided, parity_run, budget, deadline=deadline, notes=notes)
+    run_dir = gate_rounds.write_merged(gate_dir, merged["head"], parity_run, results_dir)
+    _write_notes(run_dir, notes)
+    return run_dir, [*codes, parity_code]
+
+
+def _write_notes(run_dir: Path, notes: list[str]) -> None:
+    if notes:
+        atomic.write_json(run_dir / NOTES_FILE, notes)
 
 
 def _duet_refused(base_tree: Path, no_duet: bool, base_python: str) -> str:
@@ -290,6 +326,7 @@ def _ab(
     results_dir: Path,
     base_python: str | None = None,
     no_duet: bool = False,
+    deadline: float | None = None,
 ) -> tuple[Path, Path, list[int]]:
     """The working tree against ``ref`` (or against itself in another environment: ``base_python``), both launched
     in every round (harness/scalegate/judge/ab.py)."""
@@ -339,6 +376,7 @@ def _ab(
             flush=True,
         )
         budget = gate_rounds.budget_of([*AB_SETTINGS, *user_args], MAX_LAUNCHES)
+        notes: list[str] = []
         with contextlib.nullcontext() if refused else Coordinator() as coordinator:
             merged, codes = _rounds(
                 sides,
@@ -350,6 +388,8 @@ def _ab(
                 coordinator,
                 baseline_dir,  # the stored peaks: whether a case's two jobs fit in GPU memory (launch/duet_fit.py)
                 duet.script_rounds(budget, named=gate_rounds.budget_of(user_args, 0) > 0),
+                deadline,
+                notes,
             )
             report = coordinator.report() if coordinator is not None else {}
             timeline = coordinator.timeline() if coordinator is not None else {}
@@ -363,6 +403,7 @@ def _ab(
     )
     atomic.write_json(run_dir / DUET_FILE, {"duet": not refused, "why_not": refused, "jobs": report, **timeline})
     atomic.write_json(run_dir / env_report.FILE, head_env)
+    _write_notes(run_dir, notes)
     atomic.write_json(run_dir / "base" / env_report.FILE, base_env)
     return run_dir, run_dir / "base", [*codes, parity_code]
 
@@ -390,6 +431,14 @@ def add_parser(sub) -> None:
         "--no-duet",
         action="store_true",
         help="A/B: run each round's two sessions one after the other, as before the duet (docs/duet.md)",
+    )
+    g.add_argument(
+        "--max-minutes",
+        type=float,
+        metavar="M",
+        help="a time budget for the gate: no round starts that would end past M minutes by the longest round so "
+        "far; the cases still undecided are judged on the rounds they had (noisy), and the table says why "
+        "(default: no time budget, the rounds' budget alone; docs/gate.md)",
     )
     g.add_argument("--results-dir", default="results/gate", help="where the gate's runs go (default: %(default)s)")
     g.add_argument("--markdown", help="also write the table to this file (a PR comment)")

@@ -153,9 +153,13 @@ def run(
     coordinator: Any = None,
     baseline_dir: Path | None = None,
     script_budget: int | None = None,
+    deadline: float | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], list[int]]:
     """Rounds until no case is undecided or the budget is spent: (every side's merged cases, the head's pytest
-    exit codes). With two sides (A/B) each round launches both, in alternating order, so neither commit always
+    exit codes). ``deadline`` (``time.monotonic()``, from ``gate --max-minutes``): no round starts that would end past
+    it by the longest round so far; the cases still undecided are then judged with the rounds they had (``noisy``),
+    and why goes to ``notes``. With two sides (A/B) each round launches both, in alternating order, so neither commit always
     runs first after the pause; with a duet ``coordinator`` (launch/duet.py) both sessions run at once and their
     jobs take turns step by step (docs/duet.md), but for the cases whose two jobs would not fit in GPU memory
     (``duet_refusals``, with the stored peaks of ``baseline_dir``). ``undecided(merged)`` names the case ids that want
@@ -164,6 +168,7 @@ def run(
     codes: list[int] = []
     selection: list[str] = []
     merged: dict[str, list[dict[str, Any]]] = {}
+    walls: list[float] = []
     for n in range(1, budget + 1):
         started = time.monotonic()
         extra = ["-k", " or ".join(selection)] if n > 1 else []  # later rounds: only the undecided cases
@@ -205,8 +210,21 @@ def run(
         )
         if not selection or n == budget:
             break
-        if coordinator is None:  # a duet's rounds pair head and base in time: a phase they share cancels
-            time.sleep(max(0.0, ROUND_GAP_S - (time.monotonic() - started)))
+        walls.append(time.monotonic() - started)
+        # a duet's rounds pair head and base in time: a phase they share cancels, so they follow at once
+        gap = 0.0 if coordinator is not None else max(0.0, ROUND_GAP_S - walls[-1])
+        if deadline is not None and time.monotonic() + gap + max(walls) > deadline:
+            note = (
+                f"the gate stopped after round {n} of {budget}: another round (up to {max(walls):.0f} s) would have "
+                f"ended past its time budget (--max-minutes); {', '.join(selection)} judged on {n} round(s)"
+            )
+            print(f"gate: {note}", flush=True)
+            if notes is not None:
+                notes.append(note)
+            # the budget spent at n rounds: the judge reads the undecided cases as undecided at their budget (noisy)
+            merged = {name: merge(found, n, n if script_budget else None) for name, found in rounds.items()}
+            break
+        time.sleep(gap)
     return merged, codes
 
 

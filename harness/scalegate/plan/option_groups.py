@@ -235,7 +235,7 @@ def add_gate_options(addoption: AddOption, prefix: str = "scaling-") -> None:
         default=None,
         help="launch each case and its reference this many times and judge the median launch, with the spread "
         "between launches as its noise; 3-5 make timing verdicts trustworthy on shared hosts (default: 1; a "
-        "training script's case in an A/B duet: 2 a round, pooled, docs/duet.md)",
+        "training script's case in an A/B duet: 4 a round, pooled, docs/duet.md)",
     )
     addoption(
         f"--{prefix}reference-launches",
@@ -278,7 +278,7 @@ def add_sequential_options(addoption: AddOption, prefix: str = "scaling-") -> No
         ),
         default=MAX_LAUNCHES,
         help="sequential verdicts: launch a case again while its verdict is undecided, up to this many launches "
-        "(default: %(default)s; the gate's: 8 rounds, a training script's duet 6 unless this is named)",
+        "(default: %(default)s; the gate's: 8 rounds, a training script's duet 7 unless this is named)",
     )
     for name, default, text in (
         ("alpha", ALPHA, "false alarms the sequential gate allows when nothing changed (default: %(default)s)"),
