@@ -277,7 +277,7 @@ def test_a_time_budget_stops_the_gate_and_says_why_in_the_table(tmp_path):
     checkout_repo(repo)
     cut = _ab(repo, tmp_path, "HEAD", "--max-minutes", "0.01", "--json", str(tmp_path / "gate.json"), gap_s="5")
     assert cut.returncode == 0, cut.stdout[-4000:] + cut.stderr[-4000:]
-    said = "the gate stopped after round 1 of 8: another round (up to "
+    said = "the gate stopped after round 1: another round (up to "
     assert f"gate: {said}" in cut.stdout and "gate: round 2" not in cut.stdout
     table = (tmp_path / "gate.md").read_text()
     assert f"Note: {said}" in table and "ended past its time budget (--max-minutes); [ddp-cnn-1x2] judged on 1" in table

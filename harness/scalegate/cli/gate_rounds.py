@@ -215,7 +215,7 @@ def run(
         gap = 0.0 if coordinator is not None else max(0.0, ROUND_GAP_S - walls[-1])
         if deadline is not None and time.monotonic() + gap + max(walls) > deadline:
             note = (
-                f"the gate stopped after round {n} of {budget}: another round (up to {max(walls):.0f} s) would have "
+                f"the gate stopped after round {n}: another round (up to {max(walls):.0f} s) would have "
                 f"ended past its time budget (--max-minutes); {', '.join(selection)} judged on {n} round(s)"
             )
             print(f"gate: {note}", flush=True)
