@@ -287,6 +287,10 @@ def test_a_time_budget_stops_the_gate_and_says_why_in_the_table(tmp_path):
     bad = gate(tmp_path, "--max-minutes", "0", cwd=repo)
     assert bad.returncode == 2 and "--max-minutes 0: the gate's time budget must be more than 0" in bad.stderr
     assert "HINT: " in bad.stderr and "Traceback" not in bad.stderr
+    # a multi-node allocation relaunches inside one session: refused, not silently unbounded
+    multi = gate(tmp_path, "--max-minutes", "5", env={"SLURM_NNODES": "2"}, cwd=repo)
+    assert multi.returncode == 2 and "--max-minutes stops the gate between rounds" in multi.stderr
+    assert "HINT: bound the job with sbatch --time" in multi.stderr
 
 
 @pytest.mark.nightly

@@ -164,6 +164,12 @@ def main(args: argparse.Namespace, user_args: list[str]) -> int:
                 deadline,
             )
         elif gate_rounds.multi_node_slurm():  # every node's agent takes part in each launch: in-session relaunches
+            if deadline is not None:  # its relaunches run inside one pytest session: no round to stop before
+                raise ScalegateError(
+                    "--max-minutes stops the gate between rounds; on a multi-node allocation its relaunches run "
+                    "inside one pytest session, so it has no round to stop before",
+                    "bound the job with sbatch --time instead, or run the gate in a one-node allocation (sbatch -N1)",
+                )
             run_dir, codes = _in_session(project, user_args, results_dir)
             if run_dir is None:  # a node other than 0: node 0 judges and prints
                 return EXIT_OK if codes == [0] else EXIT_REGRESSION

@@ -157,13 +157,13 @@ def run(
     notes: list[str] | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], list[int]]:
     """Rounds until no case is undecided or the budget is spent: (every side's merged cases, the head's pytest
-    exit codes). ``deadline`` (``time.monotonic()``, from ``gate --max-minutes``): no round starts that would end past
-    it by the longest round so far; the cases still undecided are then judged with the rounds they had (``noisy``),
-    and why goes to ``notes``. With two sides (A/B) each round launches both, in alternating order, so neither commit always
-    runs first after the pause; with a duet ``coordinator`` (launch/duet.py) both sessions run at once and their
-    jobs take turns step by step (docs/duet.md), but for the cases whose two jobs would not fit in GPU memory
-    (``duet_refusals``, with the stored peaks of ``baseline_dir``). ``undecided(merged)`` names the case ids that want
-    another round; ``script_budget``: a training script's own budget in a duet (``merge``)."""
+    exit codes). ``deadline`` (``time.monotonic()``, from ``gate --max-minutes``): no round starts that would end
+    past it by the longest round so far; the cases still undecided are then judged with the rounds they had
+    (``noisy``), and why goes to ``notes``. With two sides (A/B) each round launches both, in alternating order, so
+    neither commit always runs first after the pause; with a duet ``coordinator`` (launch/duet.py) both sessions
+    run at once and their jobs take turns step by step (docs/duet.md), but for the cases whose two jobs would not
+    fit in GPU memory (``duet_refusals``, with the stored peaks of ``baseline_dir``). ``undecided(merged)`` names the
+    case ids that want another round; ``script_budget``: a training script's own budget in a duet (``merge``)."""
     rounds: dict[str, list[list[dict[str, Any]]]] = {side.name: [] for side in sides}
     codes: list[int] = []
     selection: list[str] = []
@@ -221,8 +221,8 @@ def run(
             print(f"gate: {note}", flush=True)
             if notes is not None:
                 notes.append(note)
-            # the budget spent at n rounds: the judge reads the undecided cases as undecided at their budget (noisy)
-            merged = {name: merge(found, n, n if script_budget else None) for name, found in rounds.items()}
+            # the budget spent at n rounds, a script's too: the judge reads the undecided cases as noisy
+            merged = {name: merge(found, n) for name, found in rounds.items()}
             break
         time.sleep(gap)
     return merged, codes
