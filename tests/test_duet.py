@@ -77,6 +77,7 @@ def test_two_jobs_take_turns_one_at_a_time_in_abba_order():
         head = Ranks(c, "head", "ddp-cnn-1x2/launch", 2, 8, log).start()
         base = Ranks(c, "base", "ddp-cnn-1x2/launch", 2, 8, log).start()
         head.join(), base.join()
+        assert c.settle(), c.report()  # the ranks' last byes are read by the coordinator's threads
     assert not head.errors and not base.errors, head.errors + base.errors
     # never two jobs inside a step at once
     running: dict[str, int] = {"head": 0, "base": 0}
@@ -408,6 +409,7 @@ def test_the_timeline_splits_a_round_into_turns_waits_and_start_up(monkeypatch):
         time.sleep(0.3)
         base = Ranks(c, "base", "ddp-cnn-1x2", 2, 20, log, step_s=0.005).start()
         head.join(), base.join()
+        assert c.settle(), c.report()
         data = {"jobs": c.report(), **c.timeline()}
     assert not head.errors and not base.errors, head.errors + base.errors
     [round_] = duet_timeline.rounds(data)

@@ -397,6 +397,8 @@ def _ab(
                 deadline,
                 notes,
             )
+            if coordinator is not None:
+                coordinator.settle()
             report = coordinator.report() if coordinator is not None else {}
             timeline = coordinator.timeline() if coordinator is not None else {}
     run_dir = gate_rounds.write_merged(

@@ -112,6 +112,16 @@ class Coordinator:
         """The gate saw that side's session exit: its partner jobs stop waiting for it."""
         self.events.put(("ended", side, None))
 
+    def settle(self, timeout_s: float = 5.0) -> bool:
+        """Wait until every job has left or failed: a rank's last ``bye`` is read by another thread, so the report
+        taken as soon as the sessions exit could miss a job's end. False if one is still running after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(job.gone for job in list(self.jobs.values())):
+                return True
+            time.sleep(0.02)
+        return False
+
     def report(self) -> dict[str, dict[str, Any]]:
         """Per side and job: paired or solo (and why), turns granted, a failure; and its timeline in seconds since the
         coordinator started: its first rank's hello, its first turn, its end, and the time its turns held the token
