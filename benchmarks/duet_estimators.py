@@ -3,6 +3,7 @@
     python benchmarks/duet_estimators.py docs/detection-data-duet-raw.jsonl.gz --only sitting   # forced rounds
     python benchmarks/duet_estimators.py docs/detection-data-duet-raw.jsonl.gz --only "(A/A)"   # whole A/A gates
     python benchmarks/duet_estimators.py RAW --trims 0.2,0.4 --rounds-out /tmp/rounds.jsonl --trim 0.4
+    python benchmarks/duet_estimators.py RAW --only "(A/A)" --launches 3,3    # rounds of three launches a level
 
 The input is ``benchmarks/duet_bias.py --raw``: a line a round, every step time of both sides at W and at 1x1 with
 the launches' lengths. For each trim of the units' log ratios (``judge.duet.paired``'s estimate, ``TRIM`` there)
@@ -37,13 +38,17 @@ def read(paths: list[Path]) -> list[dict]:
     return rows
 
 
-def launches(row: dict, reference: bool, keep: tuple[int, int] = (0, 0)) -> list[list[float]]:
+def launches(
+    row: dict, reference: bool, keep: tuple[int, int] = (0, 0), count: tuple[int, int] = (0, 0)
+) -> list[list[float]]:
     """One level's launches, each as its units' log ratios (``duet.UNIT`` pairs a unit, as the judge forms them);
-    ``keep``: only the first that many of each launch's units (at W, at 1x1; 0: all), as a shorter launch."""
+    ``keep``: only the first that many of each launch's units (at W, at 1x1; 0: all), as a shorter launch;
+    ``count``: only the round's first that many launches (at W, at 1x1; 0: all), as a round of fewer launches."""
     p = "reference_" if reference else ""
     lengths = (row[f"head_{p}lengths"], row[f"base_{p}lengths"])
     pairs = duet.zip_launches(row[f"head_{p}step_times_s"], row[f"base_{p}step_times_s"], lengths)
     out = [duet.unit_logs(launch) for launch in pairs]
+    out = out[: count[1 if reference else 0] or None]
     first = keep[1 if reference else 0]
     return [u[:first] for u in out] if first else out
 
@@ -55,10 +60,10 @@ def rms(values: list[float]) -> float:
 
 
 def level_table(
-    rows: list[dict], reference: bool, trim: float, keep: tuple[int, int]
+    rows: list[dict], reference: bool, trim: float, keep: tuple[int, int], count: tuple[int, int] = (0, 0)
 ) -> tuple[float, float, list[float]]:
     """(launch means' spread inside a round, one launch's own SE, every round's pooled estimate)."""
-    every = [launches(r, reference, keep) for r in rows]
+    every = [launches(r, reference, keep, count) for r in rows]
     between = rms([statistics.stdev([duet.trimmed_mean(u, trim) for u in one]) for one in every if len(one) > 1])
     own = rms([(duet.trimmed_mean(u[0::2], trim) - duet.trimmed_mean(u[1::2], trim)) / 2 for one in every for u in one])
     pooled = [duet.trimmed_mean([x for u in one for x in u], trim) for one in every]
@@ -79,8 +84,14 @@ def main() -> int:
         default="0,0",
         help="W,1x1: only the first that many units of each launch (a shorter launch; 0: all)",
     )
+    p.add_argument(
+        "--launches",
+        default="0,0",
+        help="W,1x1: only a round's first that many launches (a round of fewer launches; 0: all)",
+    )
     a = p.parse_args()
     keep = tuple(int(x) for x in a.keep_units.split(","))
+    count = tuple(int(x) for x in a.launches.split(","))
     rows = [r for r in read(a.raw) if r["case"].startswith(a.case) and a.only in r.get("note", "")]
     print(f"{len(rows)} rounds")
     print(
@@ -88,8 +99,8 @@ def main() -> int:
     )
     print("|--:|--:|--:|--:|--:|--:|--:|--:|")
     for trim in (float(t) for t in a.trims.split(",")):
-        w_apart, w_own, d_w = level_table(rows, False, trim, keep)
-        r_apart, r_own, d_1 = level_table(rows, True, trim, keep)
+        w_apart, w_own, d_w = level_table(rows, False, trim, keep, count)
+        r_apart, r_own, d_1 = level_table(rows, True, trim, keep, count)
         eff = [one - w for one, w in zip(d_1, d_w)]
         print(
             f"| {trim:.1f} | {w_apart:.2%} | {w_own:.2%} | {statistics.stdev(d_w):.2%} | {r_apart:.2%} | "
@@ -98,8 +109,8 @@ def main() -> int:
     if a.rounds_out:
         out = []
         for r in rows:
-            w = [x for u in launches(r, False, keep) for x in u]
-            one = [x for u in launches(r, True, keep) for x in u]
+            w = [x for u in launches(r, False, keep, count) for x in u]
+            one = [x for u in launches(r, True, keep, count) for x in u]
             out.append(
                 {
                     "case": r["case"],
@@ -110,7 +121,7 @@ def main() -> int:
                     "se_1": duet.block_se(one, trim=a.trim),
                 }
             )
-        steps = duet.UNIT * len(launches(rows[0], False, keep)[0])
+        steps = duet.UNIT * len(launches(rows[0], False, keep, count)[0])
         record = {
             "kind": "script",
             "strategy": "ddp",
