@@ -13,6 +13,7 @@ import math
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -396,8 +397,6 @@ def test_a_scripts_round_trims_its_units_harder_and_its_se_is_the_trimmed_means(
 def test_the_timeline_splits_a_round_into_turns_waits_and_start_up(monkeypatch):
     """benchmarks/duet_timeline.py reads the coordinator's report: a job that starts 0.3 s after its round began
     shows that start-up, and its partner's later start as a wait before its first turn."""
-    from pathlib import Path
-
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import duet_timeline
 
@@ -418,3 +417,28 @@ def test_the_timeline_splits_a_round_into_turns_waits_and_start_up(monkeypatch):
     assert jobs["head"]["first_turn_s"] - jobs["head"]["joined_s"] > 0.1  # it waited for the base to join
     turns = sum(j["held_s"] for j in round_["jobs"])
     assert 0.2 < turns <= round_["end"] - round_["start"]  # 2 x 20 steps of 5 ms at least
+
+
+def test_the_estimators_replay_a_round_of_fewer_launches(monkeypatch):
+    """benchmarks/duet_estimators.py --launches W,1x1 keeps a round's first launches of each level, as a round of
+    fewer launches would have measured them (docs/duet.md, "fewer launches a round")."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import duet_estimators
+
+    levels = [1.00, 1.02, 1.04, 1.30]  # the fourth launch reads the head 30% slower: dropping it moves the estimate
+    base = [0.01] * 40
+    head = [0.01 * level for level in levels for _ in range(10)]
+    row = {
+        "head_step_times_s": head,
+        "base_step_times_s": base,
+        "head_lengths": [10] * 4,
+        "base_lengths": [10] * 4,
+        "head_reference_step_times_s": base[:20],
+        "base_reference_step_times_s": base[:20],
+        "head_reference_lengths": [10, 10],
+        "base_reference_lengths": [10, 10],
+    }
+    assert len(duet_estimators.launches(row, False)) == 4
+    kept = duet_estimators.launches(row, False, count=(3, 0))
+    assert [round(math.exp(u[0]), 2) for u in kept] == levels[:3]
+    assert len(duet_estimators.launches(row, True, count=(3, 1))) == 1
