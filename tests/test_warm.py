@@ -9,6 +9,7 @@ every process the pools start (server, forkserver, ranks) and by this process's 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -251,8 +252,7 @@ def test_a_scripts_fresh_ranks_die_with_a_server_killed_from_outside(pool, tmp_p
     (tmp_path / "train.py").write_text("import time\ntime.sleep(600)\n")
     decl = plan_script.declared(("train.py",), {"strategies": ["ddp"]}, tmp_path, "t")
     case = plan_script.spec_for(decl, "ddp", Topology.parse("1x2"), _options(), tmp_path, "t")
-    run_case(spec(), tmp_path / "before", agents=pool)
-    server = pool.server.proc.pid
+    server = pool._server_for(case).proc.pid  # the script's own server (fresh-only), started before the launch
     ranks: list[psutil.Process] = []
 
     def kill_server_when_the_ranks_sleep() -> None:
@@ -270,6 +270,27 @@ def test_a_scripts_fresh_ranks_die_with_a_server_killed_from_outside(pool, tmp_p
     for rank in alive:  # a failing run leaves nothing behind either
         rank.kill()
     assert alive == [], f"ranks {[p.pid for p in alive]} outlived their server"
+
+
+def test_a_scripts_server_imports_torchruns_agent_alone_and_starts_no_forkserver(pool, tmp_path):
+    """A team's script's ranks start fresh, so its server preloads nothing and starts no forkserver (their imports
+    ran beside the session's first ranks for nothing); a built-in case after it gets its own, preloaded server."""
+    from scalegate.plan import script as plan_script
+    from scalegate.worker import agent
+    from tests.test_scripts import _options
+
+    (tmp_path / "train.py").write_text("print('never launched here')\n")
+    decl = plan_script.declared(("train.py",), {"strategies": ["ddp"]}, tmp_path, "t")
+    case = plan_script.spec_for(decl, "ddp", Topology.parse("1x2"), _options(), tmp_path, "t")
+    server = pool._server_for(case)
+    assert server.key.fresh
+    with pytest.raises(AssertionError, match="no forkserver"):
+        forkserver_cmdline(pool)
+    ready = [line for line in server.log.read_text().splitlines() if line.startswith("agentserver ready:")][-1]
+    assert json.loads(ready.split(":", 1)[1])["modules"] == list(agent.FRESH_PRELOAD)
+    built_in = pool._server_for(spec())
+    assert built_in.proc.pid != server.proc.pid and not built_in.key.fresh
+    assert "'torch'" in forkserver_cmdline(pool)
 
 
 @pytest.mark.parametrize("victims", ["owner", "owner and server"])

@@ -88,6 +88,7 @@ class _Key:
 
     modules: frozenset[str]
     no_wire: str  # why bytes on the wire are not counted ("" = counted in the server's own namespace)
+    fresh: bool = False  # a team's script: every launch's ranks start fresh, so the server preloads nothing
 
 
 @dataclass
@@ -144,7 +145,7 @@ class AgentPool:
         # A team's script's ranks start as fresh interpreters, as `torchrun train.py` starts them (worker/agent.py
         # ``fresh``): forked from the server that preloaded torch, a script's own teardown can behave otherwise (seen:
         # DDP's reducer freeing a gloo process group deadlocked on the GIL after an extra all_reduce)
-        fresh = spec.script is not None
+        fresh = server.key.fresh
         with open(log_path, "ab") as log:
             how = "" if fresh else " --start-method forkserver"
             log.write((f"$ [warm agent] torchrun{how} " + " ".join(argv) + "\n").encode())
@@ -231,8 +232,7 @@ class AgentPool:
             "scalegate.worker.agent",
             "--fds",
             f"{req_r},{rep_w}",
-            "--preload",
-            ",".join(sorted(key.modules)),
+            *(["--fresh-only"] if key.fresh else ["--preload", ",".join(sorted(key.modules))]),
         ]
         try:
             with open(log, "ab") as out:
@@ -354,7 +354,7 @@ _POOLS: list[AgentPool] = []
 
 def key_for(spec: CaseSpec) -> _Key:
     """The server a case needs: its preloaded modules, and where its bytes on the wire are counted."""
-    return _Key(modules=modules_for(spec), no_wire=wirecount.unavailable(spec) or "")
+    return _Key(modules=modules_for(spec), no_wire=wirecount.unavailable(spec) or "", fresh=spec.script is not None)
 
 
 def pool(env: dict[str, str] | None = None, log_dir: Path | None = None) -> AgentPool:

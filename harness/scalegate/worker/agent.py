@@ -1,6 +1,7 @@
 """A warm torchrun agent: torch imported once, every launch's ranks forked fresh from a preloaded forkserver.
 
     python -m scalegate.worker.agent --fds R,W [--preload deepspeed,lightning]
+    python -m scalegate.worker.agent --fds R,W --fresh-only     # a team's script: its ranks start fresh
 
 A cold launch spends ~6 s before its first step: torchrun imports torch, each rank imports torch,
 the harness and ``torch._dynamo`` (AdamW's first construction), for < 1 s of measured steps. This
@@ -11,7 +12,9 @@ processes, forked from a forkserver that has only imported modules (nothing init
 threads), so each launch still gets fresh processes, ranks, ports, allocations and scheduling,
 which is what repeated launches are for. Only imported code is shared between launches. Each
 rank's environment is the launch's own plus torchrun's variables, as under a cold torchrun
-(``scalegate.worker.entry.forked_main``).
+(``scalegate.worker.entry.forked_main``). A team's script's ranks start as fresh interpreters instead, as a cold
+torchrun starts them (``fresh`` below); a server for those (``--fresh-only``) imports torchrun's agent alone and
+starts no forkserver.
 
 Protocol, one JSON line each way on the pipes ``--fds`` names (so the agent's own output can go to
 each case's ``launcher.log``): first the server says ``{"ready": true, "pid": ..., "modules":
@@ -64,6 +67,19 @@ def _preload(modules: list[str]) -> None:
     multiprocessing.set_forkserver_preload(list(modules))
     _FORKSERVER_ENV.update(os.environ)
     forkserver.ensure_running()  # the forkserver imports them now, not during the first launch
+
+
+# what a fresh launch (a team's script) needs in the server: torchrun's own agent, nothing the ranks import
+FRESH_PRELOAD = ("torch.distributed.run", "torch.distributed.launcher.api", "scalegate.worker.entry")
+
+
+def _import_for_fresh() -> list[str]:
+    """A server that only launches fresh ranks imports what ``_launch`` uses and starts no forkserver: its ranks import
+    everything themselves, so the preload and the forkserver's own imports (about 5 s of CPU on the 2-core VMs,
+    beside the session's first ranks) would be spent for nothing."""
+    for name in FRESH_PRELOAD:
+        __import__(name)
+    return list(FRESH_PRELOAD)
 
 
 def _launch(argv: list[str], env: dict[str, str], fresh: bool = False) -> int:
@@ -148,11 +164,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--fds", required=True, help="R,W: the request and reply pipes")
     parser.add_argument("--preload", default="", help="more modules to import before forking ranks")
+    parser.add_argument(
+        "--fresh-only", action="store_true", help="every launch's ranks start fresh: no preload, no forkserver"
+    )
     args = parser.parse_args(argv)
     read_fd, write_fd = (int(x) for x in args.fds.split(","))
     modules = list(dict.fromkeys([*BASE_PRELOAD, *filter(None, args.preload.split(","))]))
     try:
-        _preload(modules)
+        if args.fresh_only:
+            modules = _import_for_fresh()
+        else:
+            _preload(modules)
     except Exception as exc:  # reported on the reply pipe, so the launcher can fall back to a cold torchrun
         traceback.print_exc()
         os.write(write_fd, (json.dumps({"ready": False, "error": f"{type(exc).__name__}: {exc}"}) + "\n").encode())
