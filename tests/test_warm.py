@@ -242,16 +242,21 @@ def test_a_server_killed_mid_launch_is_reported_and_its_ranks_do_not_survive(poo
     assert pool.server is None and eventually_none(token) == []
 
 
+def script_case(where: Path, source: str) -> CaseSpec:
+    """A team's script ``train.py`` (``source``) in ``where``, declared for ddp on 1x2."""
+    from scalegate.plan import script as plan_script
+    from tests.test_scripts import _options
+
+    (where / "train.py").write_text(source)
+    decl = plan_script.declared(("train.py",), {"strategies": ["ddp"]}, where, "t")
+    return plan_script.spec_for(decl, "ddp", Topology.parse("1x2"), _options(), where, "t")
+
+
 def test_a_scripts_fresh_ranks_die_with_a_server_killed_from_outside(pool, tmp_path):
     """A team's script's ranks start as fresh interpreters in sessions of their own (torchelastic's), so the pool's
     kill of the dead server's tree no longer reaches them: they die of their own death signal (worker/entry.py
     ``die_with``). Without it they slept on."""
-    from scalegate.plan import script as plan_script
-    from tests.test_scripts import _options
-
-    (tmp_path / "train.py").write_text("import time\ntime.sleep(600)\n")
-    decl = plan_script.declared(("train.py",), {"strategies": ["ddp"]}, tmp_path, "t")
-    case = plan_script.spec_for(decl, "ddp", Topology.parse("1x2"), _options(), tmp_path, "t")
+    case = script_case(tmp_path, "import time\ntime.sleep(600)\n")
     server = pool._server_for(case).proc.pid  # the script's own server (fresh-only), started before the launch
     ranks: list[psutil.Process] = []
 
@@ -275,13 +280,9 @@ def test_a_scripts_fresh_ranks_die_with_a_server_killed_from_outside(pool, tmp_p
 def test_a_scripts_server_imports_torchruns_agent_alone_and_starts_no_forkserver(pool, tmp_path):
     """A team's script's ranks start fresh, so its server preloads nothing and starts no forkserver (their imports
     ran beside the session's first ranks for nothing); a built-in case after it gets its own, preloaded server."""
-    from scalegate.plan import script as plan_script
     from scalegate.worker import agent
-    from tests.test_scripts import _options
 
-    (tmp_path / "train.py").write_text("print('never launched here')\n")
-    decl = plan_script.declared(("train.py",), {"strategies": ["ddp"]}, tmp_path, "t")
-    case = plan_script.spec_for(decl, "ddp", Topology.parse("1x2"), _options(), tmp_path, "t")
+    case = script_case(tmp_path, "print('never launched here')\n")
     server = pool._server_for(case)
     assert server.key.fresh
     with pytest.raises(AssertionError, match="no forkserver"):

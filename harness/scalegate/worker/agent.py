@@ -169,11 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     read_fd, write_fd = (int(x) for x in args.fds.split(","))
-    modules = list(dict.fromkeys([*BASE_PRELOAD, *filter(None, args.preload.split(","))]))
     try:
         if args.fresh_only:
             modules = _import_for_fresh()
         else:
+            modules = list(dict.fromkeys([*BASE_PRELOAD, *filter(None, args.preload.split(","))]))
             _preload(modules)
     except Exception as exc:  # reported on the reply pipe, so the launcher can fall back to a cold torchrun
         traceback.print_exc()
