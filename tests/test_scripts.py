@@ -140,6 +140,39 @@ def test_a_loss_pattern_needs_one_or_two_groups():
         ScriptSpec(path="/x.py", argv=(), cwd="/", loss_pattern=r"(")
 
 
+def test_a_rank_that_returned_ends_quickly_but_runs_what_a_scripts_exit_runs(tmp_path):
+    """A rank skips the interpreter's teardown (worker/entry.py ``quick_exit``), not a team's exit: its non-daemon
+    threads finish, its atexit functions run, what it printed is flushed, and the exit code is the rank's; only the
+    objects' teardown is skipped."""
+    program = textwrap.dedent(
+        f"""
+        import atexit, sys, threading, time
+        from scalegate.worker.entry import quick_exit
+
+        def late():
+            time.sleep(0.3)
+            open({str(tmp_path / "thread")!r}, "w").write("done")
+
+        class Torn:
+            def __del__(self, open=open):  # bound now: a teardown has cleared the builtins
+                open({str(tmp_path / "teardown")!r}, "w").write("ran")
+
+        kept = Torn()  # a module's object: only the interpreter's teardown deletes it
+        atexit.register(lambda: open({str(tmp_path / "atexit")!r}, "w").write("ran"))
+        threading.Thread(target=late).start()
+        sys.stdout = open({str(tmp_path / "out")!r}, "w", buffering=1 << 16)  # flushed only if someone flushes it
+        print("the rank's last line")
+        quick_exit(3)
+        print("never")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert (tmp_path / "thread").read_text() == "done" and (tmp_path / "atexit").read_text() == "ran"
+    assert (tmp_path / "out").read_text() == "the rank's last line\n"
+    assert not (tmp_path / "teardown").exists()  # the teardown was skipped (0.5-0.8 s of CPU with torch imported)
+
+
 def _options():
     from scalegate.plan.options import Options
 

@@ -1,7 +1,5 @@
 """``python -m scalegate.worker SPEC.json OUT_DIR``: one rank (harness/scalegate/worker/entry.py)."""
 
-import sys
+from scalegate.worker.entry import main, quick_exit
 
-from scalegate.worker.entry import main
-
-sys.exit(main())
+quick_exit(main())
