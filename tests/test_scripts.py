@@ -154,7 +154,7 @@ def test_a_rank_that_returned_ends_quickly_but_runs_what_a_scripts_exit_runs(tmp
             open({str(tmp_path / "thread")!r}, "w").write("done")
 
         class Torn:
-            def __del__(self, open=open):  # bound now: a teardown has cleared the builtins
+            def __del__(self, open=open):  # bound here: by the teardown the builtins are gone
                 open({str(tmp_path / "teardown")!r}, "w").write("ran")
 
         kept = Torn()  # a module's object: only the interpreter's teardown deletes it

@@ -116,7 +116,7 @@ def quick_exit(code: int) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(code if isinstance(code, int) else 1)
+    os._exit(code)
 
 
 def forked_main(spec_path: str, out_dir: str, env: dict[str, str], inherited: dict[str, str]) -> int:
