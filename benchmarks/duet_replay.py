@@ -3,6 +3,7 @@
     python benchmarks/duet_replay.py                       # every set in docs/detection-data-duet.jsonl
     python benchmarks/duet_replay.py --tolerance 0.05 --gates 20000
     python benchmarks/duet_replay.py --data docs/detection-data-duet-bias.jsonl --floor 0.02   # forced A/A rounds
+    python benchmarks/duet_replay.py --parity --only fifteenth   # odd rounds from odd ones, as the gate alternates
 
 A *set* is the rounds of one kind of whole-command run of benchmarks/duet_aa.py (case, head change, steps, note).
 Each replayed gate draws rounds at random, with replacement, from one set and runs the judge's own sequential
@@ -13,7 +14,11 @@ log ratio shifted by ``ln(1 - drop)``, the power at that drop; from a set whose 
 power on those rounds as measured. The sigma floor is the judge's (``RECORDED_AA``) unless ``--floor`` names one.
 
 Rounds drawn independently: a gate's own rounds share more than that (one afternoon's host), so a whole-command
-run (benchmarks/duet_aa.py) is the check on this; the two are reported side by side in docs/detection.md.
+run (benchmarks/duet_aa.py) is the check on this; the two are reported side by side in docs/detection.md. A real
+gate also alternates the side that turns first by round, so its first two rounds always hold one of each order;
+where a set's odd and even rounds read apart (the fifteenth set's fsdp A/A: -1.53% and +1.17%), drawing from all
+of them pairs two rounds of one order more often than a gate can. ``--parity`` draws round n from the rounds of
+n's parity instead.
 Nothing is timed here: it runs at any load.
 """
 
@@ -73,6 +78,7 @@ def forced(r: dict) -> dict:
         "eff_log": r["d_1"] - r["d_w"],
         "se": se,
         "se_w": r["se_w"],
+        "round": r["round"],
     }
 
 
@@ -84,14 +90,28 @@ def value(r: dict, metric: str) -> tuple[float, float]:
     return r["eff_log"], r["se"]
 
 
+def by_parity(rounds: list[dict]) -> dict[int, list[dict]] | None:
+    """The rounds by their number's parity, as the gate alternates the side that turns first (odd rounds the
+    head, even rounds the base; cli/gate_rounds.py); None where a parity has no round."""
+    split = {p: [r for r in rounds if r["round"] % 2 == p] for p in (0, 1)}
+    return split if all(split.values()) else None
+
+
 def gate(
-    rounds: list[dict], shift: float, floor: tuple[float, str], design: sequential.Design, rng, metric: str = "eff"
+    rounds: list[dict],
+    shift: float,
+    floor: tuple[float, str],
+    design: sequential.Design,
+    rng,
+    metric: str = "eff",
+    parity: dict[int, list[dict]] | None = None,
 ) -> tuple:
-    """One replayed gate: (status, rounds used)."""
+    """One replayed gate: (status, rounds used). ``parity`` (``by_parity``): round n is drawn from the recorded
+    rounds of n's parity, so a replayed gate alternates the first side as a real one does."""
     logs: list[float] = []
     ses: list[float] = []
     for n in range(1, design.max_launches + 1):
-        log, se = value(rng.choice(rounds), metric)
+        log, se = value(rng.choice(parity[n % 2] if parity else rounds), metric)
         logs.append(log + shift)
         ses.append(se)
         sigma, _ = duet.sigma_of(logs, ses, floor)
@@ -102,10 +122,18 @@ def gate(
 
 
 def replay(
-    rounds: list[dict], shift: float, floor: tuple[float, str], design, gates: int, seed: int, metric: str = "eff"
+    rounds: list[dict],
+    shift: float,
+    floor: tuple[float, str],
+    design,
+    gates: int,
+    seed: int,
+    metric: str = "eff",
+    parity: bool = False,
 ) -> dict:
     rng = random.Random(seed)
-    found = [gate(rounds, shift, floor, design, rng, metric) for _ in range(gates)]
+    split = by_parity(rounds) if parity else None
+    found = [gate(rounds, shift, floor, design, rng, metric, split) for _ in range(gates)]
     share = {s: sum(1 for f, _ in found if f == s) / gates for s in (sequential.REGRESSED, sequential.OK)}
     return {
         "regressed": share[sequential.REGRESSED],
@@ -131,6 +159,12 @@ def main() -> int:
         "the step time's: a step that much slower)",
     )
     p.add_argument("--only", default="", help="only the sets whose name holds this text")
+    p.add_argument(
+        "--parity",
+        action="store_true",
+        help="draw a replayed gate's round n from the recorded rounds of n's parity (the gate alternates the side "
+        "that turns first by round, and a set's odd and even rounds can read apart); default: from all of them",
+    )
     a = p.parse_args()
     step_w = a.metric == "step_w"
     design = sequential.Design(
@@ -143,7 +177,8 @@ def main() -> int:
         sigma_floor=0.0,
     )
     what = "step time at W" if step_w else "efficiency"
-    print(f"{what}: tolerance {a.tolerance:.0%}, budget {a.budget} rounds, {a.gates} gates per line")
+    drawn = ", round n drawn from the rounds of n's parity" if a.parity else ""
+    print(f"{what}: tolerance {a.tolerance:.0%}, budget {a.budget} rounds, {a.gates} gates per line{drawn}")
     print("| set | rounds | round spread | floor | false alarms | A/A ok | caught | 5% missed as ok | mean rounds |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for (kind, strategy, change, steps, note), rounds in sets(a.data).items():
@@ -157,16 +192,16 @@ def main() -> int:
         if a.only not in name:
             continue
         if change == "A/A":
-            clean = replay(rounds, 0.0, floor, design, a.gates, 1, a.metric)
+            clean = replay(rounds, 0.0, floor, design, a.gates, 1, a.metric, a.parity)
             shift = -math.log(1 + a.drop) if step_w else math.log(1 - a.drop)  # a step `drop` slower at W
-            drop = replay(rounds, shift, floor, design, a.gates, 2, a.metric)
+            drop = replay(rounds, shift, floor, design, a.gates, 2, a.metric, a.parity)
             print(
                 f"| {name} | {len(rounds)} | {spread:.1%} | {floor[0]:.1%} | {clean['regressed']:.1%} | "
                 f"{clean['ok']:.1%} | {drop['regressed']:.1%} | {drop['ok']:.1%} | "
                 f"{clean['rounds']:.1f} / {drop['rounds']:.1f} |"
             )
         else:
-            slowed = replay(rounds, 0.0, floor, design, a.gates, 3, a.metric)
+            slowed = replay(rounds, 0.0, floor, design, a.gates, 3, a.metric, a.parity)
             mean = statistics.fmean(value(r, a.metric)[0] for r in rounds)
             print(
                 f"| {name} (measured {math.exp(mean) - 1:+.1%}) | {len(rounds)} | {spread:.1%} | {floor[0]:.1%} | "
