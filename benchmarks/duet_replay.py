@@ -163,7 +163,8 @@ def main() -> int:
         "--parity",
         action="store_true",
         help="draw a replayed gate's round n from the recorded rounds of n's parity (the gate alternates the side "
-        "that turns first by round, and a set's odd and even rounds can read apart); default: from all of them",
+        "that turns first by round, and a set's odd and even rounds can read apart; a set with rounds of one parity "
+        "only is drawn from all of them); default: from all of them",
     )
     a = p.parse_args()
     step_w = a.metric == "step_w"
