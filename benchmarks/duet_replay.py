@@ -104,14 +104,14 @@ def gate(
     design: sequential.Design,
     rng,
     metric: str = "eff",
-    parity: dict[int, list[dict]] | None = None,
+    split: dict[int, list[dict]] | None = None,
 ) -> tuple:
-    """One replayed gate: (status, rounds used). ``parity`` (``by_parity``): round n is drawn from the recorded
+    """One replayed gate: (status, rounds used). ``split`` (``by_parity``): round n is drawn from the recorded
     rounds of n's parity, so a replayed gate alternates the first side as a real one does."""
     logs: list[float] = []
     ses: list[float] = []
     for n in range(1, design.max_launches + 1):
-        log, se = value(rng.choice(parity[n % 2] if parity else rounds), metric)
+        log, se = value(rng.choice(split[n % 2] if split else rounds), metric)
         logs.append(log + shift)
         ses.append(se)
         sigma, _ = duet.sigma_of(logs, ses, floor)
