@@ -4,7 +4,7 @@
     python benchmarks/duet_bias.py --rounds 8 --layout swapped   # the worktree's side called "head"
     python benchmarks/duet_bias.py --rounds 8 --layout same      # both sides run in one tree
     python benchmarks/duet_bias.py --rounds 8 --kind script --steps 600   # the example script in its own repo
-    SCALEGATE_DUET_BIND_THREADS=all python benchmarks/duet_bias.py ...    # gloo's threads bound with the rank
+    python benchmarks/duet_bias.py --extra "--scaling-duet-threads free"   # gloo's threads free (auto binds them)
     python benchmarks/duet_bias.py --kind script --steps 600 --extra "--scaling-reference-launches 4"
 
 One A/A duet of ``ddp-cnn-1x2`` (and its 1x1 reference) for a fixed number of rounds, driven by the gate's own
@@ -147,6 +147,14 @@ def one_run(a: argparse.Namespace) -> list[dict]:
         return [r for r in rounds_of(merged, a.raw) if f"[{r['case']}]" == case]  # not --with-single's single-cnn-1x1
 
 
+def duet_threads(extra: str) -> str:
+    """``--scaling-duet-threads`` as ``--extra`` sets it, else the default (contract/affinity.py)."""
+    words = shlex.split(extra)
+    named = [w.split("=", 1)[1] for w in words if w.startswith("--scaling-duet-threads=")]
+    named += [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--scaling-duet-threads"]
+    return named[-1] if named else "auto"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=8)
@@ -195,7 +203,7 @@ def main() -> int:
         "strategy": a.strategy if a.kind == "canary" else "ddp",
         "case": f"{a.strategy}-{a.model}-{a.topology}" if a.kind == "canary" else "ddp-mlp-1x2",
         "steps": a.steps,
-        "bind_threads": os.environ.get("SCALEGATE_DUET_BIND_THREADS", ""),
+        "duet_threads": duet_threads(a.extra),  # until 2026-11-27: "bind_threads", "all" where bound, "" free
         "layout": a.layout,
         "first": a.first,
         "repeat": a.repeat,

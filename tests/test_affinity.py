@@ -8,6 +8,7 @@ import pytest
 
 from scalegate import workloads
 from scalegate.contract import affinity
+from scalegate.contract.errors import SpecError
 from scalegate.contract.spec import CaseSpec
 from scalegate.launch import run_case
 
@@ -75,3 +76,43 @@ def test_real_ranks_record_their_cores(tmp_path, binding, agents):
         assert got == [{"cpus": [cpus[0]], "why": ""}, {"cpus": [cpus[1]], "why": ""}]
     else:
         assert got == [{"cpus": None, "why": "off"}] * 2
+
+
+def test_a_duet_binds_gloos_threads_unless_the_strategys_card_or_the_option_says_why_not():
+    assert affinity.gloo_threads("auto", "ddp") == (True, "")
+    assert affinity.gloo_threads("auto", "my-own-word") == (True, "")  # not a card: nothing says why not
+    assert affinity.gloo_threads("auto", "ddp", script=True) == (False, affinity.SCRIPT_FREE)  # measured: no steadier
+    assert affinity.gloo_threads("bound", "ddp", script=True) == (True, "")
+    bound, why = affinity.gloo_threads("auto", "zero1-torch")
+    assert not bound and why.startswith("zero1-torch: its many small broadcasts") and "183-189 ms" in why
+    assert affinity.gloo_threads("bound", "zero1-torch") == (True, "")
+    assert affinity.gloo_threads("free", "ddp") == (False, "--scaling-duet-threads free")
+
+
+def test_a_bad_duet_threads_choice_names_the_option():
+    with pytest.raises(SpecError, match=r"duet_threads='sometimes' for ddp-cnn-1x2 is not one of auto, bound, free"):
+        CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=4, duet_threads="sometimes")
+
+
+@pytest.mark.parametrize("bound", [True, False])
+def test_a_duet_binds_the_threads_the_process_already_has_or_leaves_them_free(bound):
+    """A thread started before the binding (as gloo's are, with the process group) is moved onto the rank's core
+    only where the duet binds gloo's threads; the rank's own thread is bound either way."""
+    first, every = sorted(os.sched_getaffinity(0))[0], sorted(os.sched_getaffinity(0))
+    code = (
+        "import os, threading; from scalegate.contract import affinity\n"
+        "go, ids = threading.Event(), []\n"
+        "t = threading.Thread(target=lambda: (ids.append(threading.get_native_id()), go.wait())); t.start()\n"
+        "while not ids: pass\n"
+        f"done = affinity.bind(1, env={{'SCALEGATE_CPUS': '{first}', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}, "
+        f"duet=True, duet_threads=({bound}, 'why'))\n"
+        "print(done['gloo_threads'], sorted(os.sched_getaffinity(0)), sorted(os.sched_getaffinity(ids[0])))\n"
+        "go.set(); t.join()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    said, mine, other = out.split(" [")
+    assert mine == f"{first}]"
+    if bound:
+        assert said == "bound (2 threads)" and other == f"{first}]"
+    else:
+        assert said == "free: why" and other == ", ".join(map(str, every)) + "]"

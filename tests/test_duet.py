@@ -442,3 +442,27 @@ def test_the_estimators_replay_a_round_of_fewer_launches(monkeypatch):
     kept = duet_estimators.launches(row, False, count=(3, 0))
     assert [round(math.exp(u[0]), 2) for u in kept] == levels[:3]
     assert len(duet_estimators.launches(row, True, count=(3, 1))) == 1
+
+
+def test_the_duets_verdict_names_where_gloos_threads_ran_on_each_side():
+    """A duet on CPU binds gloo's threads with the rank or leaves them free (contract/affinity.py): the verdict says
+    which, and says so per side where they differ (a base commit from before the choice says nothing)."""
+    from scalegate.judge.outcome import Overrides
+
+    head, base = _records(1.0, 1.0, rounds=2)
+
+    def said(record, threads: str):
+        return dataclasses.replace(
+            record, launches=tuple(dataclasses.replace(x, duet_threads=threads) for x in record.launches)
+        )
+
+    def verdict(h: str, b: str) -> str:
+        return paired.timing(said(head, h), said(base, b), None, Overrides()).message
+
+    assert "[ddp-cnn-1x2:tiny on p, duet against the base commit; gloo's threads bound with each rank]" in verdict(
+        "bound", "bound"
+    )
+    free = "free: zero1-torch: its many small broadcasts queue"
+    assert f"duet against the base commit; gloo's threads {free}]" in verdict(free, free)
+    assert "duet against the base commit; gloo's threads: head bound, base not said]" in verdict("bound", "")
+    assert "duet against the base commit]" in verdict("", "")  # CUDA: nothing to say

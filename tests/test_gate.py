@@ -247,6 +247,7 @@ def test_the_ab_gate_fails_a_commit_that_slows_ddp(tmp_path):
     # base and head took turns step by step (docs/duet.md): the verdict is the duet's paired efficiency ratio
     assert "below 1.000 (the base commit, step by step)" in table and "a 10% drop explains it better" in table
     assert "duet against the base commit" in table and "Duet: base and head took turns step by step" in table
+    assert "gloo's threads bound with each rank" in table  # contract/affinity.py: --scaling-duet-threads auto
     assert "gate: A/B," in slow.stdout and "gate: round 2 done" in slow.stdout  # a drop is confirmed by a second round
     # both commits ran in every round, in alternating order; the base's checkout is gone afterwards
     latest = tmp_path / "gate" / "latest"

@@ -103,6 +103,7 @@ def pooled(launches: Sequence[LaunchRecord]) -> tuple[LaunchRecord, ...]:
             final_loss=launches[-1].final_loss,
             peak_memory_bytes=tuple(map(max, zip(*peaks))) if len(set(map(len, peaks))) == 1 else peaks[0],
             duet=next((launch.duet for launch in launches if launch.duet != PAIRED), PAIRED),
+            duet_threads=next((x.duet_threads for x in launches if x.duet_threads != "bound"), "bound"),
         ),
     )
 

@@ -24,6 +24,15 @@ binds the calling thread and what it starts later): gloo's worker threads, start
 stay free to run on any core. Binding the whole process first halved ``zero1-torch-resnet-1x2``
 (148 vs 297-390 samples/s), whose many small broadcasts then queued behind compute on one core.
 
+In a duet, gloo's worker threads (two a group, which run every collective's work) are then bound with the rank
+too (``--scaling-duet-threads auto``, the default): left free, where they settle in a launch is a level of that
+launch, different for the two sides. Whole A/A gates in turns of one, free against bound (2026-11-27, load 0.1-2.5):
+the canaries' round spread 2.39% free, 1.68% bound (19 gates each; fsdp 2.83% against 1.94%, a replayed 5% drop
+caught 84.3% against 99.7%). A strategy whose card says why (``duet_threads_free``: zero1-torch, whose duet step
+at W took 183-189 ms bound against 70-82 ms free) keeps them free, and so does a team's script, whose A/A rounds
+spread no less bound (``SCRIPT_FREE``); ``bound`` or ``free`` chooses for every case.
+The rank's result says which (``gloo_threads``), and the duet's verdict names it.
+
 Off by default (``--scaling-cpu-binding on``): a process group a strategy creates after the binding
 (Lightning Fabric's) still gets its threads on the rank's core, and fabric-ddp-resnet-1x2 ran at half
 DDP's throughput bound (550 vs 1141 samples/s). DDP itself gains: 33.0 vs 36.6 ms median step and
@@ -35,8 +44,14 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from scalegate.contract import cards
+
 ENV = "SCALEGATE_CPUS"
-THREADS_ENV = "SCALEGATE_DUET_BIND_THREADS"  # experiment (benchmarks/duet_bias.py): "all" binds gloo's threads too
+# measured on the 2-core VMs (docs/duet.md, 2026-11-27): the example script's whole A/A gates, free against bound
+SCRIPT_FREE = (
+    "a team's script: bound, the example script's A/A duet rounds spread no less (7 whole gates each way, "
+    "interleaved: 2.03% free, 2.90% bound)"
+)
 
 
 def node_cpus() -> list[int]:
@@ -65,9 +80,26 @@ def parse(text: str) -> list[int] | None:
     return [int(part) for part in text.split(",")]
 
 
-def bind(threads: int, env: dict[str, str] | None = None, duet: bool = False) -> dict[str, object]:
+def gloo_threads(choice: str, strategy: str, script: bool = False) -> tuple[bool, str]:
+    """Whether a duet binds gloo's worker threads with the rank (``--scaling-duet-threads``), and why not where it
+    does not. ``auto``: bound, unless the strategy's card says why not, or the ranks run a team's ``script``."""
+    if choice == "bound":
+        return True, ""
+    if choice == "free":
+        return False, "--scaling-duet-threads free"
+    if script:
+        return False, SCRIPT_FREE
+    known = strategy in cards.CARDS
+    why = cards.card(strategy).duet_threads_free if known else ""
+    return (False, f"{strategy}: {why}") if why else (True, "")
+
+
+def bind(
+    threads: int, env: dict[str, str] | None = None, duet: bool = False, duet_threads: tuple[bool, str] = (True, "")
+) -> dict[str, object]:
     """Bind this thread (and what it starts later) by ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``; returns what was done,
-    for the result. ``duet``: the rank takes turns with its partner's, whose rank of the same number binds alike."""
+    for the result. ``duet``: the rank takes turns with its partner's, whose rank of the same number binds alike;
+    ``duet_threads`` (``gloo_threads``): whether the threads the process has now (gloo's) are bound with it."""
     env = os.environ if env is None else env
     if ENV in env:
         cpus = parse(env[ENV])
@@ -82,11 +114,13 @@ def bind(threads: int, env: dict[str, str] | None = None, duet: bool = False) ->
     if mine is None:
         return {"cpus": None, "why": why}
     os.sched_setaffinity(0, mine)
-    threads_bound = _bind_threads(mine) if duet and os.environ.get(THREADS_ENV) == "all" else 0
+    if not duet:
+        return {"cpus": mine, "why": ""}
+    bound, free_why = duet_threads
     return {
         "cpus": mine,
-        "why": "duet: both sides' rank on the same cores" if duet else "",
-        **({"threads": threads_bound} if threads_bound else {}),
+        "why": "duet: both sides' rank on the same cores",
+        "gloo_threads": f"bound ({_bind_threads(mine)} threads)" if bound else f"free: {free_why}",
     }
 
 

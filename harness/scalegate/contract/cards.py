@@ -37,6 +37,9 @@ class StrategyCard:
     needs: tuple[str, ...] = ()  # PIPELINE, TENSOR_PARALLEL
     compiles: bool = False  # --scaling-compile applies (harness/scalegate/worker/compiling.py)
     opt_in: bool = False  # runs only when named (--scaling-strategies, scaling_matrix, parity), not in "all"
+    # why gloo's worker threads stay free in a duet on CPU (contract/affinity.py ``gloo_threads``); "" binds them
+    # with the rank, as every other strategy's are (--scaling-duet-threads auto)
+    duet_threads_free: str = ""
 
 
 _S = "scalegate.strategies."
@@ -52,6 +55,11 @@ _FABRIC_FSDP = (
 )
 _DEEPSPEED_CPU = (
     'Lightning refuses CPU: "The DeepSpeed strategy is only supported on CUDA GPUs but `CPUAccelerator` is used."'
+)
+# measured on the 2-core VMs (benchmarks/duet_bias.py, 2026-11-27): zero1-torch-resnet-1x2's duet step at W
+ZERO1_THREADS_FREE = (
+    "its many small broadcasts queue behind the rank's compute on its core: bound, its duet step at W took "
+    "183-189 ms against 70-82 ms free (zero1-torch-resnet-1x2)"
 )
 FSDP1_REFUSAL = "FSDP needs a non-CPU accelerator device, but no accelerator device is detected."
 
@@ -75,7 +83,12 @@ CARDS: dict[str, StrategyCard] = {
         ),
         # with one node the replicate dimension is 1 and HSDP is plain FSDP
         StrategyCard(name="hsdp", impl=_S + "hsdp:HSDP", min_nodes=2, compiles=True),
-        StrategyCard(name="zero1-torch", impl=_S + "zero1_torch:Zero1Torch", compiles=True),
+        StrategyCard(
+            name="zero1-torch",
+            impl=_S + "zero1_torch:Zero1Torch",
+            compiles=True,
+            duet_threads_free=ZERO1_THREADS_FREE,
+        ),
         # one stage per rank; a single stage is not a pipeline
         StrategyCard(name="pipeline-gpipe", impl=_S + "pipeline:GPipe", min_world=2, needs=(PIPELINE,)),
         StrategyCard(name="pipeline-1f1b", impl=_S + "pipeline:OneFOneB", min_world=2, needs=(PIPELINE,)),

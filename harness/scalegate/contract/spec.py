@@ -15,6 +15,7 @@ from scalegate.contract.topology import Topology
 DTYPES = ("fp32", "bf16")
 SCALINGS = ("weak", "strong")
 DEVICES = ("auto", "cpu", "cuda")
+DUET_THREADS = ("auto", "bound", "free")  # --scaling-duet-threads (contract/affinity.py gloo_threads)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +143,8 @@ class CaseSpec:
     device: str = "auto"
     cpu_threads: int = 1
     cpu_binding: bool = False  # CPU devices: each local rank on cores of its own (scalegate/contract/affinity.py)
+    # a duet on CPU devices: gloo's worker threads bound with the rank, or free (contract/affinity.py gloo_threads)
+    duet_threads: str = "auto"
     tp_sequence_parallel: bool = False  # tp, fsdp-tp: the norms run on sequence shards (scalegate/strategies/tp.py)
     # --scaling-compile: the workload's blocks run under torch.compile (harness/scalegate/worker/compiling.py); a baseline of its own
     compile: bool = False
@@ -202,6 +205,7 @@ class CaseSpec:
         _one_of("dtype", self.dtype, DTYPES, self.case_id)
         _one_of("scaling", self.scaling, SCALINGS, self.case_id)
         _one_of("device", self.device, DEVICES, self.case_id)
+        _one_of("duet_threads", self.duet_threads, DUET_THREADS, self.case_id)
         if self.cpu_threads < 1:
             raise SpecError(f"cpu_threads={self.cpu_threads} must be >= 1", "pass --scaling-cpu-threads 1 or more")
         if not self.memory_interval_ms > 0:

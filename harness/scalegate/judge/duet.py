@@ -256,6 +256,19 @@ def fallback(record: CaseRecord, base: CaseRecord) -> str:
     return f"; no duet, today's rounds: {why}"
 
 
+def threads_said(record: CaseRecord, base: CaseRecord) -> str:
+    """Where gloo's worker threads ran in the duet (contract/affinity.py ``gloo_threads``), for the verdict: "" where
+    the ranks do not say (CUDA, a base commit from before the choice)."""
+    sides = [sorted({launch.duet_threads or "not said" for launch in r.launches}) for r in (record, base)]
+    if sides[0] == sides[1] == ["not said"]:
+        return ""
+    if sides[0] == sides[1] and len(sides[0]) == 1:
+        said = sides[0][0]
+        return "; gloo's threads bound with each rank" if said == "bound" else f"; gloo's threads {said}"
+    head, base_said = ("/".join(s) for s in sides)
+    return f"; gloo's threads: head {head}, base {base_said}"
+
+
 def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, overrides: Overrides) -> Timing | None:
     """The A/B verdict on the duet's efficiency ratio, where every round was a duet; None otherwise. With
     ``--scaling-step-time-tolerance`` the step time at W is decided too, and either regressing fails the case."""
@@ -265,7 +278,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     rounds: list[RoundEstimate] = found_rounds  # type: ignore[assignment]
     design = rounds_design(record, baseline, overrides, sigma_floor=0.0)  # no floor from arithmetic: sigma is measured
     over = f"{len(rounds)} duet round{'s' if len(rounds) > 1 else ''} ({'; '.join(r.describe() for r in rounds)})"
-    where = f"[{record.where}, duet against the base commit]"
+    where = f"[{record.where}, duet against the base commit{threads_said(record, base)}]"
     verdicts = [
         _decided(
             [r.efficiency_log for r in rounds], [r.se for r in rounds], aa_floor(record, baseline), design, over, where

@@ -43,6 +43,9 @@ class LaunchRecord:
     # a gate --base round's duet (docs/duet.md): "paired" (took turns with the other commit's job), "solo: why", or ""
     duet: str = ""
     reference_duet: str = ""  # ... of the round's 1x1 reference
+    # a duet on CPU: gloo's worker threads "bound" with the rank or "free: why" (contract/affinity.py), or "" (no duet,
+    # CUDA, a base commit whose ranks do not say)
+    duet_threads: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +142,7 @@ def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
         wire_source=wire.get("source") or "",
         checkpoint_s_per_gb=(resources.checkpoint(result) or {}).get("s_per_gb"),
         duet=duet_status(result),
+        duet_threads=duet_threads(result),
     )
 
 
@@ -151,6 +155,15 @@ def duet_status(result: CaseResult) -> str:
     if all(d.get("paired") for d in duets):
         return PAIRED
     return "solo: " + next((d.get("why") or "" for d in duets if not d.get("paired")), "")
+
+
+def duet_threads(result: CaseResult) -> str:
+    """ "bound" where every rank of a duet bound gloo's threads with it, else the first rank's "free: why", or ""
+    (ranks' ``extra["cpu_binding"]["gloo_threads"]``, contract/affinity.py)."""
+    said = [(r.extra.get("cpu_binding") or {}).get("gloo_threads") or "" for r in result.ranks]
+    if not said or not all(said):
+        return ""
+    return "bound" if all(s.startswith("bound") for s in said) else next(s for s in said if not s.startswith("bound"))
 
 
 def references_duet(references: Sequence[CaseResult]) -> str:

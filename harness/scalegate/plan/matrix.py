@@ -57,6 +57,7 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
         seed=options.seed,
         cpu_threads=options.cpu_threads,
         cpu_binding=options.cpu_binding,
+        duet_threads=options.duet_threads,
         tp_sequence_parallel=options.tp_sequence_parallel,
         compile=options.compile,
         timeout_s=options.timeout_s,

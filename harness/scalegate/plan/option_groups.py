@@ -176,6 +176,14 @@ def add_execution_options(addoption: AddOption, prefix: str = "scaling-") -> Non
         "faster, steadier DDP, but a process group created later shares the rank's core (default: %(default)s)",
     )
     addoption(
+        f"--{prefix}duet-threads",
+        default="auto",
+        choices=("auto", "bound", "free"),
+        help="CPU devices, a gate --base duet: bind gloo's worker threads with their rank (bound), or leave them to "
+        "the scheduler (free); auto binds them except for a team's script and where the strategy's card says why "
+        "not, as zero1-torch's does (harness/scalegate/contract/affinity.py; default: %(default)s)",
+    )
+    addoption(
         f"--{prefix}link-rate",
         type=t.link_rate(f"--{prefix}link-rate"),
         default="1gbit",

@@ -92,6 +92,7 @@ class Options:
     reference_launches: int | None = None  # --scaling-reference-launches: the 1x1 reference's; None = ``launches``
     reference_steps: int | None = None  # --scaling-reference-steps: a 1x1 reference launch's; None = ``steps``
     cpu_binding: bool = False
+    duet_threads: str = "auto"  # --scaling-duet-threads (contract/affinity.py gloo_threads)
     tp_sequence_parallel: bool = False
     compile: bool = False
     checkpoint: bool = False  # --scaling-checkpoint: the checkpoint window (scalegate/measure/checkpoint.py)
@@ -143,6 +144,7 @@ def parse(values: argparse.Namespace, rootdir: Path, strategy_names: Sequence[st
         timeout_s=duet.launch_timeout(v.scaling_timeout),
         launcher=v.scaling_launcher,
         cpu_binding=v.scaling_cpu_binding == "on",
+        duet_threads=v.scaling_duet_threads,
         link_rate=v.scaling_link_rate,
         compile=v.scaling_compile,
         tp_sequence_parallel=v.scaling_tp_sequence_parallel,

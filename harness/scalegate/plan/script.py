@@ -153,6 +153,7 @@ def spec_for(
         seed=options.seed,
         cpu_threads=options.cpu_threads,
         cpu_binding=options.cpu_binding,
+        duet_threads=options.duet_threads,
         timeout_s=options.timeout_s,
         memory_interval_ms=options.memory_interval_ms,
         grad_check=False,  # gradients cannot be checked from outside a script: the table says n/a

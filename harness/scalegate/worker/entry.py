@@ -80,10 +80,11 @@ def main(argv: list[str] | None = None) -> int:
                 device_id=ctx.device if ctx.device.type == "cuda" else None,
             )
         binding: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
-        if ctx.device.type == "cpu":  # after the process group: gloo's own threads stay free to run anywhere
-            paired = turns.ACTIVE.paired  # a duet binds both sides' rank r alike
+        if ctx.device.type == "cpu":  # after the process group: gloo's own threads stay free, outside a duet
+            paired = turns.ACTIVE.paired  # a duet binds both sides' rank r alike, and gloo's threads by its choice
+            threads = affinity.gloo_threads(spec.duet_threads, spec.strategy)
             binding = (
-                affinity.bind(spec.cpu_threads, duet=paired)
+                affinity.bind(spec.cpu_threads, duet=paired, duet_threads=threads)
                 if spec.cpu_binding or paired
                 else {"cpus": None, "why": "off"}
             )

@@ -138,8 +138,9 @@ class StepClock:
         turns.ACTIVE.turn(step)
         paired = turns.ACTIVE.paired
         if paired and step == 0 and self.ctx.device.type == "cpu":
-            # after the script's first step its process group exists: gloo's threads stay free, as in entry.py
-            self.binding = affinity.bind(self.spec.cpu_threads, duet=True)
+            # after the script's first step its process group exists: gloo's threads stay free unless the user binds them
+            threads = affinity.gloo_threads(self.spec.duet_threads, self.spec.strategy, script=True)
+            self.binding = affinity.bind(self.spec.cpu_threads, duet=True, duet_threads=threads)
         if paired and self.first - 1 <= step < self.last:
             self.starts.append(self._now())
         self.step_started = time.perf_counter()  # the host clock of the next step's start (its turn's grant)
