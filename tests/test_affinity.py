@@ -86,6 +86,7 @@ def test_a_duet_binds_gloos_threads_unless_the_strategys_card_or_the_option_says
     bound, why = affinity.gloo_threads("auto", "zero1-torch")
     assert not bound and why.startswith("zero1-torch: its many small broadcasts") and "183-189 ms" in why
     assert affinity.gloo_threads("bound", "zero1-torch") == (True, "")
+    assert not affinity.gloo_threads("auto", "deepspeed-zero3")[0]  # its bound step at W: 1.6-1.8x
     assert affinity.gloo_threads("free", "ddp") == (False, "--scaling-duet-threads free")
 
 

@@ -28,8 +28,8 @@ In a duet, gloo's worker threads (two a group, which run every collective's work
 too (``--scaling-duet-threads auto``, the default): left free, where they settle in a launch is a level of that
 launch, different for the two sides. Whole A/A gates in turns of one, free against bound (2026-11-27, load 0.1-2.5):
 the canaries' round spread 2.39% free, 1.68% bound (19 gates each; fsdp 2.83% against 1.94%, a replayed 5% drop
-caught 84.3% against 99.7%). A strategy whose card says why (``duet_threads_free``: zero1-torch, whose duet step
-at W took 183-189 ms bound against 70-82 ms free) keeps them free, and so does a team's script, whose A/A rounds
+caught 84.3% against 99.7%). A strategy whose card says why (``duet_threads_free``: zero1-torch and ZeRO-3, whose
+duet step at W binding slowed 2.4x and 1.6-1.8x) keeps them free, and so does a team's script, whose A/A rounds
 spread no less bound (``SCRIPT_FREE``); ``bound`` or ``free`` chooses for every case.
 The rank's result says which (``gloo_threads``), and the duet's verdict names it.
 

@@ -56,10 +56,16 @@ _FABRIC_FSDP = (
 _DEEPSPEED_CPU = (
     'Lightning refuses CPU: "The DeepSpeed strategy is only supported on CUDA GPUs but `CPUAccelerator` is used."'
 )
-# measured on the 2-core VMs (benchmarks/duet_bias.py, 2026-11-27): zero1-torch-resnet-1x2's duet step at W
+# measured on the 2-core VMs (benchmarks/duet_bias.py, 40-pair A/A duet rounds free and bound in turn, 2026-11-27;
+# docs/duet.md, the sixteenth set): the strategies whose duet step at W binding slowed by half or more. The others
+# read 0.88-1.27x (ddp, fsdp, pipelines, ZeRO-1/2, Fabric, Lightning; tp 1.47x and 1.00x in two rounds).
 ZERO1_THREADS_FREE = (
     "its many small broadcasts queue behind the rank's compute on its core: bound, its duet step at W took "
     "183-189 ms against 70-82 ms free (zero1-torch-resnet-1x2)"
+)
+ZERO3_THREADS_FREE = (
+    "its many small all-gathers queue behind the rank's compute on its core: bound, its duet step at W took "
+    "362-403 ms against 205-255 ms free (deepspeed-zero3-resnet-1x2)"
 )
 FSDP1_REFUSAL = "FSDP needs a non-CPU accelerator device, but no accelerator device is detected."
 
@@ -94,7 +100,12 @@ CARDS: dict[str, StrategyCard] = {
         StrategyCard(name="pipeline-1f1b", impl=_S + "pipeline:OneFOneB", min_world=2, needs=(PIPELINE,)),
         StrategyCard(name="deepspeed-zero1", impl=_S + "deepspeed_zero:DeepSpeedZero1", packages=("deepspeed",)),
         StrategyCard(name="deepspeed-zero2", impl=_S + "deepspeed_zero:DeepSpeedZero2", packages=("deepspeed",)),
-        StrategyCard(name="deepspeed-zero3", impl=_S + "deepspeed_zero:DeepSpeedZero3", packages=("deepspeed",)),
+        StrategyCard(
+            name="deepspeed-zero3",
+            impl=_S + "deepspeed_zero:DeepSpeedZero3",
+            packages=("deepspeed",),
+            duet_threads_free=ZERO3_THREADS_FREE,
+        ),
         StrategyCard(name="fabric-ddp", impl=_S + "fabric:FabricDDP", packages=("lightning",)),
         StrategyCard(
             name="fabric-fsdp", impl=_S + "fabric:FabricFSDP", packages=("lightning",), needs_cuda=_FABRIC_FSDP

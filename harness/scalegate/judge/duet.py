@@ -35,7 +35,9 @@ from scalegate.record.baselines import BaselineFile
 # 59 A/A rounds of 18 whole gates (eighth set, and the ninth's with the 1x1 reference at half the steps: 2.51% and
 # 2.92%), the floor since the ninth set: forced rounds run in one quiet sitting, a gate's rounds wherever it runs, and
 # gates that disagree run longer. Where the profile has not recorded its own (``aa_floor``), sigma is never below it;
-# the verdict names the source.
+# the verdict names the source. The workloads' floor was measured with gloo's threads free; bound, the default since
+# 2026-11-27 (contract/affinity.py), the canaries' rounds spread 1.3-1.9% (68 rounds, 30 gates), so it errs toward
+# fewer false alarms.
 RECORDED_AA = {
     "workload": (0.0232, "20 A/A duet rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
     "script": (

@@ -181,7 +181,7 @@ def add_execution_options(addoption: AddOption, prefix: str = "scaling-") -> Non
         choices=("auto", "bound", "free"),
         help="CPU devices, a gate --base duet: bind gloo's worker threads with their rank (bound), or leave them to "
         "the scheduler (free); auto binds them except for a team's script and where the strategy's card says why "
-        "not, as zero1-torch's does (harness/scalegate/contract/affinity.py; default: %(default)s)",
+        "not, as zero1-torch's and ZeRO-3's do (harness/scalegate/contract/affinity.py; default: %(default)s)",
     )
     addoption(
         f"--{prefix}link-rate",
