@@ -462,7 +462,9 @@ def test_the_duets_verdict_names_where_gloos_threads_ran_on_each_side():
     assert "[ddp-cnn-1x2:tiny on p, duet against the base commit; gloo's threads bound with each rank]" in verdict(
         "bound", "bound"
     )
-    free = "free: zero1-torch: its many small broadcasts queue"
-    assert f"duet against the base commit; gloo's threads {free}]" in verdict(free, free)
+    free = "free: zero1-torch: its many small broadcasts queue behind the rank's compute"
+    assert "duet against the base commit; gloo's threads free (zero1-torch)]" in verdict(free, free)
+    script = "free: a team's script: bound, the example script's A/A duet rounds spread no less"
+    assert "gloo's threads: head bound, base free (a team's script)]" in verdict("bound", script)
     assert "duet against the base commit; gloo's threads: head bound, base not said]" in verdict("bound", "")
     assert "duet against the base commit]" in verdict("", "")  # CUDA: nothing to say

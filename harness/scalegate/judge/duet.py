@@ -260,8 +260,9 @@ def fallback(record: CaseRecord, base: CaseRecord) -> str:
 
 def threads_said(record: CaseRecord, base: CaseRecord) -> str:
     """Where gloo's worker threads ran in the duet (contract/affinity.py ``gloo_threads``), for the verdict: "" where
-    the ranks do not say (CUDA, a base commit from before the choice)."""
-    sides = [sorted({launch.duet_threads or "not said" for launch in r.launches}) for r in (record, base)]
+    the ranks do not say (CUDA, a base commit from before the choice). A reason to leave them free is named by its
+    first words (the strategy, "a team's script", the option); the ranks' results keep the whole of it."""
+    sides = [sorted({_short(launch.duet_threads) for launch in r.launches}) for r in (record, base)]
     if sides[0] == sides[1] == ["not said"]:
         return ""
     if sides[0] == sides[1] and len(sides[0]) == 1:
@@ -269,6 +270,13 @@ def threads_said(record: CaseRecord, base: CaseRecord) -> str:
         return "; gloo's threads bound with each rank" if said == "bound" else f"; gloo's threads {said}"
     head, base_said = ("/".join(s) for s in sides)
     return f"; gloo's threads: head {head}, base {base_said}"
+
+
+def _short(said: str) -> str:
+    """ "free: zero1-torch: its many small broadcasts ..." -> "free (zero1-torch)"; "" -> "not said"."""
+    if not said.startswith("free: "):
+        return said or "not said"
+    return f"free ({said[len('free: ') :].split(':')[0]})"
 
 
 def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, overrides: Overrides) -> Timing | None:
