@@ -149,10 +149,9 @@ def one_run(a: argparse.Namespace) -> list[dict]:
 
 def duet_threads(extra: str) -> str:
     """``--scaling-duet-threads`` as ``--extra`` sets it, else the default (contract/affinity.py)."""
-    words = shlex.split(extra)
-    named = [w.split("=", 1)[1] for w in words if w.startswith("--scaling-duet-threads=")]
-    named += [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--scaling-duet-threads"]
-    return named[-1] if named else "auto"
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--scaling-duet-threads", default="auto")
+    return parser.parse_known_args(shlex.split(extra))[0].scaling_duet_threads
 
 
 def main() -> int:

@@ -468,3 +468,16 @@ def test_the_duets_verdict_names_where_gloos_threads_ran_on_each_side():
     assert "gloo's threads: head bound, base free (a team's script)]" in verdict("bound", script)
     assert "duet against the base commit; gloo's threads: head bound, base not said]" in verdict("bound", "")
     assert "duet against the base commit]" in verdict("", "")  # CUDA: nothing to say
+
+
+def test_a_rounds_pooled_launches_say_bound_only_where_every_one_was():
+    from scalegate.cli.gate_rounds import pooled
+
+    def launch(threads: str) -> LaunchRecord:
+        return LaunchRecord(step_times_s=(0.01,) * 4, duet="paired", duet_threads=threads)
+
+    assert pooled([launch("bound"), launch("bound")])[0].duet_threads == "bound"
+    assert pooled([launch("bound"), launch("free: why")])[0].duet_threads == "free: why"
+    assert (
+        pooled([launch("bound"), launch("")])[0].duet_threads == ""
+    )  # one launch said nothing: neither does the round

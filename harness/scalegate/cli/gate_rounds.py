@@ -36,7 +36,7 @@ from scalegate.contract import atomic, checkout, duet
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import CaseRecord
 from scalegate.judge import duet as judge_duet
-from scalegate.judge.evidence import PAIRED, LaunchRecord
+from scalegate.judge.evidence import PAIRED, LaunchRecord, threads_of
 from scalegate.launch import duet_fit
 from scalegate.plan import hostinfo
 from scalegate.record import baselines, runfiles
@@ -103,7 +103,7 @@ def pooled(launches: Sequence[LaunchRecord]) -> tuple[LaunchRecord, ...]:
             final_loss=launches[-1].final_loss,
             peak_memory_bytes=tuple(map(max, zip(*peaks))) if len(set(map(len, peaks))) == 1 else peaks[0],
             duet=next((launch.duet for launch in launches if launch.duet != PAIRED), PAIRED),
-            duet_threads=next((x.duet_threads for x in launches if x.duet_threads != "bound"), "bound"),
+            duet_threads=threads_of([launch.duet_threads for launch in launches]),
         ),
     )
 

@@ -89,8 +89,8 @@ def gloo_threads(choice: str, strategy: str, script: bool = False) -> tuple[bool
         return False, "--scaling-duet-threads free"
     if script:
         return False, SCRIPT_FREE
-    known = strategy in cards.CARDS
-    why = cards.card(strategy).duet_threads_free if known else ""
+    card = cards.CARDS.get(strategy)
+    why = card.duet_threads_free if card else ""
     return (False, f"{strategy}: {why}") if why else (True, "")
 
 

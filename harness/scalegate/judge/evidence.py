@@ -158,9 +158,14 @@ def duet_status(result: CaseResult) -> str:
 
 
 def duet_threads(result: CaseResult) -> str:
-    """ "bound" where every rank of a duet bound gloo's threads with it, else the first rank's "free: why", or ""
-    (ranks' ``extra["cpu_binding"]["gloo_threads"]``, contract/affinity.py)."""
-    said = [(r.extra.get("cpu_binding") or {}).get("gloo_threads") or "" for r in result.ranks]
+    """What a launch's ranks said of gloo's threads (``extra["cpu_binding"]["gloo_threads"]``, contract/affinity.py),
+    as one (``threads_of``)."""
+    return threads_of([(r.extra.get("cpu_binding") or {}).get("gloo_threads") or "" for r in result.ranks])
+
+
+def threads_of(said: Sequence[str]) -> str:
+    """ "bound" where every rank (or launch) bound gloo's threads, else the first "free: why"; "" where one said
+    nothing."""
     if not said or not all(said):
         return ""
     return "bound" if all(s.startswith("bound") for s in said) else next(s for s in said if not s.startswith("bound"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from scalegate.contract.spec import FAULT_SYNTAX
+from scalegate.contract.spec import DUET_THREADS, FAULT_SYNTAX
 from scalegate.plan import option_types as t
 
 AddOption = Callable[..., Any]  # pytest's OptionGroup.addoption or argparse's add_argument
@@ -178,7 +178,7 @@ def add_execution_options(addoption: AddOption, prefix: str = "scaling-") -> Non
     addoption(
         f"--{prefix}duet-threads",
         default="auto",
-        choices=("auto", "bound", "free"),
+        choices=DUET_THREADS,
         help="CPU devices, a gate --base duet: bind gloo's worker threads with their rank (bound), or leave them to "
         "the scheduler (free); auto binds them except for a team's script and where the strategy's card says why "
         "not, as zero1-torch's and ZeRO-3's do (harness/scalegate/contract/affinity.py; default: %(default)s)",
