@@ -15,7 +15,7 @@ repetition, in shuffled order. Each launch's judge record goes to a JSON-lines f
 ``--baseline-launches`` clean launches of one collection (``scalegate.record.update.local_entry``, as
 ``--scaling-update-baselines --scaling-launches M`` writes it), then, per trial, launches drawn without
 replacement from another collection handed one at a time to ``scalegate.judge.judge`` until it decides or
-the budget (``scalegate.cli.gate.SETTINGS``) is spent. Clean launches judged ``regressed`` are false alarms; slowed
+the budget (``scalegate.policy.GATE_MAX_LAUNCHES``) is spent. Clean launches judged ``regressed`` are false alarms; slowed
 ones, detections. It also reports the efficiency drop each injected slowdown really caused, by DESIGN.md's
 definition (classic efficiency, launches pooled) and on the local efficiency.
 
@@ -41,22 +41,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scalegate import workloads  # noqa: E402
-from scalegate.cli import gate
+from scalegate import (
+    policy,
+    workloads,  # noqa: E402
+)
 from scalegate.contract.errors import ScalegateError  # noqa: E402
 from scalegate.contract.spec import CaseSpec, Faults  # noqa: E402
 from scalegate.figures import resources
 from scalegate.judge import CaseRecord, Conduct, LaunchRecord, estimates, judge  # noqa: E402
 from scalegate.judge.evidence import launch_record  # noqa: E402
 from scalegate.launch import run_case, warm  # noqa: E402
-from scalegate.plan import options
 from scalegate.record import update  # noqa: E402
 from scalegate.record.baselines import BaselineFile  # noqa: E402
 from tests.repos import SLOW_DDP
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed-zero2")
 SLOWDOWNS = (0.0, 0.093, 0.111)
-MAX_LAUNCHES = int(gate.SETTINGS[gate.SETTINGS.index("--scaling-max-launches") + 1])
+MAX_LAUNCHES = policy.GATE_MAX_LAUNCHES
 
 
 PARITY = "parity"  # parity-fabric-ddp-vs-ddp-cnn-1x2: fabric-ddp with ddp as its companion (scalegate/parity.py)
@@ -82,7 +83,7 @@ def spec_for(strategy: str, slowdown: float) -> CaseSpec:
         preset="tiny",
         topology=topology,
         micro_batch=preset.micro_batch,
-        local_steps=0 if strategy == "single" else options.LOCAL_STEPS,
+        local_steps=0 if strategy == "single" else policy.LOCAL_STEPS,
         faults=Faults(slowdown=slowdown),
     )
 

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import detection  # noqa: E402
 
-from scalegate.cli import gate
+from scalegate import policy
 from scalegate.judge import CaseRecord, Conduct, estimates, judge  # noqa: E402
 from scalegate.plan import hostinfo  # noqa: E402
 from scalegate.record import baselines
@@ -228,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("replay", help="the A/B gate's judge replayed over collect --ab launches")
     r.add_argument("data")
     r.add_argument("--strategies", nargs="+", default=list(detection.STRATEGIES))
-    r.add_argument("--budget", type=int, default=gate.MAX_LAUNCHES, help="rounds per verdict (default: the gate's)")
+    r.add_argument(
+        "--budget", type=int, default=policy.GATE_MAX_LAUNCHES, help="rounds per verdict (default: the gate's)"
+    )
     r.add_argument("--trials", type=int, default=2000)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--profile", help="the committed baseline file lending the spreads (default: this machine's)")

@@ -8,7 +8,7 @@
     python benchmarks/duet_bias.py --kind script --steps 600 --extra "--scaling-reference-launches 4"
 
 One A/A duet of ``ddp-cnn-1x2`` (and its 1x1 reference) for a fixed number of rounds, driven by the gate's own
-``gate_rounds.run`` and coordinator, in a throwaway copy of this checkout. Where the head's step time at W and at
+``gate.rounds.run`` and coordinator, in a throwaway copy of this checkout. Where the head's step time at W and at
 1x1 keeps one sign across layouts, the bias follows the side's name (its place in the turn order, which session
 starts first); where it flips with ``swapped`` and vanishes with ``same``, it follows the tree (paths, environment
 size). Each round's ``d_1``, ``d_w`` (head/base log ratios) go to ``--out``. Timing: nothing else running.
@@ -31,8 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from scalegate.cli import gate, gate_rounds, worktree  # noqa: E402
-from scalegate.cli.project import Project  # noqa: E402
+from scalegate import policy  # noqa: E402
+from scalegate.gate import rounds, worktree  # noqa: E402
+from scalegate.gate.project import Project  # noqa: E402
+from scalegate.gate.sides import Side, session_command  # noqa: E402
 from scalegate.judge import duet  # noqa: E402
 from scalegate.judge.evidence import CaseRecord  # noqa: E402
 from scalegate.launch.duet import Coordinator  # noqa: E402
@@ -117,14 +119,15 @@ def one_run(a: argparse.Namespace) -> list[dict]:
         project = Project.find(repo)
         gate_dir = repo / "results" / "bias"
         empty = gate_dir / "no-baselines"
-        command = gate.ab_command(project, sys.executable, empty)
+        settings = ["--scaling-tolerance", str(policy.AB_GATE_TOLERANCE), "--scaling-max-launches", str(a.rounds)]
+        command = session_command(project, sys.executable, settings, empty)
         # equal: a sibling whose name is as long as the repository's ("base" beside "repo")
         where = repo.parent / "base".ljust(len(repo.name), "-") if a.layout == "equal" else gate_dir / "base-tree"
         with worktree.checkout(repo, "HEAD", where) as base:
             trees = {"swapped": (repo, base.path), "same": (repo, repo)}.get(a.layout, (base.path, repo))
             sides = [
-                gate_rounds.Side(name="base", tree=trees[0], argv=command),
-                gate_rounds.Side(name="head", tree=trees[1], argv=command),
+                Side(name="base", tree=trees[0], argv=command),
+                Side(name="head", tree=trees[1], argv=command),
             ]
 
             def undecided(merged: dict) -> list[str]:
@@ -132,18 +135,13 @@ def one_run(a: argparse.Namespace) -> list[dict]:
                     a.partial.write_text(json.dumps({"note": a.note, "rounds": rounds_of(merged)}) + "\n")
                 return [case]
 
-            with Coordinator() as coordinator:
+            with Coordinator(alternate=a.pairing == "alternate") as coordinator:
                 if a.first != "alternate":  # always the one side first (the experiment; the gate alternates)
                     round_started = coordinator.round_started
                     coordinator.round_started = lambda refused=None, first="": round_started(refused, first=a.first)
-                merged, _ = gate_rounds.run(
-                    sides,
-                    [*gate.AB_SETTINGS, *select, *shlex.split(a.extra)],
-                    gate_dir,
-                    undecided,
-                    a.rounds,
-                    coordinator,
-                )
+                paired = rounds.Paired(coordinator=coordinator, pairing=a.pairing)
+                args = [*select, *shlex.split(a.extra)]
+                merged = rounds.run(sides, args, gate_dir, undecided, a.rounds, paired=paired).merged
         return [r for r in rounds_of(merged, a.raw) if f"[{r['case']}]" == case]  # not --with-single's single-cnn-1x1
 
 
@@ -179,6 +177,7 @@ def main() -> int:
         help="the side whose job turns first: by round as the gate does, or always the one named",
     )
     p.add_argument("--kind", choices=("canary", "script"), default="canary")
+    p.add_argument("--pairing", choices=("duet", "alternate"), default="duet", help="step by step, or whole jobs")
     p.add_argument("--strategy", default="ddp", help="the canary's strategy: ddp, fsdp, deepspeed-zero2")
     p.add_argument("--model", default="cnn", help="the canary's workload (resnet: ~18 ms a step on one GPU)")
     p.add_argument("--topology", default="1x2", help="the canary's topology (1x1 on one GPU)")
@@ -204,6 +203,7 @@ def main() -> int:
         "steps": a.steps,
         "duet_threads": duet_threads(a.extra),  # until 2026-11-27: "bind_threads", "all" where bound, "" free
         "layout": a.layout,
+        "pairing": a.pairing,
         "first": a.first,
         "repeat": a.repeat,
         "with_single": a.with_single,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from scalegate.cli import worktree
+from scalegate.gate import worktree
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -37,9 +37,10 @@ def test_a_step_gives_the_gate_every_option_of_its_command_line():
     lacked --base-python, and every step died with an AttributeError)."""
     from scalegate.cli import gate
 
-    args = gate.namespace(base="abc123", json="step.json")
+    args, extra = gate.namespace(["-k", "ddp", "--scaling-max-launches=3"], base="abc123", json="step.json")
     assert (args.base, args.base_python, args.markdown, args.json) == ("abc123", None, None, "step.json")
-    assert args.results_dir == "results/gate" and args.gate is True
+    assert args.results_dir == "results/gate" and args.handler is gate.main and args.pairing == "auto"
+    assert extra == ["-k", "ddp"] and args.forward == ["--scaling-max-launches=3"] and args.scaling_max_launches == 3
 
 
 def test_a_crash_of_the_gate_stops_the_bisect_instead_of_calling_the_commit_bad(tmp_path, monkeypatch, capsys):

@@ -315,29 +315,11 @@ def test_the_suite_reports_checkpoint_figures_in_the_table_the_case_json_and_ext
 
 def test_the_option_reaches_every_case_spec_and_the_session_puts_the_files_in_the_case_directory(tmp_path):
     from scalegate.plan import hostinfo, matrix
-    from scalegate.plan.options import Options
+    from scalegate.plan.options import from_argv
     from scalegate.session import ScalingSession
 
-    opts = Options(
-        strategies=("ddp",),
-        models=("cnn",),
-        topologies=("1x2",),
-        preset="tiny",
-        steps=2,
-        warmup=1,
-        tolerance=None,
-        default_tolerance=0.1,
-        results_dir=tmp_path,
-        baseline_dir=tmp_path,
-        update_baselines=False,
-        require_baseline=False,
-        timeout_s=240,
-        cpu_threads=1,
-        seed=1,
-        dtype="fp32",
-        inject_delay_ms=0.0,
-        checkpoint=True,
-    )
+    argv = ["--scaling-strategies=ddp", "--scaling-models=cnn", "--scaling-topologies=1x2", "--scaling-steps=2"]
+    opts = from_argv([*argv, "--scaling-warmup=1", f"--scaling-results-dir={tmp_path}", "--scaling-checkpoint"])
     host = hostinfo.detect()
     case_spec = matrix.spec_for("ddp", "cnn", "1x2", opts, host)
     assert case_spec.checkpoint and not case_spec.checkpoint_dir  # the session decides where
@@ -345,7 +327,7 @@ def test_the_option_reaches_every_case_spec_and_the_session_puts_the_files_in_th
     assert session._windows(case_spec).checkpoint_dir == str(
         (tmp_path / "run" / "ddp-cnn-1x2" / "checkpoint").resolve()
     )
-    off = matrix.spec_for("ddp", "cnn", "1x2", Options(**{**opts.__dict__, "checkpoint": False}), host)
+    off = matrix.spec_for("ddp", "cnn", "1x2", from_argv(argv), host)
     assert not off.checkpoint and session._windows(off).checkpoint_dir == ""  # off by default: nothing changes
 
 

@@ -367,7 +367,7 @@ def test_record_baselines_refuses_bad_rounds_and_makes_one_launch_per_case_per_r
     assert done.returncode == 2 and "--rounds 0 is not in 1..100" in done.stderr and "HINT:" in done.stderr
     argv = record_baselines.round_argv(["-k", "ddp", "--scaling-launches", "10"], tmp_path / "r")
     # the round's own settings come last and win: relaunches would make the launches consecutive again
-    assert argv[argv.index("-k") - 1] == "scaling_tests" and argv[-8:-2] == record_baselines.ROUND
+    assert argv[argv.index("-k") - 1] == "scaling_tests" and argv[-7:-1] == record_baselines.ROUND
     assert (
         record_baselines.round_argv(["tests/test_cli.py", "-k", "x"], tmp_path)[5] == "tests/test_cli.py"
     )  # no scaling_tests
@@ -378,12 +378,17 @@ def test_a_gate_whose_parity_cases_all_skip_goes_on_without_parity(tmp_path, cap
     without parity. The first H100 run stopped there ("the gate's parity session wrote no run"). A real pytest
     session of a repository whose parity test only skips."""
     from scalegate.cli import gate
-    from scalegate.cli.project import PARITY_TEST, Project
+    from scalegate.gate import pairing
+    from scalegate.gate.plan import GatePlan
+    from scalegate.gate.project import PARITY_TEST, Project
 
     root = tmp_path / "team"
     (root / "scaling_tests").mkdir(parents=True)
     (root / PARITY_TEST).write_text(
         "import pytest\n\n\ndef test_pair():\n    pytest.skip('topology 1x2 needs 2 GPUs per node, this node has 1')\n"
     )
-    assert gate._parity(Project(root=root, parity=[PARITY_TEST]), [], tmp_path / "gate", root) == (None, 0)
+    args, extra = gate.namespace()
+    args.forward = extra
+    plan = GatePlan.build(args, Project(root=root, parity=[PARITY_TEST]))
+    assert pairing.parity(plan, root, tmp_path / "gate") == (None, 0)
     assert "gate: parity: every parity case was skipped here" in capsys.readouterr().out

@@ -45,6 +45,29 @@ def test_the_options_page_names_every_option_pytest_help_shows():
     assert listed <= options, f"docs/options.md lists options pytest does not know: {sorted(listed - options)}"
 
 
+def test_every_declared_option_is_in_pytests_help_the_gates_help_and_the_options_page():
+    """One declaration per option (plan/option_groups.py): adding a field to a section makes it a pytest option, a
+    gate option passed on to every session, and a row of docs/options.md, with nothing else to edit."""
+    from scalegate.plan import declare
+    from scalegate.plan.option_groups import SECTIONS
+
+    declared = {declare.flag_name(f) for section in SECTIONS for f in declare.fields(section)}
+    assert len(declared) > 40
+
+    def helped(*args: str) -> set[str]:
+        done = subprocess.run([sys.executable, *args, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return set(re.findall(r"(--scaling-[a-z0-9-]+)", done.stdout))
+
+    page = set(re.findall(r"`(--scaling-[a-z0-9-]+)`", (ROOT / "docs" / "options.md").read_text()))
+    for where, shown in (
+        ("pytest --help", helped("-m", "pytest", "-p", "no:cacheprovider")),
+        ("python -m scalegate gate --help", helped("-m", "scalegate", "gate")),
+        ("docs/options.md", page),
+    ):
+        assert declared == shown, f"{where}: missing {sorted(declared - shown)}, unknown {sorted(shown - declared)}"
+
+
 def test_the_readme_is_a_landing_page_with_the_quick_start_and_the_three_uses():
     text = README.read_text()
     assert len(text.splitlines()) < 150, "the README lands in one screen or two: move a section to docs/"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from scalegate import policy
 from scalegate.judge import duet as paired
 from scalegate.judge.evidence import LaunchRecord
 from scalegate.launch.duet import Coordinator
@@ -96,7 +97,7 @@ def test_two_jobs_take_turns_one_at_a_time_in_abba_order():
 
 
 def test_the_round_names_the_side_that_turns_first_so_neither_always_does():
-    """The gate alternates it by round (cli/gate_rounds.py): the side that set up and stepped first read 0.8% faster
+    """The gate alternates it by round (gate/rounds.py): the side that set up and stepped first read 0.8% faster
     at 1x1 in A/A duets, whatever the pairs' order."""
     log: list = []
     with Coordinator(pair_wait_s=30, turn_s=30) as c:
@@ -263,67 +264,79 @@ def test_a_slower_model_on_one_process_too_fails_only_where_the_step_time_is_jud
 
 def test_an_older_base_falls_back_to_rounds_with_the_reason(tmp_path):
     """A base commit of scalegate itself runs its own duet client: one without any, or one of another protocol
-    version (a version-2 base launches a script's case once a round, the head twice), runs today's rounds."""
-    from scalegate.cli.gate import _duet_refused
+    version (an older base reads its pairing from the environment, or launches a script's case once a round), runs
+    rounds, and the gate says why."""
     from scalegate.contract import duet
+    from scalegate.gate.sides import unpaired_base
 
     tree = tmp_path / "base"
     (tree / "harness" / "scalegate" / "measure").mkdir(parents=True)
     (tree / "harness" / "scalegate" / "contract").mkdir()
     (tree / "harness" / "scalegate" / "__init__.py").write_text("")
     python = sys.executable
-    assert _duet_refused(tree, False, python).startswith("the base commit has no duet client (harness/scalegate/")
+    assert unpaired_base(tree, python).startswith("the base commit has no duet client (harness/scalegate/")
     (tree / duet.CLIENT_FILE).write_text("")
     (tree / duet.PROTOCOL_FILE).write_text("VERSION = 1\n")
-    assert _duet_refused(tree, False, python) == (
+    assert unpaired_base(tree, python) == (
         f"the base commit's duet client is not version {duet.VERSION} (harness/scalegate/contract/duet.py): an older base"
     )
     (tree / duet.PROTOCOL_FILE).write_text(f"VERSION = {duet.VERSION}\n")
-    assert _duet_refused(tree, False, python) == ""
-    assert _duet_refused(tree, True, python) == "--no-duet"
+    assert unpaired_base(tree, python) == ""
 
 
-def test_a_scripts_reference_launches_four_times_in_a_duet_only(monkeypatch):
-    from scalegate.contract import duet
+def _paired_options(*more: str):
+    from scalegate.plan.options import from_argv
 
-    monkeypatch.delenv(duet.ADDRESS_ENV, raising=False)
-    assert duet.reference_launches(script=True, launches=1) == 1
-    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
-    assert duet.reference_launches(script=True, launches=1) == duet.SCRIPT_REFERENCE_LAUNCHES == 4
-    assert duet.reference_launches(script=False, launches=2) == 2
+    return from_argv(list(more))
 
 
-def test_a_scripts_reference_measures_half_the_cases_steps_in_a_duet_at_least_a_hundred(monkeypatch):
-    from scalegate.contract import duet
-
-    monkeypatch.delenv(duet.ADDRESS_ENV, raising=False)
-    assert duet.reference_steps(script=True, steps=300) == 300  # no duet: the case's steps
-    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
-    assert [duet.reference_steps(script=True, steps=n) for n in (300, 1001, 150, 40)] == [150, 501, 100, 40]
-    assert duet.reference_steps(script=False, steps=300) == 300  # a workload's 1x1 case spreads far less
-
-
-def test_a_scripts_case_launches_four_times_in_a_duet_unless_the_user_named_a_count(monkeypatch):
-    from scalegate.contract import duet
-
-    monkeypatch.delenv(duet.ADDRESS_ENV, raising=False)
-    assert duet.case_launches(script=True, launches=1, named=False) == 1
-    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
-    assert duet.case_launches(script=True, launches=1, named=False) == duet.SCRIPT_CASE_LAUNCHES == 4
-    assert duet.case_launches(script=True, launches=1, named=True) == 1  # --scaling-launches 1
-    assert duet.case_launches(script=False, launches=3, named=True) == 3
+def test_a_scripts_reference_launches_four_times_in_a_paired_session_only():
+    """The session knows it is paired from its options (--scaling-duet, set by the gate), never the environment."""
+    alone, paired = _paired_options(), _paired_options("--scaling-duet=unix:/nowhere")
+    assert alone.reference_launches(script=True) == 1
+    assert paired.reference_launches(script=True) == policy.SCRIPT_REFERENCE_LAUNCHES == 4
+    assert _paired_options("--scaling-duet=unix:/x", "--scaling-launches=2").reference_launches(script=False) == 2
+    assert _paired_options("--scaling-duet=unix:/x", "--scaling-reference-launches=3").reference_launches(True) == 3
 
 
-def test_a_scripts_duet_gate_decides_within_its_own_budget_unless_one_is_named():
-    from scalegate.contract import duet
+def test_a_scripts_reference_measures_half_the_cases_steps_when_paired_at_least_a_hundred():
+    alone, paired = _paired_options(), _paired_options("--scaling-duet=unix:/nowhere")
+    assert alone.reference_steps(script=True, steps=300) == 300  # not paired: the case's steps
+    assert [paired.reference_steps(script=True, steps=n) for n in (300, 1001, 150, 40)] == [150, 501, 100, 40]
+    assert paired.reference_steps(script=False, steps=300) == 300  # a workload's 1x1 case spreads far less
 
-    assert duet.script_rounds(8, named=False) == duet.SCRIPT_ROUNDS == 7
-    assert duet.script_rounds(4, named=False) == 4  # never above the gate's
-    assert duet.script_rounds(8, named=True) == 8  # --scaling-max-launches 8
+
+def test_a_scripts_case_launches_four_times_when_paired_unless_the_user_named_a_count():
+    assert _paired_options().case_launches(script=True) == 1
+    assert _paired_options("--scaling-duet=unix:/x").case_launches(script=True) == policy.SCRIPT_CASE_LAUNCHES == 4
+    assert _paired_options("--scaling-duet=unix:/x", "--scaling-launches=1").case_launches(script=True) == 1
+    assert _paired_options("--scaling-duet=unix:/x", "--scaling-launches=3").case_launches(script=False) == 3
+
+
+def test_a_paired_launch_may_wait_for_its_partner_so_its_time_limit_grows():
+    assert _paired_options("--scaling-timeout=100").timeout_s == 100
+    assert _paired_options("--scaling-timeout=100", "--scaling-duet=unix:/x").timeout_s == 200 + policy.PAIR_WAIT_S
+
+
+def test_a_scripts_paired_gate_decides_within_its_own_budget_unless_one_is_named(tmp_path):
+    from scalegate.gate.plan import GatePlan
+    from scalegate.gate.project import Project
+
+    def plan(*argv: str) -> GatePlan:
+        from scalegate.cli import gate
+
+        args, extra = gate.namespace(["--base", "HEAD", *argv])
+        args.forward = [*args.forward, *extra]
+        return GatePlan.build(args, Project(root=tmp_path))
+
+    assert (plan().budget, plan().script_budget) == (policy.GATE_MAX_LAUNCHES, policy.SCRIPT_ROUNDS)
+    assert plan("--scaling-max-launches", "4").script_budget == 4  # never above the gate's
+    assert plan("--scaling-max-launches=8").script_budget == 8  # named: the user's
+    assert plan().tolerance == policy.AB_GATE_TOLERANCE and plan("--scaling-tolerance", "0.1").tolerance == 0.1
 
 
 def _round_file(launches, reference=(0.004,) * 8):
-    """One round's result file of a case, as a side's session writes it (the fields gate_rounds.merge reads)."""
+    """One round's result file of a case, as a side's session writes it (the fields gate/merge.py reads)."""
     from scalegate.judge.evidence import CaseRecord
 
     record = CaseRecord(
@@ -337,7 +350,7 @@ def _round_file(launches, reference=(0.004,) * 8):
 def test_a_duet_rounds_launches_of_a_case_pool_into_one_round():
     """Two launches of a case in one duet round are one round for the judge, paired launch by launch (the head's
     first measured a step fewer), so the round's one 1x1 reference counts once; today's rounds keep them apart."""
-    from scalegate.cli.gate_rounds import merge
+    from scalegate.gate.merge import merge
     from scalegate.judge.evidence import CaseRecord
 
     def launch(steps, duet="paired", peak=(1, 2)):
@@ -362,7 +375,7 @@ def test_a_duet_rounds_launches_of_a_case_pool_into_one_round():
 
 
 def test_a_scripts_duet_rounds_take_the_scripts_budget_and_todays_rounds_the_gates():
-    from scalegate.cli.gate_rounds import merge
+    from scalegate.gate.merge import merge
     from scalegate.judge.evidence import CaseRecord
 
     def budget(duet, script_budget):
@@ -471,7 +484,7 @@ def test_the_duets_verdict_names_where_gloos_threads_ran_on_each_side():
 
 
 def test_a_rounds_pooled_launches_say_bound_only_where_every_one_was():
-    from scalegate.cli.gate_rounds import pooled
+    from scalegate.gate.merge import pooled
 
     def launch(threads: str) -> LaunchRecord:
         return LaunchRecord(step_times_s=(0.01,) * 4, duet="paired", duet_threads=threads)

@@ -1,4 +1,4 @@
-"""``gate --base-python``: the A/B gate across two Python environments (harness/scalegate/cli/environments.py).
+"""``gate --base-python``: the A/B gate across two Python environments (gate/environments.py).
 
 Fast: each bad interpreter is refused naming the side, with a HINT and no traceback, before anything launches;
 the table's lines for two environments. Default tier: the whole command with the same interpreter on both sides
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from scalegate.cli import environments
 from scalegate.contract.errors import ScalegateError
+from scalegate.gate import environments
 from scalegate.report import environments as env_report
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from scalegate.contract import SCHEMA_VERSION
 from scalegate.contract.errors import BaselineError, SpecError
 from scalegate.contract.spec import parse_fault
 from scalegate.contract.topology import Topology
-from scalegate.plan import catalog, option_groups, options
+from scalegate.plan import catalog, declare, option_groups, options
 from scalegate.record import baselines
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -71,7 +71,7 @@ def _namespace(overrides: dict[str, object]) -> argparse.Namespace:
         elif value is not None:
             argv.append(f"{name}={value}")
     parser = argparse.ArgumentParser(exit_on_error=False)
-    option_groups.add_scaling_options(parser.add_argument)
+    declare.declare(parser.add_argument, option_groups.SECTIONS)
     return parser.parse_args(argv)
 
 
@@ -116,14 +116,14 @@ def test_options_parse_returns_valid_options_or_a_usage_error(overrides):
     except SpecError as exc:
         assert exc.hint
         return
-    assert opts.steps >= 1 and opts.warmup >= 0 and opts.cpu_threads >= 1
-    assert opts.tolerance is None or 0 <= opts.tolerance < 1
-    assert 0 <= opts.default_tolerance < 1
+    assert opts.run.steps >= 1 and opts.run.warmup >= 0 and opts.run.cpu_threads >= 1
+    assert opts.judging.tolerance is None or 0 <= opts.judging.tolerance < 1
+    assert 0 <= opts.baselines.default_tolerance < 1
     assert math.isfinite(opts.timeout_s) and opts.timeout_s > 0
-    assert math.isfinite(opts.inject_delay_ms) and opts.inject_delay_ms >= 0
+    assert math.isfinite(opts.injection.inject_delay_ms) and opts.injection.inject_delay_ms >= 0
     assert opts.topologies and all(Topology.parse(t) for t in opts.topologies)
-    if opts.scaling in ("strong", "both"):
-        assert all(opts.global_batch % Topology.parse(t).world_size == 0 for t in opts.topologies)
+    if opts.selection.scaling in ("strong", "both"):
+        assert all(opts.selection.global_batch % Topology.parse(t).world_size == 0 for t in opts.topologies)
 
 
 PROFILE = "cpu-fuzz"

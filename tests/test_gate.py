@@ -245,8 +245,9 @@ def test_the_ab_gate_fails_a_commit_that_slows_ddp(tmp_path):
     assert table.startswith("### scalegate: PR gate (A/B):") and "against HEAD~1 (" in table and "**FAIL**" in table
     assert "| a/b |" in table and "(base commit)" in table and "❌ regressed" in table
     # base and head took turns step by step (docs/duet.md): the verdict is the duet's paired efficiency ratio
-    assert "below 1.000 (the base commit, step by step)" in table and "a 10% drop explains it better" in table
-    assert "duet against the base commit" in table and "Duet: base and head took turns step by step" in table
+    assert "below 1.000 (the base commit, step by step)" in table and "a 5% drop explains it better" in table
+    assert "duet against the base commit" in table and "Paired: base and head took turns step by step" in table
+    assert "Cost: " in table and "device-minutes" in table  # the gate's wall and nodes x devices x wall
     assert "gloo's threads bound with each rank" in table  # contract/affinity.py: --scaling-duet-threads auto
     assert "gate: A/B," in slow.stdout and "gate: round 2 done" in slow.stdout  # a drop is confirmed by a second round
     # both commits ran in every round, in alternating order; the base's checkout is gone afterwards
@@ -257,7 +258,7 @@ def test_the_ab_gate_fails_a_commit_that_slows_ddp(tmp_path):
         >= 2
     )
     assert (
-        not list((tmp_path / "gate").glob("gate-*/base-tree"))
+        not list((tmp_path / "gate").glob("gate-*/base-tree*"))
         and "base-tree"
         not in subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     )
@@ -289,7 +290,8 @@ def test_a_time_budget_stops_the_gate_and_says_why_in_the_table(tmp_path):
     assert bad.returncode == 2 and "--max-minutes 0: the gate's time budget must be more than 0" in bad.stderr
     assert "HINT: " in bad.stderr and "Traceback" not in bad.stderr
     # a multi-node allocation relaunches inside one session: refused, not silently unbounded
-    multi = gate(tmp_path, "--max-minutes", "5", env={"SLURM_NNODES": "2"}, cwd=repo)
+    step = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "n[1-2]"}
+    multi = gate(tmp_path, "--max-minutes", "5", env=step, cwd=repo)
     assert multi.returncode == 2 and "--max-minutes stops the gate between rounds" in multi.stderr
     assert "HINT: bound the job with sbatch --time" in multi.stderr
 

@@ -1,4 +1,4 @@
-"""Each side of an A/B gate runs its own tree's tests and script (cli/gate.py ``ab_command``).
+"""Each side of an A/B gate runs its own tree's tests and script (gate/sides.py ``session_command``).
 
 The gate's run directory, where both sessions write and where the base tree is checked out, lies in the head's
 repository. pytest finds its configuration from the common ancestor of the command line's existing paths, an
@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scalegate.cli import gate
-from scalegate.cli.project import Project
+from scalegate.gate.project import Project
+from scalegate.gate.sides import session_command
 
 
 def _tree(root: Path, marker: str) -> None:
@@ -28,13 +28,13 @@ def test_the_base_sides_session_reads_the_base_trees_configuration_not_the_heads
     head = tmp_path / "head"
     _tree(head, "head_side")
     run = head / "results" / "gate" / "gate-1"
-    base = run / "base-tree"  # where the gate checks the base commit out (cli/worktree.py)
+    base = run / "base-tree-node0"  # where the gate checks the base commit out (gate/life.py)
     _tree(base, "base_side")
     where = run / "round-01" / "base"
     empty = run / "no-baselines"
     where.mkdir(parents=True)
     empty.mkdir()
-    argv = gate.ab_command(Project(root=head), sys.executable, empty)(["--co"], where)
+    argv = session_command(Project(root=head), sys.executable, [], empty)(["--co"], where)
     done = subprocess.run(argv, cwd=base, capture_output=True, text=True, timeout=120)
     out = done.stdout + done.stderr
     assert f"rootdir: {base}\n" in out, out[-3000:]  # the script's path is relative to it

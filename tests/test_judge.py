@@ -229,8 +229,8 @@ def test_the_runs_tolerance_travels_with_its_record(baseline):
 
 
 def test_gate_rounds_merge_into_one_record_in_launch_order(baseline):
-    """The gate's rounds (harness/scalegate/cli/gate_rounds.py): one launch per round, judged as one session's relaunches."""
-    from scalegate.cli import gate_rounds
+    """The gate's rounds (gate/merge.py): one launch per round, judged as one session's relaunches."""
+    from scalegate.gate import merge
 
     rounds = [
         [
@@ -244,7 +244,7 @@ def test_gate_rounds_merge_into_one_record_in_launch_order(baseline):
         ]
         for i, v in enumerate((0.66, 0.665))
     ]
-    [case] = gate_rounds.merge(rounds, budget=8)
+    [case] = merge.merge(rounds, budget=8)
     merged = CaseRecord.from_dict(case["record"])
     assert [round(launch.local_step_times_s[0] / launch.pair_step_times_s[0], 3) for launch in merged.launches] == [
         0.66,

@@ -20,7 +20,7 @@ from scalegate.contract.topology import Topology
 from scalegate.launch import run_case
 from scalegate.plan import availability, hostinfo
 from scalegate.plan import parity as parity_plan
-from scalegate.plan.options import Options
+from scalegate.plan.options import Options, from_argv
 
 FP32 = tolerances.for_dtype("fp32")
 
@@ -63,26 +63,9 @@ def test_the_quoted_refusals_are_what_the_trainer_really_says():
 
 # --- selection: opt-in ------------------------------------------------------------------------------
 def options(strategies_: tuple[str, ...]) -> Options:
-    from pathlib import Path
-
-    return Options(
-        strategies=strategies_,
-        models=("cnn",),
-        topologies=("1x2",),
-        preset="tiny",
-        steps=5,
-        warmup=1,
-        tolerance=None,
-        default_tolerance=0.1,
-        results_dir=Path("r"),
-        baseline_dir=Path("b"),
-        update_baselines=False,
-        require_baseline=False,
-        timeout_s=240,
-        cpu_threads=1,
-        seed=1,
-        dtype="fp32",
-        inject_delay_ms=0.0,
+    argv = ["--scaling-models=cnn", "--scaling-topologies=1x2", "--scaling-preset=tiny", "--scaling-steps=5"]
+    return from_argv([*argv, "--scaling-warmup=1", "--scaling-timeout=240", "--scaling-seed=1"]).replace(
+        strategies=strategies_
     )
 
 

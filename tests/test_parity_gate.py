@@ -21,7 +21,7 @@ from scalegate.judge import parity as parity_judge
 from scalegate.judge import sequential
 from scalegate.plan import hostinfo, matrix
 from scalegate.plan import parity as parity_plan
-from scalegate.plan.options import Options
+from scalegate.plan.options import Options, from_argv
 from scalegate.report import compare
 
 CASE = "parity-fabric-ddp-vs-ddp-cnn-1x2"
@@ -29,25 +29,8 @@ STEPS, WARMUP = 8, 2
 
 
 def options() -> Options:
-    return Options(
-        strategies=("ddp",),
-        models=("cnn",),
-        topologies=("1x2",),
-        preset="tiny",
-        steps=STEPS,
-        warmup=WARMUP,
-        tolerance=None,
-        default_tolerance=0.1,
-        results_dir=Path("r"),
-        baseline_dir=Path("b"),
-        update_baselines=False,
-        require_baseline=False,
-        timeout_s=240,
-        cpu_threads=1,
-        seed=1,
-        dtype="fp32",
-        inject_delay_ms=0.0,
-    )
+    argv = ["--scaling-strategies=ddp", "--scaling-models=cnn", "--scaling-topologies=1x2", "--scaling-preset=tiny"]
+    return from_argv([*argv, f"--scaling-steps={STEPS}", f"--scaling-warmup={WARMUP}", "--scaling-timeout=240"])
 
 
 def runner(tmp_path: Path, faults: Faults, agents=None) -> parity.ParityRunner:

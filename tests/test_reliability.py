@@ -239,28 +239,11 @@ def test_missing_optional_package_skips_with_the_reason():
 
 def test_only_the_strategy_missing_a_package_skips(monkeypatch):
     from scalegate.plan import hostinfo, matrix
-    from scalegate.plan.options import Options
+    from scalegate.plan.options import from_argv
 
     monkeypatch.setitem(cards.CARDS, "needs_missing", _NEEDS_MISSING)
-    opts = Options(
-        strategies=("ddp", "needs_missing"),
-        models=("cnn",),
-        topologies=("1x2",),
-        preset="tiny",
-        steps=3,
-        warmup=1,
-        tolerance=None,
-        default_tolerance=0.1,
-        results_dir=Path("r"),
-        baseline_dir=Path("b"),
-        update_baselines=False,
-        require_baseline=False,
-        timeout_s=60,
-        cpu_threads=1,
-        seed=1,
-        dtype="fp32",
-        inject_delay_ms=0.0,
-    )
+    argv = ["--scaling-models=cnn", "--scaling-topologies=1x2", "--scaling-steps=3", "--scaling-warmup=1"]
+    opts = from_argv(argv).replace(strategies=("ddp", "needs_missing"))
     skips = {c.id: c.skip for c in matrix.build(opts, hostinfo.detect())}
     assert skips["ddp-cnn-1x2"] is None
     assert "optional package 'scalegate_no_such_package_xyz'" in skips["needs_missing-cnn-1x2"]

@@ -65,7 +65,6 @@ def test_steps_placeholder_is_the_steps_the_case_needs_in_the_case_and_its_refer
 
 
 def test_reference_steps_give_the_1x1_reference_launch_its_own_measured_steps(tmp_path):
-    import dataclasses
 
     from scalegate.plan import hostinfo
     from scalegate.session import ScalingSession
@@ -76,24 +75,20 @@ def test_reference_steps_give_the_1x1_reference_launch_its_own_measured_steps(tm
     host = hostinfo.detect()
     same = ScalingSession(options=_options(), host=host, run_dir=tmp_path / "run", baseline=None)
     assert same.reference_spec(spec).steps == 5 and same.reference_spec(spec).script.argv == ("--max-steps=7",)
-    longer = dataclasses.replace(_options(), reference_steps=12)
+    longer = _options("--scaling-reference-steps=12")
     ref = ScalingSession(options=longer, host=host, run_dir=tmp_path / "run", baseline=None).reference_spec(spec)
     assert (ref.topology, ref.steps, ref.script.argv) == ("1x1", 12, ("--max-steps=14",))  # 2 warm-up + 12
     assert spec.steps == 5 and spec.script.argv == ("--max-steps=7",)  # the case keeps its own
 
 
-def test_a_scripts_reference_in_a_duet_runs_half_the_cases_steps(tmp_path, monkeypatch):
-    import dataclasses
-
-    from scalegate.contract import duet
+def test_a_scripts_reference_in_a_duet_runs_half_the_cases_steps(tmp_path):
     from scalegate.plan import hostinfo
     from scalegate.session import ScalingSession
 
     (tmp_path / "train.py").write_text("")
     decl = plan_script.declared(("train.py", "--max-steps={steps}"), {"strategies": ["ddp"]}, tmp_path, "t")
-    options = dataclasses.replace(_options(), steps=300)
+    options = _options("--scaling-steps=300", "--scaling-duet=unix:/nowhere")  # the gate tells a session it is paired
     spec = plan_script.spec_for(decl, "ddp", plan_script.Topology.parse("1x2"), options, tmp_path, "t")
-    monkeypatch.setenv(duet.ADDRESS_ENV, "unix:/nowhere")
     session = ScalingSession(options=options, host=hostinfo.detect(), run_dir=tmp_path / "run", baseline=None)
     ref = session.reference_spec(spec)
     assert (ref.steps, ref.script.argv) == (150, ("--max-steps=152",))  # 2 warm-up + 150: the script stops there
@@ -101,11 +96,9 @@ def test_a_scripts_reference_in_a_duet_runs_half_the_cases_steps(tmp_path, monke
 
 
 def test_an_injected_slowdown_reaches_the_scripts_case(tmp_path):
-    import dataclasses
-
     (tmp_path / "train.py").write_text("")
     decl = plan_script.declared(("train.py",), {"strategies": ["ddp"]}, tmp_path, "t")
-    options = dataclasses.replace(_options(), inject_slowdown=0.05)
+    options = _options("--scaling-inject-slowdown=0.05")
     spec = plan_script.spec_for(decl, "ddp", plan_script.Topology.parse("1x2"), options, tmp_path, "t")
     assert spec.faults.slowdown == 0.05
 
@@ -173,28 +166,11 @@ def test_a_rank_that_returned_ends_quickly_but_runs_what_a_scripts_exit_runs(tmp
     assert not (tmp_path / "teardown").exists()  # the teardown was skipped (0.5-0.8 s of CPU with torch imported)
 
 
-def _options():
-    from scalegate.plan.options import Options
+def _options(*more: str):
+    from scalegate.plan.options import from_argv
 
-    return Options(
-        strategies=(),
-        models=(),
-        topologies=("1x2",),
-        preset="tiny",
-        steps=5,
-        warmup=2,
-        tolerance=None,
-        default_tolerance=0.1,
-        results_dir=Path("r"),
-        baseline_dir=Path("b"),
-        update_baselines=False,
-        require_baseline=False,
-        timeout_s=60,
-        cpu_threads=1,
-        seed=1,
-        dtype="fp32",
-        inject_delay_ms=0.0,
-    )
+    argv = ["--scaling-topologies=1x2", "--scaling-steps=5", "--scaling-warmup=2", "--scaling-timeout=60"]
+    return from_argv([*argv, *more]).replace(strategies=(), models=())
 
 
 # --- real sessions ----------------------------------------------------------------------------------------
@@ -430,7 +406,7 @@ def test_the_ab_gate_fails_a_head_that_adds_an_all_reduce_to_the_teams_script(tm
 
 @pytest.mark.nightly
 def test_the_ab_gate_passes_the_teams_script_against_itself(tmp_path):
-    from scalegate.contract import duet
+    from scalegate import policy
 
     repo = _team_repo(tmp_path)
     run = _gate(repo, "--base", "HEAD", "-k", "ddp")
@@ -447,11 +423,11 @@ def test_the_ab_gate_passes_the_teams_script_against_itself(tmp_path):
     assert len(record["launches"]) == rounds  # one pooled launch a round
     assert [len(launch["reference_lengths"]) for launch in record["launches"]] == [4] * rounds
     assert [len(launch["lengths"]) for launch in record["launches"]] == [4] * rounds
-    # ... each reference launch with half the case's steps, at least a hundred (contract/duet.py reference_steps)
+    # ... each reference launch with half the case's steps, at least a hundred (Options.reference_steps)
     steps = [max(r["lengths"]) for r in record["launches"]]
-    want = [min(n, max(duet.SCRIPT_REFERENCE_MIN_STEPS, math.ceil(n * duet.SCRIPT_REFERENCE_SHARE))) for n in steps]
+    want = [min(n, max(policy.SCRIPT_REFERENCE_MIN_STEPS, math.ceil(n * policy.SCRIPT_REFERENCE_SHARE))) for n in steps]
     assert [max(r["reference_lengths"]) for r in record["launches"]] == want
-    assert record["conduct"]["max_launches"] == duet.SCRIPT_ROUNDS  # a script's own budget of duet rounds
+    assert record["conduct"]["max_launches"] == policy.SCRIPT_ROUNDS  # a script's own budget of duet rounds
 
 
 @pytest.mark.slow

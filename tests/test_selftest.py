@@ -17,7 +17,7 @@ import pytest
 
 from scalegate.cli import gpu_phases, selftest
 from scalegate.cli.main import main
-from scalegate.report import acceptance_page
+from scalegate.report import acceptance_page, acceptance_run
 from scalegate.report.acceptance import FAILED, PASSED
 from tests.test_gpu_report import gpu_case
 
@@ -150,9 +150,9 @@ def test_outside_git_the_gate_phase_says_why_it_does_not_run(tmp_path):
 def test_each_phase_gets_its_weights_share_of_the_time_left(tmp_path):
     phases = gpu_phases.plan(1, _settings(tmp_path))
     total = sum(p.weight for p in phases if not p.skip)
-    assert gpu_phases.timeout_for(phases[0], phases[1:], 480.0) == pytest.approx(480.0 * phases[0].weight / total)
+    assert phases[0].timeout_for(phases[1:], 480.0) == pytest.approx(480.0 * phases[0].weight / total)
     # the last phase gets all that is left: the time a fast phase leaves goes to those after it
-    assert gpu_phases.timeout_for(phases[-1], [], 100.0) == pytest.approx(100.0)
+    assert phases[-1].timeout_for([], 100.0) == pytest.approx(100.0)
 
 
 def test_a_phase_past_its_budget_is_stopped_whole_and_reported(tmp_path, capsys):
@@ -163,7 +163,7 @@ def test_a_phase_past_its_budget_is_stopped_whole_and_reported(tmp_path, capsys)
         weight=1.0,
         results_dir=tmp_path / "sleepy",
     )
-    done = selftest.run_phase(phase, 2.0, ROOT)
+    done = acceptance_run.run_phase(phase, 2.0, ROOT)
     assert done.timed_out and done.wall_s < 30
     assert done.problem.startswith("sleepy ran past its budget of 2 s and was stopped")
     assert "started" in (tmp_path / "sleepy" / "phase.log").read_text()
@@ -210,7 +210,7 @@ def test_the_command_writes_the_page_and_json_and_exits_1_on_a_failed_case(tmp_p
         hostname="h",
     )
     settings = gpu_phases.Settings(budget_s=120, work_dir=tmp_path / "work")
-    assert selftest.run(phases, settings, host, ROOT, tmp_path / "docs") == 1
+    assert acceptance_run.run(phases, settings, host, ROOT, tmp_path / "docs") == 1
     (md,) = (tmp_path / "docs").glob("nvidia-h100-80gb-hbm3-*.md")
     report = json.loads(md.with_suffix(".json").read_text())
     assert [(c["case_id"], c["outcome"]) for c in report["cases"]] == [

@@ -22,7 +22,7 @@ from scalegate.contract import cards
 from scalegate.contract.errors import ScalegateError
 from scalegate.judge import Outcome, metric, sequential
 from scalegate.launch import warm
-from scalegate.plan import catalog, hostinfo, marker, matrix, options, script
+from scalegate.plan import catalog, declare, hostinfo, marker, matrix, options, script
 from scalegate.plan import parity as parity_plan
 from scalegate.record import baselines, run_status, runfiles, update
 from scalegate.report import table
@@ -102,7 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     run_dir = opts.results_dir / run_id()
     run_status.install_sigterm(run_dir)  # SLURM's time limit: clean up as for Ctrl-C, and mark the run partial
-    agents = warm.pool(log_dir=run_dir) if opts.launcher == "warm" else None
+    agents = warm.pool(log_dir=run_dir) if opts.execution.launcher == "warm" else None
     config.stash[SESSION] = ScalingSession(options=opts, host=host, run_dir=run_dir, baseline=baseline, agents=agents)
 
 
@@ -226,15 +226,15 @@ def parity_case(request: pytest.FixtureRequest) -> parity.ParityRunner:
         pytest.skip(case.skip)
     state = request.config.stash[SESSION]
     opts = state.options  # the same sequential test as the efficiency gate: its budget, alpha and beta
-    design = sequential.Design(max_launches=opts.max_launches, alpha=opts.alpha, beta=opts.beta)
+    design = sequential.Design(**declare.pick(sequential.Design, opts.sequential))
     return parity.ParityRunner(
         case=case,
         out_dir=state.run_dir / "parity",
-        tolerance=opts.parity_tolerance,
-        data_dir=opts.data_dir,
+        tolerance=opts.judging.parity_tolerance,
+        data_dir=opts.run.data_dir,
         agents=state.agents,
         design=design,
-        strict=opts.strict,
+        strict=opts.judging.strict,
     )
 
 
@@ -355,11 +355,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             tr.write_line(
                 f"{case['case_id']} profiler traces: {traces[0].parent}/{{{','.join(t.name for t in traces)}}}"
             )
-    if session.options.tensorboard_dir is not None:
-        tr.write_line(f"tensorboard scalars: tensorboard --logdir {session.options.tensorboard_dir}")
-    if session.options.update_baselines:
+    opts = session.options
+    if opts.output.tensorboard is not None:
+        tr.write_line(f"tensorboard scalars: tensorboard --logdir {opts.output.tensorboard}")
+    if opts.baselines.update_baselines:
         try:
-            for line in update.update_from_run(cases, session.options.baseline_dir, session.options.default_tolerance):
+            for line in update.update_from_run(cases, opts.baseline_dir, opts.baselines.default_tolerance):
                 tr.write_line(line)
         except ScalegateError as exc:
             tr.write_line(f"baselines NOT updated: {exc}")

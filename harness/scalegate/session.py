@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalegate import launch, workloads
+from scalegate import launch, policy, workloads
 from scalegate.checks import agreement, sharding
 from scalegate.checks import script as script_checks
-from scalegate.contract import atomic, duet
+from scalegate.contract import atomic
 from scalegate.contract.errors import LaunchError, ScalegateError
 from scalegate.contract.results import CaseResult
 from scalegate.contract.script import needed_steps
@@ -29,18 +29,12 @@ from scalegate.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judg
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import from_results
 from scalegate.launch import warm
-from scalegate.plan import cluster, probe
+from scalegate.plan import cluster, declare, probe
 from scalegate.plan.hostinfo import HostInfo, commit
 from scalegate.plan.matrix import Case
 from scalegate.plan.options import Options
 from scalegate.record import baselines
 from scalegate.report import tensorboard
-
-# The classic gate's confirmation of a regression relaunches the case and its reference after this pause: launched
-# right away, both launches of a CI rehearsal's deepspeed-zero2-resnet-1x2 fell in one slow phase of the shared VM
-# (573 samples/s against 927 the run before, its same-launch local efficiency unchanged: 0.652 against 0.654) and
-# "confirmed" a 40% drop. Only a suspected regression pays it.
-CONFIRM_PAUSE_S = float(os.environ.get("SCALEGATE_CONFIRM_PAUSE_S", 20))
 
 
 def run_id() -> str:
@@ -70,7 +64,7 @@ class ScalingSession:
     def reference_spec(self, spec: CaseSpec) -> CaseSpec:
         """The single-process 1x1 case this one's speedup is measured against; for a training script, the same
         script with the same strategy word on one process (harness/scalegate/plan/script.py says why)."""
-        steps = self.options.reference_steps or duet.reference_steps(spec.script is not None, spec.steps)
+        steps = self.options.reference_steps(spec.script is not None, spec.steps)
         if spec.script is not None:
             one, needed = Topology.parse("1x1"), needed_steps(steps, spec.warmup)
             script = dataclasses.replace(spec.script, needed_steps=needed).at(spec.strategy, one)
@@ -79,15 +73,12 @@ class ScalingSession:
 
     def reference(self, spec: CaseSpec, more: int = 0) -> list[CaseResult]:
         """The single-process 1x1 launches of the same model and preset, measured in this session
-        (``--scaling-reference-launches`` of them, else ``--scaling-launches``, a script's four in a duet:
-        contract/duet.py; plus ``more`` fresh ones when a regression is confirmed)."""
+        (``Options.reference_launches``; plus ``more`` fresh ones when a regression is confirmed)."""
         ref_spec = self.reference_spec(spec)
         key = (ref_spec.model, ref_spec.preset, ref_spec.scaling, ref_spec.global_batch, ref_spec.script)
         if key not in self.references:
             try:
-                n = self.options.reference_launches or duet.reference_launches(
-                    ref_spec.script is not None, self.options.launches
-                )
+                n = self.options.reference_launches(ref_spec.script is not None)
                 self.references[key] = self._launches(ref_spec, n)
             except LaunchError as exc:
                 self.references[key] = exc
@@ -125,10 +116,13 @@ class ScalingSession:
         """One launch, by the launcher ``launch.choose`` names: a SLURM node's agent for a multi-node case under
         srun (node 0's: the others go through ``_run_other_node``), emulated nodes elsewhere, and for a
         single-node case the ``--scaling-launcher`` one, also under srun."""
-        spec = probe.prepare(self._windows(spec), self.options.data_dir)  # the output check, zero gradients
-        name = launch.choose(spec, self.slurm, self.options.launcher)
+        spec = probe.prepare(self._windows(spec), self.options.run.data_dir)  # the output check, zero gradients
+        name = launch.choose(spec, self.slurm, self.options.execution.launcher)
         settings = launch.Settings(
-            data_dir=self.options.data_dir, link_rate=self.options.link_rate, agents=self.agents, slurm=self.slurm
+            data_dir=self.options.run.data_dir,
+            link_rate=self.options.execution.link_rate,
+            agents=self.agents,
+            slurm=self.slurm,
         )
         return launch.get(name)(settings).run(spec, self.run_dir / spec.case_id)  # type: ignore[return-value]
 
@@ -156,8 +150,7 @@ class ScalingSession:
 
     @property
     def overrides(self) -> Overrides:
-        opts = self.options
-        return Overrides(tolerance=opts.tolerance, strict=opts.strict, require_baseline=opts.require_baseline)
+        return Overrides(**declare.pick(Overrides, self.options.judging, self.options.baselines))
 
     def run(self, case: Case, tolerances: dict[str, float] | None = None) -> Outcome:
         """Launch, judge, and launch again while the judge says more launches could decide (sequential gate)."""
@@ -170,10 +163,7 @@ class ScalingSession:
             if spec == self.reference_spec(spec) and not spec.faults.any:
                 results = self.reference(spec)
             else:
-                named = self.options.launches_named
-                results = self._launches(
-                    spec, duet.case_launches(spec.script is not None, self.options.launches, named)
-                )
+                results = self._launches(spec, self.options.case_launches(spec.script is not None))
             references = self.reference(spec)
         except ScalegateError as exc:
             record = self._record(case, key, [], [], tolerances, failure=str(exc))
@@ -186,7 +176,7 @@ class ScalingSession:
             if not outcome.next_launches:
                 break
             if outcome.needs_reference:  # the classic gate confirms a regression: not in the same slow phase
-                time.sleep(CONFIRM_PAUSE_S)
+                time.sleep(policy.CONFIRM_PAUSE_S)
             try:
                 results = results + self._launches(spec, outcome.next_launches)
                 if outcome.needs_reference:
@@ -233,15 +223,7 @@ class ScalingSession:
             host=self.host.host_id,
             **self._peak(spec),
             reference_itself=spec == self.reference_spec(spec),
-            conduct=Conduct(
-                launches=opts.launches,
-                confirm=opts.confirm,
-                max_launches=opts.max_launches,
-                alpha=opts.alpha,
-                beta=opts.beta,
-                tolerance=opts.tolerance,
-                step_time_tolerance=opts.step_time_tolerance,
-            ),
+            conduct=Conduct(**declare.pick(Conduct, opts.judging, opts.sequential, launches=opts.launches)),
         )
         if not results:
             return CaseRecord(
@@ -286,8 +268,8 @@ class ScalingSession:
         if outcome.result is not None and outcome.result.spec.zero_grad:  # what agreement left out, and why
             data["zero_grad"] = outcome.result.spec.zero_grad
         atomic.write_json(self.run_dir / f"{spec.case_id}.json", data)
-        if self.options.tensorboard_dir is not None:
-            tensorboard.write_case(self.options.tensorboard_dir / self.run_dir.name, outcome)
+        if self.options.output.tensorboard is not None:
+            tensorboard.write_case(self.options.output.tensorboard / self.run_dir.name, outcome)
 
 
 def _median_launch(results: list[CaseResult], outcome: Outcome) -> CaseResult:

@@ -28,9 +28,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from scalegate.cli import worktree
+from scalegate.cli import forward
 from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
+from scalegate.gate import worktree
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255  # git bisect run's meanings (128 and above stop the bisect)
 
@@ -78,9 +79,9 @@ def step(argv: list[str]) -> int:
     good, out, user_args = argv[0], Path(argv[1]), argv[2:]
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
     report = out / f"step-{commit}.json"
-    args = gate.namespace(base=good, results_dir=str(out / "gate"), json=str(report))
+    args, extra = gate.namespace(user_args, base=good, results_dir=str(out / "gate"), json=str(report))
     try:
-        code = gate.main(args, user_args)
+        code = gate.main(args, extra)
     except Exception as exc:  # our own crash is no verdict on the commit: git bisect run reads exit 1 as "bad"
         traceback.print_exc(file=sys.stdout)  # into bisect.log
         print(f"bisect: the gate crashed at {commit} ({type(exc).__name__}: {exc}): bisect stopped", flush=True)
@@ -97,7 +98,8 @@ def judged(what: str, code: int, report: Path) -> int:
     return found
 
 
-def main(args: argparse.Namespace, user_args: list[str]) -> int:
+def main(args: argparse.Namespace, extra: list[str]) -> int:
+    user_args = forward.passed_on(args, extra)
     try:
         return _bisect(args.good, args.bad, selection(user_args), Path(args.results_dir))
     except ScalegateError as exc:
@@ -173,11 +175,12 @@ def add_parser(sub) -> None:
         "--package",
         metavar="NAME",
         help="bisect releases of this package instead of commits: GOOD and BAD are its versions, each probed "
-        "release runs in a venv of its own (harness/scalegate/cli/bisect_package.py)",
+        "release runs in a venv of its own",
     )
     b.add_argument(
         "--envs",
         default=".venv/envs",
         help="with --package: where each release's venv is built once and reused (default: %(default)s)",
     )
-    b.set_defaults(func=None, bisect=True)
+    forward.add(b)
+    b.set_defaults(handler=main)

@@ -15,6 +15,7 @@ Exit codes: 0 a first bad release was found (printed), 1 none (BAD is not bad, o
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -25,9 +26,10 @@ from typing import Callable
 
 from packaging.version import InvalidVersion, Version
 
-from scalegate.cli import bisect, environments
+from scalegate.cli import bisect, forward
 from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
+from scalegate.gate import environments
 
 
 def releases(package: str) -> list[str]:
@@ -85,6 +87,14 @@ def search(versions: list[str], probe: Callable[[str], int]) -> tuple[int, int, 
             hi = mid
         else:
             skipped.append(versions[mid])
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    """``bisect``'s command: releases of ``--package``, else commits (cli/bisect.py)."""
+    if not args.package:
+        return bisect.main(args, extra)
+    user_args = bisect.selection(forward.passed_on(args, extra))
+    return main(args.package, args.good, args.bad, user_args, Path(args.results_dir), Path(args.envs))
 
 
 def main(package: str, good: str, bad: str, user_args: list[str], results_dir: Path, envs: Path) -> int:

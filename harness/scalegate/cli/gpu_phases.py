@@ -14,7 +14,7 @@ others', and each leaves its own results directory and JUnit file for the report
 The matrix phases run every strategy on ``--models`` (default cnn) and every workload's single reference, so
 the whole strategy list fits the budget; ``--models all --budget-s 1200`` runs every strategy on every workload.
 Budgets: each phase has a weight, and when it starts it gets its weight's share of the time still left, so time a
-fast phase leaves is spent by the later ones (``timeout_for``). The plan is a pure function of the GPU count and
+fast phase leaves is spent by the later ones (``Phase.timeout_for``). The plan is a pure function of the GPU count and
 the settings, tested on CPU. The weights are the H100 runs' walls (docs/gpu/nvidia-h100-80gb-hbm3-2026-11-24.md and
 -2026-11-26.md): matrix-1x1 279-295 s, compile 84 s (it compiles for real since the second), script 36-40 s, the A/A
 gate 91-134 s; 10 minutes hold them with a margin.
@@ -55,6 +55,11 @@ class Phase:
     skip: str = ""  # why it does not run on this machine
     junit: Path | None = None  # where its JUnit XML goes (pytest phases)
     gate_json: Path | None = None  # where its verdicts go (the gate)
+
+    def timeout_for(self, later: list["Phase"], remaining_s: float) -> float:
+        """This phase's share of the time left: its weight over its own and the later running phases' weights."""
+        weights = self.weight + sum(p.weight for p in later if not p.skip)
+        return max(0.0, remaining_s * self.weight / weights)
 
 
 def all_strategies() -> str:
@@ -166,9 +171,3 @@ def gate_phase(per_node: str, s: Settings) -> Phase:
         results_dir=results,
         gate_json=verdicts,
     )
-
-
-def timeout_for(phase: Phase, later: list[Phase], remaining_s: float) -> float:
-    """The phase's share of the time left: its weight over its own and the later running phases' weights."""
-    weights = phase.weight + sum(p.weight for p in later if not p.skip)
-    return max(0.0, remaining_s * phase.weight / weights)

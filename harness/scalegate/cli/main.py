@@ -1,121 +1,28 @@
-"""scalegate's commands on a finished run (a directory under results/, e.g. results/latest).
+"""``python -m scalegate COMMAND``: every command, one parser each, dispatched by what the parser names.
 
-    python -m scalegate compare results/latest [--baseline baselines/<profile>.json] [--json out.json]
-    python -m scalegate compare results/gate/latest --base-run results/gate/latest/base   # an A/B gate run
-    python -m scalegate report results/latest [--out results/latest/report]   # PNGs, report.md, index.html
-    python -m scalegate update-baselines RUN [RUN ...] [--baseline-dir baselines] [--tolerance 0.1]
-    python -m scalegate gate [--base REF] [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]
-    python -m scalegate record-baselines --rounds N [pytest args]   # launches spread in time (harness/scalegate/cli/record_baselines.py)
-    python -m scalegate record-baselines --duet-aa N [pytest args]  # the duet gate's sigma floor (harness/scalegate/cli/record_duet.py)
-    python -m scalegate bisect GOOD BAD -k CASE [pytest args]       # the first bad commit (harness/scalegate/cli/bisect.py)
-    python -m scalegate bisect --package deepspeed 0.18.4 0.19.8 -k CASE   # the first bad release (bisect_package.py)
-    python -m scalegate history add|list|show|check|report [--db FILE]  # results history, change points (docs/history.md)
-    python -m scalegate selftest --gpu                              # the GPU path, a report under docs/gpu (harness/scalegate/cli/selftest.py)
+    python -m scalegate gate [--base REF] [--markdown FILE] [--json FILE] [pytest args, e.g. -k EXPR]   (cli/gate.py)
+    python -m scalegate compare|report|update-baselines RUN ...        the commands on a finished run (cli/runs.py)
+    python -m scalegate record-baselines --rounds N | --duet-aa N [pytest args]      (cli/record_baselines.py)
+    python -m scalegate bisect GOOD BAD -k CASE [--package NAME] [pytest args]     (cli/bisect.py, bisect_package.py)
+    python -m scalegate history add|list|show|check|report [--db URL]               (history/cli.py)
+    python -m scalegate selftest --gpu                                              (cli/selftest.py)
 
-compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with
---strict), 2 on bad input (missing run, malformed file, unusable baseline) with a one-line error.
+A command that runs pytest sessions (gate, record-baselines, bisect) passes on what it does not know itself; any
+other command refuses an unknown argument. Bad input is one line and its HINT, exit 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
-from scalegate.cli import bisect, bisect_package, gate, record_baselines, selftest
-from scalegate.cli.project import Project
+from scalegate.cli import bisect, bisect_package, gate, record_baselines, runs, selftest
 from scalegate.contract.errors import ScalegateError
+from scalegate.gate.project import Project
 from scalegate.history import cli as history_cli
-from scalegate.plan.option_groups import add_recorded_tolerance_options
-from scalegate.record import baselines, merge, runfiles
 
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
-
-
-def _cases(run: str) -> list[dict]:
-    return merge.cases(run)
-
-
-def _baseline(cases: list[dict], path: str | None, directory: str | None):
-    from scalegate.report import compare
-
-    if path:
-        return compare.load_baseline_file(Path(path))
-    return baselines.load(Path(directory) if directory else Project.find().baselines, cases[0].get("profile", "?"))
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    from scalegate.report import compare
-
-    cases = _cases(args.run)
-    baseline = _baseline(cases, args.baseline, args.baseline_dir)
-    base = runfiles.load_run(Path(args.base_run)) if args.base_run else None
-    rows = compare.compare(
-        cases, baseline, args.tolerance, strict=args.strict, require_baseline=args.require_baseline, base=base
-    )
-    against = (
-        compare.base_name(Path(args.base_run)) + " (A/B)"
-        if args.base_run
-        else baseline.path
-        if baseline
-        else "no baseline for " + cases[0].get("profile", "?")
-    )
-    title = f"{Path(args.run).resolve().name} vs {against}"
-    parity = compare.parity_rows(Path(args.run), strict=args.strict)  # re-judged from their launches as well
-    text = compare.markdown(rows, title, args.strict) + compare.parity_markdown(parity)
-    print(text, end="")
-    if args.markdown:
-        Path(args.markdown).write_text(text)
-    if args.json:
-        data = compare.to_json(rows, args.run, baseline, args.strict)
-        data["parity"] = [{k: p.get(k) for k in ("case_id", "status", "ratio", "problems", "launches")} for p in parity]
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
-    failed = any(r.failed(args.strict) for r in rows) or any(p.get("failed") for p in parity)
-    return EXIT_REGRESSION if failed else EXIT_OK
-
-
-def _base_run(args: argparse.Namespace) -> Path | None:
-    """--base-run, else RUN/base where an A/B gate wrote the base commit's cases."""
-    if args.base_run:
-        return Path(args.base_run)
-    found = Path(args.run) / "base"
-    return found if found.is_dir() and runfiles.load_run(found) else None
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from scalegate.report import compare, extrapolate, plots, run_page
-
-    cases = _cases(args.run)
-    baseline = _baseline(cases, args.baseline, args.baseline_dir)
-    base_dir = _base_run(args)
-    rows = compare.compare(cases, baseline, base=runfiles.load_run(base_dir) if base_dir else None)
-    against = (
-        f"{compare.base_name(base_dir)} (A/B)"
-        if base_dir
-        else str(baseline.path)
-        if baseline
-        else "no baseline for " + cases[0].get("profile", "?")
-    )
-    link = extrapolate.Link(bandwidth_gbit_s=args.bandwidth_gbit, latency_us=args.latency_us)
-    out, run = Path(args.out) if args.out else Path(args.run) / "report", Path(args.run).resolve().name
-    page = plots.write(cases, out, run, baseline, link, rows=rows, against=against if base_dir else "")
-    html = run_page.write(out, cases, rows, run=run, against=against, notes=plots.projection(cases, link))
-    print(f"report: {page}")
-    print(f"interactive: {html}")
-    for png in sorted(page.parent.glob("*.png")):
-        print(f"plot: {png}")
-    return EXIT_OK
-
-
-def cmd_update(args: argparse.Namespace) -> int:
-    from scalegate.record import update
-
-    for line in update.update_from_run(
-        merge.merged_runs(args.run), Path(args.baseline_dir), args.tolerance, args.local_tolerance
-    ):
-        print(line)
-    return EXIT_OK
+EXIT_BAD_INPUT = 2
+PASSES_ON = ("gate", "record-baselines", "bisect")  # the commands whose unknown arguments go to pytest
 
 
 def parser() -> argparse.ArgumentParser:
@@ -123,75 +30,26 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m scalegate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("compare", help="judge a run against its baselines: markdown table, JSON, exit code")
-    c.add_argument("run")
-    c.add_argument("--baseline", help="a baseline file (default: baselines/<the run's profile>.json)")
-    c.add_argument("--baseline-dir", help="baseline directory (default: baselines/ of this checkout)")
-    c.add_argument("--json", help="also write the verdicts as JSON to this file")
-    c.add_argument("--markdown", help="also write the markdown table to this file (for a PR comment)")
-    c.add_argument("--tolerance", type=float, help="override every efficiency tolerance (fraction)")
-    c.add_argument("--strict", "--scaling-strict", action="store_true", help="a noisy case fails too")
-    c.add_argument(
-        "--require-baseline",
-        "--scaling-require-baseline",
-        action="store_true",
-        help="a case without a baseline fails too",
-    )
-    c.add_argument(
-        "--base-run",
-        help="A/B: judge RUN against this run of the base commit (an A/B gate writes it to "
-        "RUN/base); the baseline file then lends only its spreads and tolerances",
-    )
-    c.set_defaults(func=cmd_compare)
-    r = sub.add_parser("report", help="PNG plots, a markdown page and an interactive index.html for a run")
-    r.add_argument("run")
-    r.add_argument("--out", help="output directory (default: RUN/report)")
-    r.add_argument(
-        "--base-run",
-        help="A/B: judge RUN against this run of the base commit (default: RUN/base where a gate wrote one)",
-    )
-    r.add_argument("--baseline")
-    r.add_argument("--baseline-dir")
-    r.add_argument("--bandwidth-gbit", type=float, default=100.0, help="projection link bandwidth (default: 100)")
-    r.add_argument("--latency-us", type=float, default=5.0, help="projection latency per message (default: 5)")
-    r.set_defaults(func=cmd_report)
-    u = sub.add_parser("update-baselines", help="write the run's measurements as baselines (atomic, with a diff)")
-    u.add_argument(
-        "run",
-        nargs="+",
-        help="one run, or several launches of the same cases: their spread becomes "
-        "the baseline's noise (docs/detection.md: use 3 or more on shared machines)",
-    )
-    u.add_argument("--baseline-dir", default=str(Project.find().baselines))
-    add_recorded_tolerance_options(u.add_argument, prefix="")  # checked as read, as record-baselines does
-    u.set_defaults(func=cmd_update)
+    baselines = str(Project.find().baselines)
+    runs.add_parsers(sub)
     gate.add_parser(sub)
-    record_baselines.add_parser(sub, str(Project.find().baselines))
+    record_baselines.add_parser(sub, baselines)
     bisect.add_parser(sub)
-    history_cli.add_parser(sub, str(Project.find().baselines))
+    sub.choices["bisect"].set_defaults(handler=bisect_package.run)  # releases with --package, else commits
+    history_cli.add_parser(sub, baselines)
     selftest.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, extra = parser().parse_known_args(argv)
-    runs_pytest = any(getattr(args, name, False) for name in ("gate", "rounds_command", "bisect"))
-    if not runs_pytest and extra:
-        parser().error(f"unrecognized arguments: {' '.join(extra)}")
+    p = parser()
+    args, extra = p.parse_known_args(argv)
+    if extra and args.command not in PASSES_ON:
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        # everything the gate and record-baselines do not know goes to pytest
-        extra = extra[1:] if extra[:1] == ["--"] else extra
-        if getattr(args, "gate", False):
-            return gate.main(args, extra)
-        if getattr(args, "rounds_command", False):
-            return record_baselines.main(args, extra)
-        if getattr(args, "bisect", False) and args.package:
-            return bisect_package.main(
-                args.package, args.good, args.bad, bisect.selection(extra), Path(args.results_dir), Path(args.envs)
-            )
-        if getattr(args, "bisect", False):
-            return bisect.main(args, extra)
-        return args.func(args)
+        if not hasattr(args, "handler"):  # history's subcommands name their func (history/cli.py)
+            return args.func(args)
+        return args.handler(args, extra)
     except ScalegateError as exc:  # bad input: one clear line and its HINT, no traceback
         print(f"error: {exc.message}" + (f"\nHINT: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         return EXIT_BAD_INPUT

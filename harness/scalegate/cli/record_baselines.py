@@ -4,18 +4,14 @@
     python -m scalegate record-baselines --rounds 10 --tolerance 0.25 --local-tolerance 0.25
     python -m scalegate record-baselines --duet-aa 10 -k "(ddp-cnn-1x2 or single-cnn-1x1) and not parity"
 
-``--duet-aa N`` records the duet gate's sigma floor instead (A/A duet rounds: harness/scalegate/cli/record_duet.py).
+``--duet-aa N`` records the duet gate's sigma floor instead (A/A duet rounds: cli/record_duet.py).
 
-Launches of a case made back to back share the machine's phase of the moment. On the 2-core VMs
-(docs/detection.md, sixth set) fsdp-cnn-1x2's local efficiency spread 1.8% over 10 consecutive launches
-and 2.7% over 40 launches in 50 minutes, and its level moved ~2% between quarters of an hour; a baseline
-from consecutive launches then carries one phase's offset into every later verdict (3% false alarms
-in simulation, against 0.5% for the same number of launches spread in time). So a baseline is recorded
-in *rounds*: the whole selection runs N times, one launch per case per round (``--scaling-launches 1``,
-no relaunches), each round a pytest session of its own, and the rounds are merged exactly as
-``python -m scalegate update-baselines RUN RUN ...`` merges runs: the median launch, the spread of ln(local
-efficiency) between launches as the sequential gate's sigma, their count. A case's launches are then as
-far apart as the selection takes to run once.
+Launches of a case made back to back share the machine's phase of the moment, and a baseline from them would carry
+that phase's offset into every later verdict (docs/gate.md). So a baseline is recorded in *rounds*, the gate's
+(gate/rounds.py): the whole selection runs N times, one launch per case per round (``--scaling-launches 1``, no
+relaunches), each round a pytest session of its own, and the rounds are merged exactly as ``python -m scalegate
+update-baselines RUN RUN ...`` merges runs: the median launch, the spread of ln(local efficiency) between launches as
+the sequential gate's sigma, their count.
 
 A round whose pytest fails a case against the *old* baseline still counts (its measurements are what
 they are); a correctness failure or an injected fault refuses the whole recording (``update``).
@@ -24,20 +20,20 @@ they are); a correctness failure or an injected fault refuses the whole recordin
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from scalegate.cli.project import Project
-from scalegate.contract import checkout
+from scalegate.cli import forward
 from scalegate.contract.errors import ScalegateError
-from scalegate.plan.option_groups import add_recorded_tolerance_options
+from scalegate.gate import rounds
+from scalegate.gate.project import Project
+from scalegate.gate.sides import Side
+from scalegate.plan import declare
+from scalegate.plan.option_groups import Recorded
 
 # One launch per case per round: relaunches would put consecutive launches back into the baseline.
 ROUND = ["--scaling-launches", "1", "--scaling-max-launches", "1", "--scaling-confirm", "0"]
-PYTEST_BAD_INPUT = (2, 3, 4, 5)  # interrupted, internal error, usage error, nothing collected
 
 
 def round_argv(user_args: list[str], results_dir: Path, project: Project | None = None) -> list[str]:
@@ -55,40 +51,27 @@ def round_argv(user_args: list[str], results_dir: Path, project: Project | None 
         *([] if paths else tests),
         *user_args,
         *ROUND,
-        "--scaling-results-dir",
-        str(results_dir),
+        f"--scaling-results-dir={results_dir}",
     ]
 
 
-def run_rounds(rounds: int, user_args: list[str], results_dir: Path) -> list[Path]:
-    """Run the selection ``rounds`` times; the run directory of every round that produced results."""
-    runs, project = [], Project.find()
-    for i in range(rounds):
-        round_dir = results_dir / f"round-{i + 1:02d}"
-        started = time.time()
-        done = subprocess.run(
-            round_argv(user_args, round_dir, project),
-            cwd=project.root,
-            env=checkout.environment(dict(os.environ), project.root),
-        )
-        if done.returncode in PYTEST_BAD_INPUT:
-            raise ScalegateError(
-                f"round {i + 1} of {rounds}: the scaling suite could not run (pytest exit code "
-                f"{done.returncode}: see its output above)",
-                "check the arguments after `record-baselines`; `pytest --help` lists the --scaling-* options",
-            )
-        latest = round_dir / "latest"
-        if not latest.exists():
-            raise ScalegateError(f"round {i + 1} of {rounds} wrote no run under {round_dir}", "read the output above")
-        runs.append(latest.resolve())
-        print(f"record-baselines: round {i + 1}/{rounds} done in {time.time() - started:.0f}s ({runs[-1]})", flush=True)
-    return runs
+def run_rounds(count: int, user_args: list[str], results_dir: Path) -> list[Path]:
+    """Run the selection ``count`` times, as the gate runs its rounds; the run directory of every round."""
+    project = Project.find()
+    side = Side(name="head", tree=project.root, argv=lambda extra, where: round_argv(extra, where, project))
+
+    def every_case(merged: rounds.Merged) -> list[str]:  # a recording runs all its rounds of every case
+        return [f"[{c['case_id']}]" for c in merged["head"]]
+
+    print(f"record-baselines: {count} rounds of the selection", flush=True)
+    return rounds.run([side], user_args, results_dir, every_case, count).runs["head"]
 
 
-def main(args: argparse.Namespace, user_args: list[str]) -> int:
+def main(args: argparse.Namespace, extra: list[str]) -> int:
     from scalegate.record import update
     from scalegate.record.merge import merged_runs
 
+    user_args = forward.passed_on(args, extra)
     if args.duet_aa is not None:  # the duet gate's sigma floor instead (harness/scalegate/cli/record_duet.py)
         from scalegate.cli import record_duet
 
@@ -128,5 +111,6 @@ def add_parser(sub, baseline_dir: str) -> None:
     )
     r.add_argument("--results-dir", default="results", help="the rounds go under RESULTS_DIR/record-<time>/")
     r.add_argument("--baseline-dir", default=baseline_dir)
-    add_recorded_tolerance_options(r.add_argument, prefix="")  # checked before the first round, not after the last
-    r.set_defaults(func=None, rounds_command=True)
+    declare.declare(r.add_argument, (Recorded,), prefix="")  # checked before the first round, not after the last
+    forward.add(r)
+    r.set_defaults(handler=main)

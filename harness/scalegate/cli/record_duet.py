@@ -4,10 +4,10 @@
 
 The duet gate (``gate --base REF``, docs/duet.md) decides on each round's efficiency log ratio with a sigma that is
 never below the spread of that ratio between rounds of an A/A duet: what a round's own block means cannot see (a
-resident process's own level). Without a recorded spread that floor is ``RECORDED_AA`` (judge/duet.py), fitted on
-the project's 2-core VMs. This records the profile's own: N A/A duet rounds of the selection, the checkout against
-itself with both sides resident and taking turns step by step, exactly as a gate round runs them
-(cli/gate_rounds.py, one coordinator for all rounds, back to back as a duet gate's rounds); per case the standard
+resident process's own level). Without a recorded spread that floor is ``RECORDED_AA`` (scalegate/policy.py), fitted
+on the project's 2-core VMs. This records the profile's own: N A/A duet rounds of the selection, the checkout against
+itself with both sides resident and taking turns step by step, exactly as a gate round runs them (gate/rounds.py,
+one coordinator for all rounds, back to back as a duet gate's rounds); per case the standard
 deviation of ``round_estimate(...).efficiency_log`` over the rounds goes into the case's baseline entry as
 ``duet_aa`` = {"sigma", "sigma_step_w", "rounds", "provenance"} (``sigma_step_w``: the same rounds' spread of the step
 time at W, the floor of ``--scaling-step-time-tolerance``'s test), the rest of the entry as it was.
@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scalegate.cli import gate, gate_rounds
-from scalegate.cli.project import Project
 from scalegate.contract.errors import ScalegateError
+from scalegate.gate import rounds
+from scalegate.gate.project import Project
+from scalegate.gate.sides import Side, session_command
 from scalegate.judge import duet
 from scalegate.judge.evidence import CaseRecord
 from scalegate.launch.duet import Coordinator
@@ -92,24 +93,25 @@ def entries(head: list[dict[str, Any]], base: list[dict[str, Any]], commit: str)
     return values, lines
 
 
-def record(rounds: int, user_args: list[str], results_dir: Path, baseline_dir: Path) -> list[str]:
-    """Run ``rounds`` A/A duet rounds of the selection and write each case's spread; the lines to print."""
-    if not 2 <= rounds <= MAX_ROUNDS:
+def record(count: int, user_args: list[str], results_dir: Path, baseline_dir: Path) -> list[str]:
+    """Run ``count`` A/A duet rounds of the selection and write each case's spread; the lines to print."""
+    if not 2 <= count <= MAX_ROUNDS:
         raise ScalegateError(
-            f"--duet-aa {rounds} is not in 2..{MAX_ROUNDS}", "one round has no spread; 10 give a steady one"
+            f"--duet-aa {count} is not in 2..{MAX_ROUNDS}", "one round has no spread; 10 give a steady one"
         )
     project = Project.find()
     gate_dir = (results_dir / time.strftime("duet-aa-%Y%m%d-%H%M%S")).resolve()
-    command = gate.ab_command(project, sys.executable, gate_dir / "no-baselines")
+    command = session_command(project, sys.executable, [], gate_dir / "no-baselines")
     # the checkout against itself: both sides run the working tree, as `gate --base-python` alone does
-    sides = [gate_rounds.Side(name=name, tree=project.root, argv=command) for name in ("base", "head")]
+    sides = [Side(name=name, tree=project.root, argv=command) for name in ("base", "head")]
 
-    def every_case(merged: dict[str, list[dict]]) -> list[str]:  # an A/A record runs all N rounds of every case
+    def every_case(merged: rounds.Merged) -> list[str]:  # an A/A record runs all N rounds of every case
         return [f"[{c['case_id']}]" for c in merged["head"]]
 
-    print(f"record-baselines: {rounds} A/A duet rounds of {project.root} against itself (docs/duet.md)", flush=True)
+    print(f"record-baselines: {count} A/A duet rounds of {project.root} against itself (docs/duet.md)", flush=True)
     with Coordinator() as coordinator:
-        merged, _ = gate_rounds.run(sides, user_args, gate_dir, every_case, rounds, coordinator)
+        paired = rounds.Paired(coordinator=coordinator, pairing="duet")
+        merged = rounds.run(sides, user_args, gate_dir, every_case, count, paired=paired).merged
     update.refuse_unsound([*merged["head"], *merged["base"]])
     values, lines = entries(merged["head"], merged["base"], hostinfo.commit(project.root))
     if not values:

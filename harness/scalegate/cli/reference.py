@@ -2,21 +2,21 @@
 
     python -m scalegate.cli.reference > docs/options.md     # what the docs site's hook does before each build
 
-Every ``--scaling-*`` option comes from plan/option_groups.py's groups, called with a recording ``addoption`` in
-place of pytest's (the same declarations the plugin makes: one table per group, its docstring as the heading's
-text); the commands' options come from the CLI's own argparse parser (cli/main.py), rendered by argparse at a
-fixed width. tests/test_docs.py checks that the committed page is this output and that it names every option
+Every ``--scaling-*`` option comes from plan/option_groups.py's sections, the declarations the plugin and the gate
+make (one table per section, its docstring as the heading's text); the commands' options come from the CLI's own
+argparse parser (cli/main.py), rendered by argparse at a fixed width. tests/test_docs.py checks that the committed page is this output and that it names every option
 ``pytest --help`` shows; mkdocs.yml's hook (docs/hooks/options.py) writes it before each build of the site.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
+import re
 from typing import Any
 
-from scalegate.plan import option_groups as G
+from scalegate.plan import declare
+from scalegate.plan.option_groups import SECTIONS
 
 WIDTH = "110"  # argparse reads $COLUMNS: a fixed width, so the page is the same on every machine
 HEAD = """# Options
@@ -29,17 +29,17 @@ Every `--scaling-*` option of the pytest plugin (`pytest --help`, group "scaling
 """
 
 
-def _record(add_group) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+def _record(section: type) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
     found: list[tuple[tuple[str, ...], dict[str, Any]]] = []
-    add_group(lambda *names, **kwargs: found.append((names, kwargs)), prefix="scaling-")
+    declare.declare(lambda *names, **kwargs: found.append((names, kwargs)), (section,))
     return found
 
 
-def _default(kwargs: dict[str, Any]) -> str:
+def _default(kwargs: dict[str, Any], shown: str) -> str:
     if kwargs.get("action") == "store_true":
         return "off"
-    value = kwargs.get("default")
-    return "–" if value is None else f"`{value}`"
+    value = shown or kwargs.get("default")
+    return "–" if value in (None, []) else f"`{value}`"
 
 
 def _help(kwargs: dict[str, Any]) -> str:
@@ -55,12 +55,19 @@ def _help(kwargs: dict[str, Any]) -> str:
 
 def plugin_options() -> str:
     lines = []
-    for add_group in G.PLUGIN_GROUPS:
-        title = add_group.__name__.removeprefix("add_").removesuffix("_options").replace("_", " ")
-        doc = " ".join(inspect.getdoc(add_group).split()) if add_group.__doc__ else ""
-        lines += [f"## {title.capitalize()}", "", doc, "", "| option | default | meaning |", "|---|---|---|"]
-        for names, kwargs in _record(add_group):
-            lines.append(f"| `{'`, `'.join(names)}` | {_default(kwargs)} | {_help(kwargs)} |")
+    for section in SECTIONS:
+        title = re.sub(r"(?<!^)([A-Z])", r" \1", section.__name__).lower().capitalize()
+        lines += [
+            f"## {title}",
+            "",
+            declare.description(section),
+            "",
+            "| option | default | meaning |",
+            "|---|---|---|",
+        ]
+        shown = [declare.opt_of(f).shown for f in declare.fields(section)]
+        for (names, kwargs), said in zip(_record(section), shown):
+            lines.append(f"| `{'`, `'.join(names)}` | {_default(kwargs, said)} | {_help(kwargs)} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -80,7 +87,7 @@ def _command(name: str, command: argparse.ArgumentParser, root: str, depth: int 
 
 def commands() -> str:
     from scalegate.cli.main import parser
-    from scalegate.cli.project import Project
+    from scalegate.gate.project import Project
 
     root = str(Project.find().root)
     before = os.environ.get("COLUMNS")

@@ -19,18 +19,16 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from scalegate.cli import gpu_phases
-from scalegate.cli.project import Project
 from scalegate.contract.errors import ScalegateError
-from scalegate.launch import process
+from scalegate.gate.project import Project
 from scalegate.plan import hostinfo
 from scalegate.plan import option_types as t
-from scalegate.report import acceptance, acceptance_page
+from scalegate.report import acceptance_page, acceptance_run
 
 EXIT_OK, EXIT_FAILED, EXIT_NO_GPU = 0, 1, 2
 NO_GPU = "selftest --gpu: no CUDA device here (torch {torch}: torch.cuda.is_available() is False); nothing to verify"
@@ -64,7 +62,7 @@ def add_parser(sub) -> None:
     s.add_argument("--dry-run", action="store_true", help="print the phases' commands and budgets; run nothing")
     s.add_argument("--gpus", type=t.whole("--gpus", 1, 64), help="with --dry-run: plan for this many GPUs")
     s.add_argument("--render", metavar="JSON", help="write the page again from a recorded report's JSON")
-    s.set_defaults(func=main)
+    s.set_defaults(handler=lambda args, extra: main(args))
 
 
 def models(text: str) -> str:
@@ -121,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
     phases = gpu_phases.plan(host.devices_per_node, settings, in_git(root))
     if args.dry_run:
         return dry_run(phases, settings)
-    return run(phases, settings, host, root, Path(args.out or root / "docs" / "gpu").resolve())
+    return acceptance_run.run(phases, settings, host, root, Path(args.out or root / "docs" / "gpu").resolve())
 
 
 def in_git(root: Path) -> bool:
@@ -133,109 +131,7 @@ def dry_run(phases: list[gpu_phases.Phase], settings: gpu_phases.Settings) -> in
         if phase.skip:
             print(f"{phase.name}: not run here: {phase.skip}")
             continue
-        share = gpu_phases.timeout_for(phase, phases[i + 1 :], settings.budget_s) if i == 0 else None
+        share = phase.timeout_for(phases[i + 1 :], settings.budget_s) if i == 0 else None
         budget = f"{share:.0f} s" if share is not None else "its share of the time left"
         print(f"{phase.name} ({budget}): {phase.proves}\n  {shlex.join(phase.argv)}")
     return EXIT_OK
-
-
-def run(
-    phases: list[gpu_phases.Phase], settings: gpu_phases.Settings, host: hostinfo.HostInfo, root: Path, out: Path
-) -> int:
-    started = time.monotonic()
-    runs: list[acceptance.PhaseRun] = []
-    rows: list[acceptance.CaseRow] = []
-    for i, phase in enumerate(phases):
-        if phase.skip:
-            print(f"selftest: {phase.name}: not run here: {phase.skip}", flush=True)
-            runs.append(acceptance.PhaseRun(name=phase.name, proves=phase.proves, argv=[], skip=phase.skip))
-            continue
-        left = settings.budget_s - (time.monotonic() - started)
-        done = run_phase(phase, gpu_phases.timeout_for(phase, phases[i + 1 :], left), root)
-        runs.append(done)
-        rows += rows_of(phase)
-    report = record(host, settings, runs, rows, time.monotonic() - started)
-    md, raw = acceptance_page.write(report, out)
-    for item, text in acceptance_page.coverage(report):
-        print(f"selftest: {item}: {text}")
-    failed = acceptance_page.failures(report)
-    for line in failed:
-        print(f"selftest: FAILED {line}")
-    print(f"selftest: {'FAILED' if failed else 'passed'}; report {md} (raw: {raw})")
-    return EXIT_FAILED if failed else EXIT_OK
-
-
-def run_phase(phase: gpu_phases.Phase, timeout_s: float, root: Path) -> acceptance.PhaseRun:
-    """The phase's command in its own process group, its output in its log, stopped whole at ``timeout_s``."""
-    phase.results_dir.mkdir(parents=True, exist_ok=True)
-    log = phase.results_dir / "phase.log"
-    print(f"selftest: {phase.name} ({timeout_s:.0f} s): {phase.proves}", flush=True)
-    start, timed_out = time.monotonic(), False
-    with log.open("w") as sink:
-        proc = subprocess.Popen(phase.argv, cwd=root, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = proc.wait(timeout=max(1.0, timeout_s))
-        except subprocess.TimeoutExpired:  # the phase's group and every rank it started, TERM then KILL
-            process.kill_tree(proc, grace_s=15)
-            timed_out, code = True, proc.wait()
-    wall = time.monotonic() - start
-    print(f"selftest: {phase.name}: exit {code}{' (budget ran out)' if timed_out else ''} after {wall:.0f} s")
-    done = acceptance.PhaseRun(
-        name=phase.name,
-        proves=phase.proves,
-        argv=list(phase.argv),
-        budget_s=timeout_s,
-        wall_s=wall,
-        exit_code=code,
-        timed_out=timed_out,
-        log=str(log),
-    )
-    if done.problem or code not in (0, 5):
-        print("".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:]), end="", flush=True)
-    return done
-
-
-def rows_of(phase: gpu_phases.Phase) -> list[acceptance.CaseRow]:
-    if phase.gate_json is not None:
-        return acceptance.gate_rows(phase.name, phase.gate_json, phase.results_dir)
-    junit = phase.junit or phase.results_dir / "junit.xml"  # every other phase is a pytest session
-    return acceptance.pytest_rows(phase.name, junit, phase.results_dir, compiled="--scaling-compile" in phase.argv)
-
-
-def record(
-    host: hostinfo.HostInfo,
-    settings: gpu_phases.Settings,
-    runs: list[acceptance.PhaseRun],
-    rows: list[acceptance.CaseRow],
-    wall_s: float,
-) -> dict:
-    """The raw JSON the page is made from (harness/scalegate/report/acceptance_page.py reads it back)."""
-    fields = ("torch", "cuda", "nccl", "cpu_model", "cpu_cores")
-    return {
-        "schema": acceptance_page.SCHEMA,
-        "device": host.device_name,
-        "gpus": host.devices_per_node,
-        "date": time.strftime("%Y-%m-%d"),
-        "command": shlex.join(["python", "-m", "scalegate", *sys.argv[1:]]),
-        "commit": hostinfo.commit(),
-        "host": {**{k: getattr(host, k) for k in fields}, "driver": driver_version(), "profile": host.profile},
-        "budget_s": settings.budget_s,
-        "wall_s": wall_s,
-        "settings": {"models": settings.models, "steps": settings.steps, "warmup": settings.warmup},
-        "work_dir": str(settings.work_dir),
-        "phases": [r.to_dict() for r in runs],
-        "cases": [r.to_dict() for r in rows],
-    }
-
-
-def driver_version() -> str:
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (done.stdout.strip().splitlines() or ["unknown"])[0]

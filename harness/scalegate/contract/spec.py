@@ -16,6 +16,7 @@ DTYPES = ("fp32", "bf16")
 SCALINGS = ("weak", "strong")
 DEVICES = ("auto", "cpu", "cuda")
 DUET_THREADS = ("auto", "bound", "free")  # --scaling-duet-threads (contract/affinity.py gloo_threads)
+PAIRINGS = ("duet", "alternate")  # how a gate's two sides' jobs take turns: step by step, or whole jobs (docs/duet.md)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +144,11 @@ class CaseSpec:
     device: str = "auto"
     cpu_threads: int = 1
     cpu_binding: bool = False  # CPU devices: each local rank on cores of its own (scalegate/contract/affinity.py)
+    # an A/B gate's pairing (docs/duet.md): the coordinator's address (None: no gate, every turn is a no-op), this
+    # side, and whether the two sides' jobs take turns step by step (duet) or one whole job at a time (alternate)
+    duet_address: str | None = None
+    duet_side: str = "head"
+    duet_pairing: str = "duet"
     # a duet on CPU devices: gloo's worker threads bound with the rank, or free (contract/affinity.py gloo_threads)
     duet_threads: str = "auto"
     tp_sequence_parallel: bool = False  # tp, fsdp-tp: the norms run on sequence shards (scalegate/strategies/tp.py)
@@ -206,6 +212,8 @@ class CaseSpec:
         _one_of("scaling", self.scaling, SCALINGS, self.case_id)
         _one_of("device", self.device, DEVICES, self.case_id)
         _one_of("duet_threads", self.duet_threads, DUET_THREADS, self.case_id)
+        _one_of("duet_side", self.duet_side, ("base", "head"), self.case_id)
+        _one_of("duet_pairing", self.duet_pairing, PAIRINGS, self.case_id)
         if self.cpu_threads < 1:
             raise SpecError(f"cpu_threads={self.cpu_threads} must be >= 1", "pass --scaling-cpu-threads 1 or more")
         if not self.memory_interval_ms > 0:

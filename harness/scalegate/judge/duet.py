@@ -15,51 +15,25 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from scalegate.judge import gpu, sequential
 from scalegate.judge import metric as V
-from scalegate.judge import sequential
-from scalegate.judge.evidence import PAIRED, CaseRecord, LaunchRecord
+from scalegate.judge.evidence import ALTERNATE, PAIRED, CaseRecord, LaunchRecord
 from scalegate.judge.outcome import AB, Overrides
 from scalegate.judge.references import efficiency_tolerance
 from scalegate.judge.timing import Timing, decided
+from scalegate.policy import (
+    BLOCKS,
+    MIN_ROUNDS,
+    RECORDED_AA,
+    RECORDED_AA_ALTERNATE,
+    RECORDED_AA_STEP_W,
+    SCRIPT_TRIM,
+    TRIM,
+    UNIT,
+)
 from scalegate.record.baselines import BaselineFile
 
-# The spread of a duet round's efficiency log ratio between launches in recorded A/A duets on the 2-core CPU VMs
-# (benchmarks/duet_aa.py, benchmarks/duet_bias.py, docs/detection-data-duet*.jsonl, nothing else running): what a
-# round's own block means cannot see, a launch's own level. The example script's was 20.1% (9 rounds, 30 pairs)
-# while each resident process kept a core of its own; 7.0% with both sides' rank r bound to the same cores
-# (contract/affinity.py, 150 pairs, 12 rounds); 4.33% with 600 pairs, its 1x1 reference launched four times a round
-# (contract/duet.py) and units of two pairs (24 rounds in two sittings, 2026-11-26); 3.58% with its case launched
-# twice a round too, pooled (16 rounds in two sittings, 2026-11-26, sixth set); 2.31% with four W launches of 300
-# pairs and four 1x1 launches of 600 (16 rounds, seventh set; the floor is the wider sitting's 2.60%); 1.99% with
-# four 1x1 launches of 300 and SCRIPT_TRIM (16 forced rounds, eighth set; the wider sitting's 2.10%); 2.70% over the
-# 59 A/A rounds of 18 whole gates (eighth set, and the ninth's with the 1x1 reference at half the steps: 2.51% and
-# 2.92%), the floor since the ninth set: forced rounds run in one quiet sitting, a gate's rounds wherever it runs, and
-# gates that disagree run longer. Where the profile has not recorded its own (``aa_floor``), sigma is never below it;
-# the verdict names the source. The workloads' floor was measured with gloo's threads free; bound, the default since
-# 2026-11-27 (contract/affinity.py), the canaries' rounds spread 1.3-1.9% (68 rounds, 30 gates), so it errs toward
-# fewer false alarms.
-RECORDED_AA = {
-    "workload": (0.0232, "20 A/A duet rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
-    "script": (
-        0.0270,
-        "59 A/A duet rounds of 18 whole gates of the example script (four W launches of 300 pairs and four 1x1 "
-        "launches a round), recorded on the 2-core VMs",
-    ),
-}
-# The same for ``--scaling-step-time-tolerance``'s test, on the step time at W alone: its own spread between A/A duet
-# rounds, lower than the efficiency's (no 1x1 launch's level in it). Canaries: ddp, fsdp and ZeRO-2 on cnn 1x2, 34
-# rounds with ranks bound (100 pairs); the example script: four W launches of 300 pairs pooled, the eighth set's
-# 1.79% over 16 rounds (SCRIPT_TRIM), 1.93% in the wider sitting (seventh set, trimmed 20%: 1.93%, 2.08% the wider;
-# two of 600: 3.22%; one: 3.39%; 57 rounds of 150 pairs: 5.59%); 2.39% over the 59 A/A rounds of 18 whole gates
-# (eighth and ninth sets), the floor since the ninth set.
-RECORDED_AA_STEP_W = {
-    "workload": (0.0111, "34 A/A duet rounds of the cnn canaries' step time at W recorded on the 2-core VMs"),
-    "script": (
-        0.0239,
-        "59 A/A duet rounds of 18 whole gates of the example script's step time at W (four W launches of 300 pairs), "
-        "on the 2-core VMs",
-    ),
-}
+__all__ = ["BLOCKS", "MIN_ROUNDS", "RECORDED_AA", "RECORDED_AA_STEP_W", "SCRIPT_TRIM", "TRIM", "UNIT"]
 
 
 def is_script(record: CaseRecord) -> bool:
@@ -85,12 +59,15 @@ def measured_floor(kind: str, step_w: bool = False) -> tuple[float, str]:
     return (RECORDED_AA_STEP_W if step_w else RECORDED_AA)[kind]
 
 
+def alternate_floor(record: CaseRecord, step_w: bool = False) -> tuple[float, str]:
+    """Sigma's floor in the alternate pairing: the spread of its recorded A/A rounds (``RECORDED_AA_ALTERNATE``)."""
+    found = RECORDED_AA_ALTERNATE["script" if is_script(record) else "workload"]
+    return found[1] if step_w else found[0]
+
+
 def speed_drop(step_time: float) -> float:
     """A step time ``step_time`` slower, as the drop in speed (base/head step time) the step-time test detects."""
     return 1 - 1 / (1 + step_time)
-
-
-MIN_ROUNDS = 2  # for either decision: one round that reads no change is confirmed as one that reads a drop is
 
 
 def rounds_design(
@@ -108,16 +85,6 @@ def rounds_design(
         min_launches_ok=MIN_ROUNDS,
         sigma_floor=sigma_floor,
     )
-
-
-TRIM = 0.2
-BLOCKS = 5
-# A training script's units are trimmed 40% at each end: at 1x1 a launch's units carry tails of their own (a level
-# that the middle of the units does not share), and the middle is what the other launches agree on. A/A, the example
-# script, 16 rounds in two sittings (eighth set, benchmarks/duet_estimators.py over every step): the 1x1 launches of
-# a round lay 4.05% apart trimmed 20%, 3.00% trimmed 40%, and the efficiency spread 2.34% and 1.97% between rounds;
-# at W the trim changed nothing (1.74%, 1.79%). The canaries' recorded rounds keep no steps to re-estimate: TRIM.
-SCRIPT_TRIM = 0.4
 
 
 def trim_of(record: CaseRecord) -> float:
@@ -138,6 +105,7 @@ class Paired:
 class RoundEstimate:
     at_w: Paired
     at_1: Paired
+    pairing: str = PAIRED  # PAIRED (step by step) or ALTERNATE (whole launches, one after the other)
 
     @property
     def efficiency_log(self) -> float:
@@ -151,7 +119,8 @@ class RoundEstimate:
     def describe(self) -> str:
         return (
             f"step time {math.exp(self.at_w.mean) - 1:+.1%} at W, {math.exp(self.at_1.mean) - 1:+.1%} at 1x1, "
-            f"efficiency {math.exp(self.efficiency_log) - 1:+.1%} ±{self.se:.1%} ({self.at_w.pairs} pairs)"
+            f"efficiency {math.exp(self.efficiency_log) - 1:+.1%} ±{self.se:.1%} ({self.at_w.pairs} "
+            f"{'pairs' if self.pairing == PAIRED else 'steps a side at W'})"
         )
 
 
@@ -174,13 +143,6 @@ def block_se(values: Sequence[float], blocks: int = BLOCKS, trim: float = TRIM) 
     size = n // blocks
     means = [trimmed_mean(values[i * size : (i + 1) * size], trim) for i in range(blocks)]
     return statistics.stdev(means) / math.sqrt(blocks)
-
-
-# Pairs per estimate unit. In the ABBA order (A B B A A B B A) each side takes two turns in a row: the first after
-# the partner's step, the second after its own, and the second ran 15-20% faster on the example script's 3.6 ms
-# steps (docs/duet.md). Pair by pair that makes d_i bimodal, its sign alternating with the pair's parity; two
-# consecutive pairs hold one turn of each kind for both sides, so their summed step times compare like with like.
-UNIT = 2
 
 
 def paired(
@@ -229,7 +191,13 @@ def zip_launches(
 
 def round_estimate(head: LaunchRecord, base: LaunchRecord, trim: float = TRIM) -> RoundEstimate | None:
     """The round's estimate where the case and its 1x1 reference each ran as a duet on both sides; else None.
-    ``trim``: the case's (``trim_of``)."""
+    ``trim``: the case's (``trim_of``). Where both sides ran whole jobs one after the other (the alternate pairing),
+    launch n of the head pairs with launch n of the base as a whole (``alternated``)."""
+    if head.duet == base.duet == head.reference_duet == base.reference_duet == ALTERNATE:
+        at_w = alternated(head.step_times_s, base.step_times_s, (head.lengths, base.lengths), trim)
+        lengths = (head.reference_lengths, base.reference_lengths)
+        at_1 = alternated(head.reference_step_times_s, base.reference_step_times_s, lengths, trim)
+        return None if at_w is None or at_1 is None else RoundEstimate(at_w=at_w, at_1=at_1, pairing=ALTERNATE)
     if not (head.duet == base.duet == PAIRED and head.reference_duet == base.reference_duet == PAIRED):
         return None
     at_w = paired(head.step_times_s, base.step_times_s, (head.lengths, base.lengths), trim=trim)
@@ -240,22 +208,52 @@ def round_estimate(head: LaunchRecord, base: LaunchRecord, trim: float = TRIM) -
     return RoundEstimate(at_w=at_w, at_1=at_1)
 
 
+def alternated(
+    head: Sequence[float], base: Sequence[float], lengths: tuple[Sequence[int], Sequence[int]], trim: float = TRIM
+) -> Paired | None:
+    """Whole launches one after the other: launch n's log ratio of trimmed mean step times, head over base, averaged
+    over the round's launches; its standard error from each launch's own steps (a launch's level, which no launch's
+    steps can see, is the recorded A/A floor's: ``aa_floor``)."""
+    logs, variances = [], []
+    for h, b in zip(split(head, lengths[0]), split(base, lengths[1])):
+        if len(h) < 4 or len(b) < 4 or min(h) <= 0 or min(b) <= 0:
+            continue
+        logs.append(math.log(trimmed_mean(h, trim) / trimmed_mean(b, trim)))
+        variances.append(sum(statistics.variance([math.log(t) for t in x]) / len(x) for x in (h, b)))
+    if not logs:
+        return None
+    se = math.sqrt(sum(variances)) / len(logs)
+    return Paired(mean=statistics.fmean(logs), se=se, pairs=min(len(head), len(base)))
+
+
+def split(steps: Sequence[float], lengths: Sequence[int]) -> list[Sequence[float]]:
+    """A series pooled from several launches, launch by launch (one launch where its lengths are unknown)."""
+    if not lengths or sum(lengths) != len(steps):
+        return [steps]
+    out, at = [], 0
+    for n in lengths:
+        out.append(steps[at : at + n])
+        at += n
+    return out
+
+
 def not_paired(head: LaunchRecord, base: LaunchRecord) -> str:
-    """Why a round is not a duet (for the verdict), or "" where it is."""
+    """Why a round is not paired (for the verdict), or "" where it is."""
     for side, launch in (("head", head), ("base", base)):
+        pairing = launch.duet if launch.duet in (PAIRED, ALTERNATE) else PAIRED
         for what, status in (("case", launch.duet), ("1x1 reference", launch.reference_duet)):
-            if status != PAIRED:
+            if status != pairing:
                 return f"the {side} commit's {what} ran {status or 'without a duet'}"
     return ""
 
 
 def fallback(record: CaseRecord, base: CaseRecord) -> str:
-    """Why the case's rounds were judged as rounds, not as duets ("" where no round was meant as a duet)."""
+    """Why the case's rounds were judged as rounds, not paired ("" where no round was meant to pair)."""
     rounds = list(zip(record.launches, base.launches))
     if not any(h.duet or b.duet for h, b in rounds):
         return ""
     why = next((not_paired(h, b) for h, b in rounds if not_paired(h, b)), "a round with too few pairs")
-    return f"; no duet, today's rounds: {why}"
+    return f"; not paired, judged as rounds: {why}"
 
 
 def threads_said(record: CaseRecord, base: CaseRecord) -> str:
@@ -287,30 +285,38 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
         return None
     rounds: list[RoundEstimate] = found_rounds  # type: ignore[assignment]
     design = rounds_design(record, baseline, overrides, sigma_floor=0.0)  # no floor from arithmetic: sigma is measured
-    over = f"{len(rounds)} duet round{'s' if len(rounds) > 1 else ''} ({'; '.join(r.describe() for r in rounds)})"
-    where = f"[{record.where}, duet against the base commit{threads_said(record, base)}]"
-    verdicts = [
-        _decided(
-            [r.efficiency_log for r in rounds], [r.se for r in rounds], aa_floor(record, baseline), design, over, where
-        )
-    ]
+    alternate = rounds[0].pairing == ALTERNATE
+    kind = "alternate" if alternate else "duet"
+    over = f"{len(rounds)} {kind} round{'s' if len(rounds) > 1 else ''} ({'; '.join(r.describe() for r in rounds)})"
+    how = "whole jobs alternating with the base commit's" if alternate else "duet against the base commit"
+    capped = gpu.capped_rounds([h.gpu_state for h in record.launches], [b.gpu_state for b in base.launches])
+    where = f"[{record.where}, {how}{threads_said(record, base)}{capped}]"
+    floor = alternate_floor(record) if alternate else aa_floor(record, baseline)
+    verdicts = [_decided([r.efficiency_log for r in rounds], [r.se for r in rounds], floor, design, over, where)]
     step_time = record.conduct.step_time_tolerance
     if step_time:  # speed at W, base/head: a step time ``step_time`` slower is a drop of 1 - 1/(1 + step_time)
         speed = dataclasses.replace(design, detect=speed_drop(step_time))
         logs, ses = [-r.at_w.mean for r in rounds], [r.at_w.se for r in rounds]
         again = f"the same {len(rounds)} round{'s' if len(rounds) > 1 else ''}"
-        floor = aa_floor(record, baseline, step_w=True)
+        floor = alternate_floor(record, step_w=True) if alternate else aa_floor(record, baseline, step_w=True)
         verdicts.append(_decided(logs, ses, floor, speed, again, where, "step speed at W (base/head step time)"))
     regressed = [v for v in verdicts if v.status == V.REGRESSED]
     if regressed or all(v.status == V.OK for v in verdicts):
         chosen = regressed[0] if regressed else verdicts[0]
         others = [v.message for v in verdicts if v is not chosen]
-        return dataclasses.replace(chosen, message="; ".join([chosen.message, *others]))
+        return dataclasses.replace(chosen, message=_hinted("; ".join([chosen.message, *others]), record, base))
     undecided = next(v for v in verdicts if v.status != V.OK)
     more = len(rounds) < design.max_launches
-    tail = "undecided, another duet round" if more else f"still undecided after {design.max_launches} duet rounds"
+    tail = f"undecided, another {kind} round" if more else f"still undecided after {design.max_launches} {kind} rounds"
     messages = [f"{v.message}: {tail}" if v is undecided else v.message for v in verdicts]
-    return dataclasses.replace(undecided, status=V.NOISY, next_launches=1 if more else 0, message="; ".join(messages))
+    message = _hinted("; ".join(messages), record, base)
+    return dataclasses.replace(undecided, status=V.NOISY, next_launches=1 if more else 0, message=message)
+
+
+def _hinted(message: str, record: CaseRecord, base: CaseRecord) -> str:
+    """The message, with a HINT where the GPUs were left to drift (judge/gpu.py)."""
+    advice = gpu.hint([launch.gpu_state for launch in (*record.launches, *base.launches)])
+    return f"{message}\n{advice}" if advice else message
 
 
 def sigma_of(logs: Sequence[float], ses: Sequence[float], recorded: tuple[float, str]) -> tuple[float, str]:

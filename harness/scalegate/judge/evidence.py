@@ -16,9 +16,11 @@ from typing import Any, Sequence
 
 from scalegate.contract.errors import ScalegateError
 from scalegate.contract.results import CaseResult
+from scalegate.judge import gpu
 
 RECORD_VERSION = 1
-PAIRED = "paired"  # a launch that took turns with the other commit's job (LaunchRecord.duet)
+PAIRED = "paired"  # a launch that took turns with the other commit's job, step by step (LaunchRecord.duet)
+ALTERNATE = "alternate"  # a launch that ran whole, the other commit's job of the case right before or after it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +48,8 @@ class LaunchRecord:
     # a duet on CPU: gloo's worker threads "bound" with the rank or "free: why" (contract/affinity.py), or "" (no duet,
     # CUDA, a base commit whose ranks do not say)
     duet_threads: str = ""
+    # on a GPU: its state through the window, the ranks' pooled (judge/gpu.py); {} on CPU or from an older rank
+    gpu_state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,17 +147,21 @@ def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
         checkpoint_s_per_gb=(resources.checkpoint(result) or {}).get("s_per_gb"),
         duet=duet_status(result),
         duet_threads=duet_threads(result),
+        gpu_state=gpu.pool([r.extra.get("gpu_state") or {} for r in result.ranks]),
     )
 
 
 def duet_status(result: CaseResult) -> str:
-    """ "paired" where every rank took turns with the other commit's job, "solo: why" where one ran alone, ""
-    outside a duet (ranks' ``extra["duet"]``, scalegate/measure/turns.py)."""
+    """ "paired" where every rank took turns with the other commit's job, "alternate" where every rank ran whole
+    beside its partner in time, "solo: why" where one ran alone, "" outside a gate's pairing (ranks'
+    ``extra["duet"]``, scalegate/measure/turns.py)."""
     duets = [r.extra.get("duet") or {} for r in result.ranks]
     if not duets or not all(duets):
         return ""
     if all(d.get("paired") for d in duets):
         return PAIRED
+    if all(d.get("alternate") for d in duets):
+        return ALTERNATE
     return "solo: " + next((d.get("why") or "" for d in duets if not d.get("paired")), "")
 
 
@@ -172,9 +180,11 @@ def threads_of(said: Sequence[str]) -> str:
 
 
 def references_duet(references: Sequence[CaseResult]) -> str:
-    """The reference launches' duet status: "paired" only where every one of them took turns."""
+    """The reference launches' pairing: the one every one of them had, else the first that differs."""
     found = [duet_status(r) for r in references]
-    return next((status for status in found if status != PAIRED), found[0] if found else "")
+    if len(set(found)) <= 1:
+        return found[0] if found else ""
+    return next((status for status in found if status not in (PAIRED, ALTERNATE)), "mixed pairings")
 
 
 def pooled_steps(results: Sequence[CaseResult]) -> tuple[float, ...]:

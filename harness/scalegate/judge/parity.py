@@ -40,7 +40,7 @@ from scalegate.contract import metrics
 from scalegate.contract.results import CaseResult
 from scalegate.figures import stats
 from scalegate.judge import sequential
-from scalegate.plan.options import PARITY_TOLERANCE
+from scalegate.policy import PARITY_TOLERANCE
 
 LOSS_ATOL = 1e-6  # fp32, same seed and data: any larger difference is a different computation
 THROUGHPUT_TOLERANCE = PARITY_TOLERANCE  # --scaling-parity-tolerance's default

@@ -1,12 +1,15 @@
 """The duet's coordinator (docs/duet.md): a thread of the gate that pairs the two sides' jobs of a case and grants
-turns, one optimizer step each, one job at a time on the host.
+turns, one optimizer step each (duet) or one whole job each (alternate), one job at a time on the host.
 
 Every rank connection has a reader thread that only turns messages into events; one thread decides. A job is
 granted when it is ready (every rank asked for a turn), it is its turn in its pair's ABBA order, and no job holds
 the token. A job without a partner past ``pair_wait_s`` (or once the other side's session has ended) runs solo,
 holding the token until it leaves; so does a job of a case the gate refused for the round (``round_started``: two
-resident jobs would not fit in GPU memory, launch/duet_fit.py), so its two jobs run one after the other. A rank whose connection closes without ``bye`` stops the partner job, naming the
-side, rank and step; a turn not given back within ``turn_s`` stops both, naming every rank's last step.
+resident jobs would not fit in GPU memory, launch/duet_fit.py) runs whole (``alone``), as every job does in the
+alternate pairing: its partner starts after it has left, the side that starts first alternating pair by pair. A rank
+whose connection closes without ``bye`` stops the partner job, naming the side, rank and step; a turn not given back
+within ``turn_s`` stops both, naming every rank's last step. A multi-node gate's other nodes follow over the same
+socket (``follow``): node 0 names each round to them and waits until they ran it (gate/nodes.py).
 """
 
 from __future__ import annotations
@@ -22,9 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract import duet
-
-PAIR_WAIT_S = duet.PAIR_WAIT_S
-TURN_S = float(os.environ.get("SCALEGATE_DUET_TURN_S", 600))
+from scalegate.policy import PAIR_WAIT_S, TURN_S
 
 
 @dataclass(eq=False)
@@ -38,6 +39,7 @@ class Job:
     last_step: dict[int, int] = field(default_factory=dict)
     left: set[int] = field(default_factory=set)
     solo: str = ""  # why it runs without a partner
+    alternate: bool = False  # it ran whole, its partner before or after it (the alternate pairing)
     failed: str = ""
     turns: int = 0
     first_turn: float = 0.0  # the timeline (time.monotonic()): its first grant, its end, its turns' time held
@@ -61,26 +63,44 @@ class Job:
 
 
 class Coordinator:
-    """``with Coordinator() as c:`` the sessions get ``c.address`` in ``SCALEGATE_DUET``; ``c.report()`` after."""
+    """``with Coordinator() as c:`` the sessions get ``c.address`` (``--scaling-duet``); ``c.report()`` after.
+    ``alternate``: every job runs whole; ``tcp``: (interface, port) to listen on, where other nodes reach it as
+    ``host``."""
 
-    def __init__(self, pair_wait_s: float = PAIR_WAIT_S, turn_s: float = TURN_S) -> None:
-        self.pair_wait_s, self.turn_s = pair_wait_s, turn_s
+    def __init__(
+        self,
+        pair_wait_s: float = PAIR_WAIT_S,
+        turn_s: float = TURN_S,
+        alternate: bool = False,
+        tcp: tuple[str, int] | None = None,
+        host: str = "",
+    ) -> None:
+        self.pair_wait_s, self.turn_s, self.alternate = pair_wait_s, turn_s, alternate
         self.t0 = time.monotonic()
         self.rounds_at: list[float] = []  # each round's start, for the timeline
         self.dir = tempfile.mkdtemp(prefix="scalegate-duet-")
         self.path = Path(self.dir) / "coordinator.sock"
-        self.address = f"unix:{self.path}"
+        self.address = f"unix:{self.path}" if tcp is None else f"tcp:{host}:{tcp[1]}"
+        self.followers: dict[int, socket.socket] = {}  # node -> its gate's connection (gate/nodes.py)
+        self.from_nodes: queue.Queue = queue.Queue()  # (node, message) of the followers, "ran" and their end
         self.events: queue.Queue = queue.Queue()
         self.jobs: dict[tuple[str, str], Job] = {}
         self.finished: list[Job] = []  # jobs gone, whose name a later round's launch of the case takes again
         self.holder: Job | None = None
         self.held_since = 0.0
         self.ended_sides: set[str] = set()
-        self.refused: dict[str, str] = {}  # {case id: why} this round's jobs of it run solo (launch/duet_fit.py)
+        self.refused: dict[str, str] = {}  # {case id: why} this round's jobs of it run whole (launch/duet_fit.py)
+        self.pair_order: dict[str, int] = {}  # alternate: each pair's place in the round's ABBA order, by job name
+        self.idle_since = time.monotonic()  # when the token was last given back: a wait for a partner counts from it
         self.first = "head"  # the side whose job takes a pair's first turn (its setup first): alternates by round
         self.stopped = threading.Event()
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(str(self.path))
+        if tcp is None:
+            self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.server.bind(str(self.path))
+        else:
+            self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.server.bind(tcp)
         self.server.listen(256)
         self.threads = [threading.Thread(target=self._accept, daemon=True), threading.Thread(target=self._decide)]
 
@@ -97,6 +117,8 @@ class Coordinator:
         for job in self.jobs.values():
             for sock in job.ranks.values():
                 sock.close()
+        for sock in self.followers.values():
+            sock.close()
         self.path.unlink(missing_ok=True)
         os.rmdir(self.dir)
 
@@ -136,6 +158,7 @@ class Coordinator:
                 "job": j.name,
                 "turns": j.turns,
                 "solo": j.solo,
+                "alternate": j.alternate,
                 "failed": j.failed,
                 "joined_s": at(j.since),
                 "first_turn_s": at(j.first_turn),
@@ -179,7 +202,13 @@ class Coordinator:
                 kind, sock, message = self.events.get(timeout=1.0)
             except queue.Empty:
                 kind, sock, message = "wake", None, None
-            if kind == "message" and message["op"] == "hello":
+            if kind == "message" and message["op"] == "follow":
+                self.followers[int(message["node"])] = sock
+                self.from_nodes.put((int(message["node"]), message))
+            elif kind in ("message", "closed") and sock in self.followers.values():
+                node = next(n for n, s in self.followers.items() if s is sock)
+                self.from_nodes.put((node, message if kind == "message" else {"op": "gone"}))
+            elif kind == "message" and message["op"] == "hello":
                 job = self._job(message)
                 job.ranks[int(message["rank"])] = sock
                 job.waiting.add(int(message["rank"]))
@@ -199,6 +228,7 @@ class Coordinator:
             elif kind == "round":
                 self.rounds_at.append(time.monotonic())
                 self.ended_sides.clear()
+                self.pair_order.clear()
                 self.refused, self.first = message  # type: ignore[misc]
             self._schedule()
 
@@ -223,7 +253,8 @@ class Coordinator:
             if holder.gone or (not holder.solo and (holder.ready or holder.left == set(holder.ranks))):
                 self.holder = None  # its turn was given back (or it left, or failed)
                 holder.held += time.monotonic() - self.held_since
-            elif time.monotonic() - self.held_since > self.turn_s:
+                self.idle_since = time.monotonic()
+            elif time.monotonic() - self.held_since > self.turn_s and not holder.alternate:  # a whole job: its timeout
                 self._hung(holder)
             else:
                 return
@@ -237,8 +268,8 @@ class Coordinator:
         partner = self._partner(job)
         if job.solo:
             return False
-        if job.name in self.refused and not job.turns:
-            return self._alone(job, self.refused[job.name])
+        if (self.alternate or job.name in self.refused) and not job.turns:
+            return self._whole_if_due(job, partner)
         if partner is None or partner.gone:
             other = "base" if job.side == "head" else "head"
             waited = time.monotonic() - job.since
@@ -265,6 +296,33 @@ class Coordinator:
         """Turns granted to the pair so far: its position in the ABBA order."""
         partner = self._partner(job)
         return job.turns + (partner.turns if partner is not None else 0)
+
+    def _whole_if_due(self, job: Job, partner: Job | None) -> bool:
+        """The alternate pairing: ``job`` runs whole now if it is its pair's turn in the round's ABBA order (its
+        partner has left, or it is the side due first), or if its partner has not joined while the host was idle for
+        ``pair_wait_s``."""
+        other = "base" if job.side == "head" else "head"
+        why = self.refused.get(job.name) or "alternate pairing"
+        if partner is not None and (partner.gone or partner.turns):
+            return partner.gone and self._whole(job, f"{why}: after the {other} job")
+        index = self.pair_order.setdefault(job.name, len(self.pair_order))
+        order = (self.first, "base" if self.first == "head" else "head")
+        if duet.first_side(index, order) == job.side:
+            return self._whole(job, f"{why}: before the {other} job")
+        waited = time.monotonic() - max(job.since, self.idle_since)
+        if partner is None and (other in self.ended_sides or waited >= self.pair_wait_s):
+            return self._alone(job, f"no {other} job {job.name} joined in {waited:.0f} s")
+        return False
+
+    def _whole(self, job: Job, why: str) -> bool:
+        job.alternate = True
+        job.turns += 1
+        job.first_turn = job.first_turn or time.monotonic()
+        job.solo = why
+        job.tell({"op": "alone", "why": why}, set(job.waiting))
+        job.waiting.clear()
+        self.holder, self.held_since = job, time.monotonic()
+        return True
 
     def _alone(self, job: Job, why: str) -> bool:
         """The job runs solo, holding the token until it leaves: nothing of another job runs meanwhile."""

@@ -61,7 +61,10 @@ class SlurmLauncher(Launcher):
             spec_path=spec_path,
             out_dir=out_dir,
             log_dir=log_dir,
-            port=case_port(slurm.job_id, slurm.step_id, spec.case_id),
+            # an A/B gate's two sides run the same case at once on the same nodes: a port for each side
+            port=case_port(
+                slurm.job_id, slurm.step_id, f"{spec.duet_side}:{spec.case_id}" if spec.duet_address else spec.case_id
+            ),
             node_rank=slurm.node_id,
             master_addr=slurm.master if spec.topo.multi_node else "127.0.0.1",
         )

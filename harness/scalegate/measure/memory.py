@@ -4,6 +4,8 @@ Only the samples taken while the sampler runs count, so set-up and warm-up spike
 the measured peak (the CUDA allocator's own peaks are reported beside it on GPUs). The result says
 which source it used; without NVML (no driver: ``NVMLError_LibraryNotFound``) it falls back to RSS
 and says why. The timeline is kept, downsampled to at most ``MAX_TIMELINE_POINTS`` (peak-preserving).
+On a GPU the same thread reads the device's clocks, temperature, power and throttle reasons about once a
+second (measure/gpu_state.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 from typing import Any, Callable
 
 import psutil
+
+from scalegate.measure import gpu_state
 
 DEFAULT_INTERVAL_S = 0.05
 MAX_TIMELINE_POINTS = 200
@@ -29,6 +33,8 @@ class MemorySampler:
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._process = psutil.Process(os.getpid())
+        self.state: gpu_state.GpuState | None = None
+        self.state_why = "not a CUDA device"  # why there is no GPU state, where there is none
         self._read, self.source = self._pick_source(device_type, device_index)
         self._thread = threading.Thread(target=self._run, name="scalegate-memory", daemon=True)
 
@@ -36,17 +42,28 @@ class MemorySampler:
         if device_type != "cuda":
             return self._rss, "rss"
         try:
-            return nvml_reader(device_index or 0, os.getpid()), "nvml"
+            reader = nvml_reader(device_index or 0, os.getpid())
         except Exception as exc:  # NVMLError_LibraryNotFound and friends: fall back, and say so
-            return self._rss, f"rss (nvml unavailable: {type(exc).__name__}: {exc})"
+            self.state_why = f"nvml unavailable: {type(exc).__name__}: {exc}"
+            return self._rss, f"rss ({self.state_why})"
+        try:
+            self.state = gpu_state.GpuState(device_index or 0)
+        except Exception as exc:
+            self.state_why = f"nvml gave no device state: {type(exc).__name__}: {exc}"
+        return reader, "nvml"
 
     def _rss(self) -> int:
         return int(self._process.memory_info().rss)
 
     def _run(self) -> None:
-        start = time.perf_counter()
+        start = last_state = time.perf_counter()
+        if self.state is not None:
+            self.state.read()
         while not self._stop.is_set():
             self.samples.append((time.perf_counter() - start, self._read()))
+            if self.state is not None and time.perf_counter() - last_state >= gpu_state.EVERY_S:
+                self.state.read()
+                last_state = time.perf_counter()
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> "MemorySampler":
@@ -57,6 +74,12 @@ class MemorySampler:
         self._stop.set()
         self._thread.join(timeout=5)
         self.samples.append((self.samples[-1][0] if self.samples else 0.0, self._read()))
+        if self.state is not None:
+            self.state.read()
+
+    def gpu_state(self) -> dict[str, Any]:
+        """The device's state through the window (``extra["gpu_state"]``), or why there is none."""
+        return self.state.summary() if self.state is not None else gpu_state.unavailable(self.state_why)
 
     @property
     def peak_bytes(self) -> int:

@@ -1,25 +1,23 @@
 """A rank's side of the duet (docs/duet.md): it asks for a turn at each step boundary and gives it back.
 
-Outside a duet (``SCALEGATE_DUET`` unset: every session but a ``gate --base`` round's) every call is a no-op. In a
-duet the rank's first ``turn()`` comes before its setup, one comes before every step, and ``leave()`` ends its last
-turn when it has nothing more to run; everything between a grant and the next call is the rank's turn, and nothing
-of the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync on CUDA), so none of
-this step's kernels runs in the partner's turn. Worker side.
+Outside a gate (the spec's ``duet_address`` is None: every session but a ``gate --base`` round's) every call is a
+no-op. In a duet the rank's first ``turn()`` comes before its setup, one comes before every step, and ``leave()``
+ends its last turn when it has nothing more to run; everything between a grant and the next call is the rank's turn,
+and nothing of the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync on CUDA), so
+none of this step's kernels runs in the partner's turn. In the alternate pairing the first turn is the whole job
+(``alone``): it starts after its partner has left, or before its partner starts. Worker side.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from scalegate.contract import duet
-
-# A rank waits this long at most for one answer: the partner's setup and a whole step of the other job may come
-# first; past it the coordinator is taken for gone (the gate killed) rather than hanging the rank.
-WAIT_S = float(os.environ.get("SCALEGATE_DUET_WAIT_S", 900))
+from scalegate.contract.spec import CaseSpec
+from scalegate.policy import RANK_WAIT_S as WAIT_S  # past it the coordinator is taken for gone, not waited on
 
 
 class DuetStopped(BaseException):
@@ -34,6 +32,7 @@ class Turns:
         self.lines = duet.Lines(self.sock)
         self.holding = False  # a turn is granted and not yet given back
         self.alone = ""  # why the job runs without a partner ("" while it takes turns)
+        self.alternate = False  # the alternate pairing: the job runs whole, its partner before or after it
         self.turns = 0
         self.waited_s = 0.0
         duet.send(self.sock, {"op": "hello", "v": duet.VERSION, "side": side, "job": job, "rank": rank, "world": world})
@@ -52,8 +51,9 @@ class Turns:
         self.waited_s += time.perf_counter() - started
         if answer["op"] == "go":
             self.holding, self.turns = True, self.turns + 1
-        elif answer["op"] == "solo":
+        elif answer["op"] in ("solo", "alone"):
             self.alone = answer.get("why") or "no partner"
+            self.alternate = answer["op"] == "alone"
         else:
             raise DuetStopped(
                 f"the duet stopped this {self.side} job ({self.job}, rank {self.rank}): {answer.get('why')}"
@@ -81,6 +81,7 @@ class Turns:
             "job": self.job,
             "paired": self.paired,
             "why": self.alone,
+            "alternate": self.alternate,
             "turns": self.turns,
             "waited_s": round(self.waited_s, 3),
         }
@@ -113,16 +114,14 @@ class NoTurns:
 ACTIVE: Turns | NoTurns = NoTurns()
 
 
-def start(out_dir: Path, rank: int, world: int, sync: Callable[[], None]) -> Turns | NoTurns:
-    """This rank's client (``ACTIVE``), from the environment the gate gave the session; its first turn comes next.
-    The job's name is its launch directory's (the case id, ``~2`` for a second launch of it in the session): the two
-    sides' sessions name a case's launches alike, so the same launch of the same case pairs."""
+def start(spec: CaseSpec, out_dir: Path, rank: int, world: int, sync: Callable[[], None]) -> Turns | NoTurns:
+    """This rank's client (``ACTIVE``), from the pairing its spec carries; its first turn comes next. The job's name
+    is its launch directory's (the case id, ``~2`` for a second launch of it in the session): the two sides'
+    sessions name a case's launches alike, so the same launch of the same case pairs."""
     global ACTIVE
-    address = os.environ.get(duet.ADDRESS_ENV)
-    if not address:
+    if not spec.duet_address:
         ACTIVE = NoTurns()
         return ACTIVE
-    side = os.environ.get(duet.SIDE_ENV, "head")
     job = Path(out_dir).resolve().parent.name
-    ACTIVE = Turns(address, side, job, rank, world, sync)
+    ACTIVE = Turns(spec.duet_address, spec.duet_side, job, rank, world, sync)
     return ACTIVE

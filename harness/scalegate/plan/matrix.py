@@ -38,7 +38,7 @@ def oversubscribed(topology: Topology, host: HostInfo, cpu_threads: int) -> bool
 
 
 def spec_for(strategy: str, model: str, topology: str, options: Options, host: HostInfo) -> CaseSpec:
-    preset_name = resolve_preset(options.preset, host)
+    preset_name = resolve_preset(options.selection.preset, host)
     found = options.workload(model)  # a built-in, or where a registered workload's ranks find it again
     preset = workloads.preset_of(
         workloads.load(found.ref or model, found.import_paths, where=found.source), preset_name
@@ -51,29 +51,21 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
         micro_batch=preset.micro_batch,
         workload=found.ref,
         import_paths=found.import_paths,
-        steps=options.steps,
-        warmup=options.warmup,
-        dtype=options.dtype,
-        seed=options.seed,
-        cpu_threads=options.cpu_threads,
-        cpu_binding=options.cpu_binding,
-        duet_threads=options.duet_threads,
-        tp_sequence_parallel=options.tp_sequence_parallel,
-        compile=options.compile,
-        timeout_s=options.timeout_s,
-        memory_interval_ms=options.memory_interval_ms,
+        **options.spec_settings(),
         faults=Faults(
-            delay_ms=options.inject_delay_ms, slowdown=options.inject_slowdown, **dict(options.inject_faults)
+            delay_ms=options.injection.inject_delay_ms,
+            slowdown=options.injection.inject_slowdown,
+            **dict(options.inject_faults),
         ),
-        scaling="strong" if options.scaling == "both" else options.scaling,
-        global_batch=options.global_batch,
-        checkpoint=options.checkpoint,
+        scaling="strong" if options.selection.scaling == "both" else options.selection.scaling,
+        global_batch=options.selection.global_batch,
+        checkpoint=options.output.checkpoint,
         # the same-launch reference, where a launch has more than one rank and its timing means something
         # (not under --scaling-compile: the local copy runs eager, so the ratio would measure the compiler)
-        local_steps=options.local_steps
-        if not options.compile
+        local_steps=options.sequential.local_steps
+        if not options.execution.compile
         and Topology.parse(topology).world_size > 1
-        and not oversubscribed(Topology.parse(topology), host, options.cpu_threads)
+        and not oversubscribed(Topology.parse(topology), host, options.run.cpu_threads)
         else 0,
     )
 
@@ -117,13 +109,14 @@ def _outside_matrix(spec: CaseSpec, matrix: str) -> str | None:
 def build(options: Options, host: HostInfo) -> list[Case]:
     cases = []
     # --scaling-scaling both: each case weak and strong, side by side (the strong one's id ends in -strong)
-    scalings = ("weak", "strong") if options.scaling == "both" else (options.scaling,)
+    sel = options.selection
+    scalings = ("weak", "strong") if sel.scaling == "both" else (sel.scaling,)
     for strategy in options.strategies:
         for model in options.models:
             for topology in options.topologies:
                 for scaling in scalings:
                     spec = spec_for(strategy, model, topology, options, host).replace(
-                        scaling=scaling, global_batch=None if scaling == "weak" else options.global_batch
+                        scaling=scaling, global_batch=None if scaling == "weak" else sel.global_batch
                     )
                     skip = _outside_matrix(spec, options.matrix) or skip_reason(spec, host)
                     cases.append(
@@ -131,7 +124,7 @@ def build(options: Options, host: HostInfo) -> list[Case]:
                             id=spec.case_id,
                             spec=spec,
                             skip=skip,
-                            oversubscribed=oversubscribed(spec.topo, host, options.cpu_threads),
+                            oversubscribed=oversubscribed(spec.topo, host, options.run.cpu_threads),
                         )
                     )
     return cases

@@ -80,6 +80,12 @@ def one_of(option: str, allowed: Iterable[str], hint: str) -> Callable[[str], st
     return check
 
 
+def on_off(option: str) -> Callable[[str], bool]:
+    """``on`` or ``off``, as a bool."""
+    words = one_of(option, ("on", "off"), f"pass {option} on or {option} off")
+    return lambda text: words(text) == "on"
+
+
 def topologies(option: str) -> Callable[[str], tuple[str, ...] | None]:
     """Comma-separated ``NxG`` topologies, each in its canonical spelling, repeats dropped. Empty (an unset
     variable in a CI script) leaves the matrix's topologies."""

@@ -1,36 +1,43 @@
-"""The ``--scaling-*`` options, built once into a frozen ``Options``.
+"""The session's options: the declared sections (plan/option_groups.py) as read, and what they resolve to.
 
-The options are declared in groups (plan/option_groups.py), and argparse checks each value with its
-``type=`` callable as it reads the command line (plan/option_types.py), so a bad value is a usage error
-naming the option before anything else happens. What is left for ``parse`` needs two options at once
-(``--scaling-global-batch`` against the topologies, faults against ``--scaling-update-baselines``) or the
-session's catalog (which names ``--scaling-models`` may use); it raises ``SpecError`` naming the options,
-which the plugin turns into a ``pytest.UsageError``.
+argparse checks each value with its ``type=`` callable as it reads the command line (plan/option_types.py), so
+a bad value is a usage error naming the option before anything else happens. ``parse`` keeps every section as read
+and resolves what needs several options or the session's catalog (the strategy, workload and topology lists, the
+faults, the profiled steps, the directories); it raises ``SpecError`` naming the options, which the plugin turns
+into a ``pytest.UsageError``. An A/B gate's session is told so explicitly (``--scaling-duet``); the launch counts
+and timeouts a paired session takes follow from it here, never from the environment.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from scalegate.contract import cards, duet
+from scalegate import policy
+from scalegate.contract import cards
 from scalegate.contract.errors import SpecError
 from scalegate.contract.topology import Topology
+from scalegate.plan import declare
 from scalegate.plan.catalog import Registered
 from scalegate.plan.option_groups import (
-    ALPHA,
-    BETA,
-    LOCAL_STEPS,
     MATRICES,
-    MAX_LAUNCHES,
-    PARITY_TOLERANCE,
     PROFILE_STEPS,
+    SECTIONS,
     SMOKE_MODEL,
     TESTPATHS_MATRIX_INI,
-    add_scaling_options,
+    Baselines,
+    Duet,
+    Execution,
+    FaultInjection,
+    Judging,
+    Output,
+    Run,
+    Selection,
+    Sequential,
 )
 
 if TYPE_CHECKING:
@@ -38,143 +45,138 @@ if TYPE_CHECKING:
 
     from scalegate.plan.catalog import Catalog
 
-__all__ = [  # the defaults are re-exported: benchmarks and tests read them here
-    "ALPHA",
-    "BETA",
-    "LOCAL_STEPS",
-    "MATRICES",
-    "MAX_LAUNCHES",
-    "PARITY_TOLERANCE",
-    "PROFILE_STEPS",
-    "SMOKE_MODEL",
-    "TESTPATHS_MATRIX_INI",
-    "Options",
-    "add_options",
-    "parse",
-]
+__all__ = ["MATRICES", "SMOKE_MODEL", "TESTPATHS_MATRIX_INI", "Options", "add_options", "parse", "from_argv"]
 
 
 def add_options(parser: "pytest.Parser") -> None:
     """Every ``--scaling-*`` option, in one help group."""
-    add_scaling_options(parser.getgroup("scaling", "scalegate scaling benchmarks").addoption, prefix="scaling-")
+    declare.declare(parser.getgroup("scaling", "scalegate scaling benchmarks").addoption, SECTIONS)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Options:
-    strategies: tuple[str, ...]
-    models: tuple[str, ...]
-    topologies: tuple[str, ...]
-    matrix: str = "explicit"  # "default", "full", "smoke", or "explicit" when --scaling-topologies was given
-    preset: str
-    steps: int
-    warmup: int
-    tolerance: float | None
-    default_tolerance: float
-    results_dir: Path
-    baseline_dir: Path
-    update_baselines: bool
-    require_baseline: bool
-    timeout_s: float
-    cpu_threads: int
-    seed: int
-    dtype: str
-    inject_delay_ms: float
-    data_dir: str | None = (
-        None  # real datasets instead of synthetic ones (scalegate.workloads.data, scalegate.workloads.squad)
-    )
-    link_rate: str = "1gbit"
-    inject_slowdown: float = 0.0
-    strict: bool = False
-    confirm: int = 1  # relaunches that must also regress before a timing regression fails
-    memory_interval_ms: float = 50.0
-    launches: int = 1  # launches per case (and reference) judged together (scalegate/session.py)
-    launches_named: bool = False  # --scaling-launches was given: a script's duet case keeps it (contract/duet.py)
-    reference_launches: int | None = None  # --scaling-reference-launches: the 1x1 reference's; None = ``launches``
-    reference_steps: int | None = None  # --scaling-reference-steps: a 1x1 reference launch's; None = ``steps``
-    cpu_binding: bool = False
-    duet_threads: str = "auto"  # --scaling-duet-threads (contract/affinity.py gloo_threads)
-    tp_sequence_parallel: bool = False
-    compile: bool = False
-    checkpoint: bool = False  # --scaling-checkpoint: the checkpoint window (scalegate/measure/checkpoint.py)
-    inject_faults: tuple[tuple[str, int], ...] = ()  # Faults field values from --scaling-inject-fault
-    scaling: str = "weak"
-    global_batch: int | None = None
+    """Every section as the command line gave it, and what they resolve to for this session."""
+
+    selection: Selection = Selection()
+    run: Run = Run()
+    execution: Execution = Execution()
+    duet: Duet = Duet()
+    judging: Judging = Judging()
+    sequential: Sequential = Sequential()
+    baselines: Baselines = Baselines()
+    injection: FaultInjection = FaultInjection()
+    output: Output = Output()
+    # resolved
+    strategies: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    topologies: tuple[str, ...] = ("1x1", "1x2")
+    matrix: str = "explicit"  # "default", "full", "smoke", or "explicit" where the topologies were named
+    workloads: tuple[Registered, ...] = ()  # the workloads that are not built in: how the ranks find them again
+    inject_faults: tuple[tuple[str, int], ...] = ()  # ``Faults`` field values of every --scaling-inject-fault
     profile_steps: int = 0  # --scaling-profile: profiled steps after the measured ones; 0 = off
-    tensorboard_dir: Path | None = None  # --scaling-tensorboard
-    launcher: str = "warm"  # --scaling-launcher: warm agent (scalegate/launch/warm.py) or a cold torchrun per launch
-    local_steps: int = LOCAL_STEPS  # same-launch (distributed, local) pairs per multi-rank launch
-    max_launches: int = MAX_LAUNCHES  # sequential verdicts: the launch budget per case
-    step_time_tolerance: float | None = None  # A/B duet: the step time at W is judged too (judge/duet.py)
-    alpha: float = ALPHA
-    beta: float = BETA
-    parity_tolerance: float = PARITY_TOLERANCE  # --scaling-parity-tolerance: parity's throughput shortfall
-    # the workloads that are not built in (harness/scalegate/plan/catalog.py): how every case's ranks find them again
-    workloads: tuple[Registered, ...] = ()
+    baseline_dir: Path = Path("baselines")
+    results_dir: Path = Path("results")
+
+    def spec_settings(self) -> dict[str, object]:
+        """What every ``CaseSpec`` of the session carries from the options: the fields it shares with the sections,
+        by name, and the launch's time limit as this session's pairing makes it."""
+        from scalegate.contract.spec import CaseSpec
+
+        return declare.pick(CaseSpec, self.run, self.execution, self.duet, timeout_s=self.timeout_s)
 
     def workload(self, model: str) -> Registered:
         """Where ``model`` comes from: a registered workload, or the built-in of that name."""
         return next((w for w in self.workloads if w.name == model), Registered(name=model))
 
+    def replace(self, **changes: object) -> "Options":
+        return dataclasses.replace(self, **changes)
+
+    # --- a paired A/B gate's session (--scaling-duet) ----------------------------------------------------------
+    @property
+    def paired(self) -> bool:
+        """This session's jobs pair in time with the other side's (``gate --base``: a duet, or alternating jobs)."""
+        return self.duet.duet_address is not None
+
+    @property
+    def launches(self) -> int:
+        return self.judging.launches or 1
+
+    def case_launches(self, script: bool) -> int:
+        """A case's launches a session: ``--scaling-launches`` where named, else a training script's
+        ``SCRIPT_CASE_LAUNCHES`` in a paired session (pooled into one estimate a round), else one."""
+        if self.judging.launches is None and script and self.paired:
+            return policy.SCRIPT_CASE_LAUNCHES
+        return self.launches
+
+    def reference_launches(self, script: bool) -> int:
+        """The 1x1 reference's launches a session: ``--scaling-reference-launches``, else a training script's
+        ``SCRIPT_REFERENCE_LAUNCHES`` in a paired session, else ``--scaling-launches``."""
+        if self.judging.reference_launches is not None:
+            return self.judging.reference_launches
+        return policy.SCRIPT_REFERENCE_LAUNCHES if script and self.paired else self.launches
+
+    def reference_steps(self, script: bool, steps: int) -> int:
+        """A 1x1 reference launch's measured steps for a case of ``steps``: ``--scaling-reference-steps``, else a
+        training script's in a paired session ``SCRIPT_REFERENCE_SHARE`` of them (at least
+        ``SCRIPT_REFERENCE_MIN_STEPS``), else ``steps``."""
+        if self.judging.reference_steps is not None:
+            return self.judging.reference_steps
+        if not (script and self.paired):
+            return steps
+        return min(steps, max(policy.SCRIPT_REFERENCE_MIN_STEPS, math.ceil(steps * policy.SCRIPT_REFERENCE_SHARE)))
+
+    @property
+    def timeout_s(self) -> float:
+        """A launch's time limit: in a paired session its partner's steps run between its own (or before it), and
+        it may wait for the partner to join first."""
+        timeout = self.execution.timeout_s
+        return 2 * timeout + policy.PAIR_WAIT_S if self.paired else timeout
+
+
+def sections_of(values: argparse.Namespace) -> dict[str, object]:
+    """Each section as ``values`` give it, under its ``Options`` field name."""
+    by_name = {section.__name__: section for section in SECTIONS}  # the fields' types, as annotations name them
+    return {f.name: declare.read(by_name[f.type], values) for f in dataclasses.fields(Options) if f.type in by_name}
+
 
 def parse(values: argparse.Namespace, rootdir: Path, strategy_names: Sequence[str], catalog: "Catalog") -> Options:
     """``values``: the parsed command line (pytest's ``config.option``), each value already checked by its
-    ``type=``. ``catalog`` (the plugin's, harness/scalegate/plan/catalog.py): the workloads ``--scaling-models`` may name;
-    an import path there registers its workload in it."""
-    v = values
-    matrix_name = v.scaling_matrix or "default"  # None: not given (the plugin resolves a bare run's first)
-    topologies = v.scaling_topologies or tuple(MATRICES[matrix_name].split(","))
-    _refuse_faulty_baseline(v)
-    scaling, global_batch = _scaling(v.scaling_scaling, v.scaling_global_batch, topologies)
+    ``type=``. ``catalog`` (the plugin's, plan/catalog.py): the workloads ``--scaling-models`` may name; an import
+    path there registers its workload in it."""
+    found = sections_of(values)
+    sel: Selection = found["selection"]  # type: ignore[assignment]
+    base: Baselines = found["baselines"]  # type: ignore[assignment]
+    out: Output = found["output"]  # type: ignore[assignment]
+    injected: FaultInjection = found["injection"]  # type: ignore[assignment]
+    matrix_name = sel.matrix or "default"  # None: not given (the plugin resolves a bare run's first)
+    topologies = sel.topologies or tuple(MATRICES[matrix_name].split(","))
+    _refuse_faulty_baseline(base, injected)
+    _scaling(sel.scaling, sel.global_batch, topologies)
     return Options(
-        strategies=_strategies(v.scaling_strategies, strategy_names),
-        models=_smoke(_models(v.scaling_models, catalog), matrix_name, v.scaling_models),
+        **found,  # type: ignore[arg-type]
+        strategies=_strategies(sel.strategies, strategy_names),
+        models=_smoke(_models(sel.models, catalog), matrix_name, sel.models),
         workloads=catalog.registered(),
         topologies=topologies,
-        matrix="explicit" if v.scaling_topologies else matrix_name,
-        preset=v.scaling_preset,
-        scaling=scaling,
-        global_batch=global_batch,
-        steps=v.scaling_steps,
-        warmup=v.scaling_warmup,
-        seed=v.scaling_seed,
-        dtype=v.scaling_dtype,
-        data_dir=v.scaling_data_dir,
-        cpu_threads=v.scaling_cpu_threads,
-        memory_interval_ms=v.scaling_memory_interval_ms,
-        timeout_s=duet.launch_timeout(v.scaling_timeout),
-        launcher=v.scaling_launcher,
-        cpu_binding=v.scaling_cpu_binding == "on",
-        duet_threads=v.scaling_duet_threads,
-        link_rate=v.scaling_link_rate,
-        compile=v.scaling_compile,
-        tp_sequence_parallel=v.scaling_tp_sequence_parallel,
-        tolerance=v.scaling_tolerance,
-        parity_tolerance=v.scaling_parity_tolerance,
-        strict=v.scaling_strict,
-        confirm=v.scaling_confirm,
-        launches=v.scaling_launches or 1,
-        launches_named=v.scaling_launches is not None,
-        reference_launches=v.scaling_reference_launches,
-        reference_steps=v.scaling_reference_steps,
-        local_steps=v.scaling_local_steps,
-        max_launches=v.scaling_max_launches,
-        step_time_tolerance=v.scaling_step_time_tolerance,
-        alpha=v.scaling_alpha,
-        beta=v.scaling_beta,
-        baseline_dir=Path(v.scaling_baseline_dir) if v.scaling_baseline_dir else rootdir / "baselines",
-        update_baselines=v.scaling_update_baselines,
-        require_baseline=v.scaling_require_baseline,
-        default_tolerance=v.scaling_default_tolerance,
-        inject_delay_ms=v.scaling_inject_delay_ms,
-        inject_slowdown=v.scaling_inject_slowdown,
-        inject_faults=_faults(
-            v.scaling_inject_fault, checkpoint=v.scaling_checkpoint, update_baselines=v.scaling_update_baselines
-        ),
-        results_dir=Path(v.scaling_results_dir),
-        profile_steps=_profile_steps(v.scaling_profile, v.scaling_profile_steps),
-        checkpoint=v.scaling_checkpoint,
-        tensorboard_dir=v.scaling_tensorboard,
+        matrix="explicit" if sel.topologies else matrix_name,
+        inject_faults=_faults(injected.inject_fault, checkpoint=out.checkpoint, update_baselines=base.update_baselines),
+        profile_steps=_profile_steps(out.profile, out.profile_steps),
+        baseline_dir=Path(base.baseline_dir) if base.baseline_dir else rootdir / "baselines",
+        results_dir=Path(out.results_dir),
     )
+
+
+def from_argv(
+    argv: Sequence[str], rootdir: Path = Path("."), strategy_names: Sequence[str] | None = None, catalog=None
+) -> Options:
+    """The options a command line gives, as the plugin reads them: for tests, benchmarks and tools that build
+    cases without a pytest session."""
+    from scalegate.plan.catalog import Catalog
+
+    parser = argparse.ArgumentParser(exit_on_error=False, allow_abbrev=False)
+    declare.declare(parser.add_argument, SECTIONS)
+    values = parser.parse_args(list(argv))
+    return parse(values, rootdir, strategy_names or cards.names(), catalog or Catalog())
 
 
 def _strategies(text: str, known: Sequence[str]) -> tuple[str, ...]:
@@ -210,15 +212,15 @@ def _known(option: str, items: Sequence[str], known: Sequence[str], refs: str) -
     return names
 
 
-def _refuse_faulty_baseline(v: argparse.Namespace) -> None:
+def _refuse_faulty_baseline(base: Baselines, injected: FaultInjection) -> None:
     """A baseline recorded with an injected slowdown would make the slowdown the norm."""
-    if not v.scaling_update_baselines:
+    if not base.update_baselines:
         return
-    for option, injected in (
-        ("--scaling-inject-slowdown", v.scaling_inject_slowdown),
-        ("--scaling-inject-delay-ms", v.scaling_inject_delay_ms),
+    for option, value in (
+        ("--scaling-inject-slowdown", injected.inject_slowdown),
+        ("--scaling-inject-delay-ms", injected.inject_delay_ms),
     ):
-        if injected > 0:
+        if value > 0:
             raise SpecError(
                 f"--scaling-update-baselines with {option} would record a faulty baseline",
                 "drop one of the two options",
@@ -252,7 +254,7 @@ def _faults(
     return tuple(sorted(values.items()))
 
 
-def _scaling(scaling: str, batch: int | None, topologies: Sequence[str]) -> tuple[str, int | None]:
+def _scaling(scaling: str, batch: int | None, topologies: Sequence[str]) -> None:
     """``--scaling-scaling`` with ``--scaling-global-batch``: strong scaling needs a batch every world size divides."""
     if scaling in ("strong", "both") and (batch is None or batch < 1):
         raise SpecError(
@@ -261,11 +263,11 @@ def _scaling(scaling: str, batch: int | None, topologies: Sequence[str]) -> tupl
         )
     for topology in topologies if scaling != "weak" else ():
         world = Topology.parse(topology).world_size
-        if batch % world:
+        if batch % world:  # type: ignore[operator]
             raise SpecError(
                 f"--scaling-global-batch {batch} does not divide by world size {world} of topology "
                 f"{topology} (--scaling-topologies)",
-                f"use a multiple of every world size run, e.g. {_lcm_multiple(batch, topologies)}, "
+                f"use a multiple of every world size run, e.g. {_lcm_multiple(batch, topologies)}, "  # type: ignore[arg-type]
                 "or drop that topology",
             )
     if scaling == "weak" and batch is not None:
@@ -273,7 +275,6 @@ def _scaling(scaling: str, batch: int | None, topologies: Sequence[str]) -> tupl
             f"--scaling-global-batch {batch} conflicts with weak scaling (the global batch grows with the world size)",
             "add --scaling-scaling strong, or drop --scaling-global-batch",
         )
-    return scaling, batch
 
 
 def _lcm_multiple(batch: int, topologies: Sequence[str]) -> int:

@@ -62,7 +62,7 @@ def build(options: Options, host: HostInfo, pairs=PAIRS, topologies=TOPOLOGIES) 
                         id=f"parity-{candidate}-vs-{baseline}-{model}-{topology}",
                         spec=spec,
                         skip=skip,
-                        oversubscribed=matrix.oversubscribed(spec.topo, host, options.cpu_threads),
+                        oversubscribed=matrix.oversubscribed(spec.topo, host, options.run.cpu_threads),
                     )
                 )
     return cases

@@ -120,7 +120,7 @@ def cases(
             skip = cluster.skip_reason(spec.topo, host.device, cluster.detect())
             if host.device == "cuda" and spec.topo.per_node > host.devices_per_node:
                 skip = f"topology {topology} needs {spec.topo.per_node} GPUs per node, this node has {host.devices_per_node}"
-            over = oversubscribed(spec.topo, host, options.cpu_threads)
+            over = oversubscribed(spec.topo, host, options.run.cpu_threads)
             out.append(Case(id=spec.case_id, spec=spec, skip=skip, oversubscribed=over, canary=decl.canary))
     return out
 
@@ -137,7 +137,7 @@ def spec_for(
         stop_after_window=decl.stop_after_window,
         batch=decl.batch,
         loss_tolerance=decl.loss_tolerance,
-        needed_steps=needed_steps(options.steps, options.warmup),
+        needed_steps=needed_steps(options.run.steps, options.run.warmup),
     ).at(strategy, topology, f"{where}: scaling_script")
     strong = decl.scaling == "strong"
     return CaseSpec(
@@ -148,20 +148,14 @@ def spec_for(
         micro_batch=(decl.batch or 1) if not strong else 1,
         scaling=decl.scaling,
         global_batch=(decl.batch or topology.world_size) if strong else None,
-        steps=options.steps,
-        warmup=options.warmup,
-        seed=options.seed,
-        cpu_threads=options.cpu_threads,
-        cpu_binding=options.cpu_binding,
-        duet_threads=options.duet_threads,
-        timeout_s=options.timeout_s,
-        memory_interval_ms=options.memory_interval_ms,
+        # a script times its own training: the workloads' dtype, compile and sequence-parallel options do not apply
+        **{**options.spec_settings(), "dtype": "fp32", "compile": False, "tp_sequence_parallel": False},
         grad_check=False,  # gradients cannot be checked from outside a script: the table says n/a
         local_steps=0,  # no local copy of a script's model: the classic efficiency decides
         script=script,
         # the faults a script's bootstrap injects (the others need the harness's own loop); the 1x1 reference has none
         faults=Faults(
             count_every_step=bool(dict(options.inject_faults).get("count_every_step")),
-            slowdown=options.inject_slowdown,
+            slowdown=options.injection.inject_slowdown,
         ),
     )

@@ -272,6 +272,10 @@ def train(
         extra["compiled_frames"] = compiling.compiled_frames()
     if turns.ACTIVE.summary():
         extra["duet"] = turns.ACTIVE.summary()  # paired or solo, and why (judge/duet.py pairs the two sides' steps)
+    if ctx.device.type == "cuda":
+        extra["gpu_state"] = (
+            window.sampler.gpu_state()
+        )  # clocks, temperature, power, throttle reasons (measure/gpu_state.py)
     beat(first, "teardown")
     if setup.companion is not None:
         series.update(setup.companion.result())

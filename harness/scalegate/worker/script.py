@@ -230,6 +230,7 @@ class StepClock:
                 "throughput_unit": "samples/s" if batch else "steps/s",
                 "cpu_binding": self.binding,
                 **({"duet": turns.ACTIVE.summary()} if turns.ACTIVE.summary() else {}),
+                **({"gpu_state": window.sampler.gpu_state()} if self.ctx.device.type == "cuda" else {}),
             },
         )
         atomic.write_json(self.out_dir / f"rank{self.ctx.rank}.json", result.__dict__)

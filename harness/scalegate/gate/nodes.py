@@ -1,0 +1,173 @@
+"""A gate on several nodes: one gate process per node of a SLURM allocation, node 0 leading, the others following.
+
+    srun --ntasks-per-node=1 python -m scalegate gate --base origin/main -k "ddp-cnn-2x1 or single-cnn-1x1"
+
+Every node checks out the base commit beside its own working tree (gate/life.py: ``base-tree-node<k>`` under the
+gate's run directory, whose name every node derives from the job and step), so the nodes need no filesystem in common
+for their trees; the results directory must be shared, as for any multi-node case (launch/slurm.py: node 0 reads
+every rank's file). Node 0 runs the coordinator on tcp (gate/pairing.py); each other node connects to it and says
+``follow``. Each round node 0 names the round (its pytest arguments and the side that turns first) to every
+follower, runs its own two sessions while the followers run theirs (each session is its node's torchrun agent, and
+every rank of a job pairs through the one coordinator), and waits until every follower ran it. Node 0 alone
+merges, judges and writes the table; at the end it tells the followers the gate's exit code, which they exit with.
+A follower whose connection closes stops the gate, naming its node and the round; a follower whose node 0 is gone
+ends its sessions and exits with bad input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import socket
+import time
+from typing import Iterator
+
+from scalegate import policy
+from scalegate.contract import duet
+from scalegate.contract.errors import ScalegateError
+from scalegate.gate import rounds
+from scalegate.gate.plan import GatePlan
+from scalegate.gate.sides import Side
+
+
+class Leader:
+    """Node 0's side of the followers: ``rounds.Followers``."""
+
+    def __init__(self, coordinator, count: int) -> None:
+        self.c, self.count = coordinator, count
+        self.round = 0
+
+    def wait_joined(self, timeout_s: float) -> None:
+        """Until every other node's gate follows; bad input naming the missing nodes past ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.c.followers) < self.count and time.monotonic() < deadline:
+            time.sleep(0.2)
+        missing = sorted(set(range(1, self.count + 1)) - set(self.c.followers))
+        if missing:
+            raise ScalegateError(
+                f"node(s) {', '.join(map(str, missing))} of the allocation did not join the gate in {timeout_s:.0f} s "
+                f"(node 0's coordinator at {self.c.address})",
+                "run one gate per node: srun --ntasks-per-node=1 python -m scalegate gate --base REF ...; check that "
+                "the nodes reach node 0 over tcp",
+            )
+        self._drain()
+
+    def start_round(self, n: int, args: list[str], first: str) -> None:
+        self.round = n
+        for node, sock in sorted(self.c.followers.items()):
+            try:
+                duet.send(sock, {"op": "round", "n": n, "args": args, "first": first})
+            except OSError:
+                raise _gone(node, n) from None
+
+    def wait_round(self, n: int) -> None:
+        """Until every follower ran round ``n``; a follower gone meanwhile stops the gate, naming it."""
+        ran: set[int] = set()
+        while len(ran) < self.count:
+            node, message = self.c.from_nodes.get()
+            if message.get("op") == "ran" and message.get("n") == n:
+                ran.add(node)
+            elif message.get("op") == "gone":
+                raise _gone(node, n)
+
+    def end(self, code: int) -> None:
+        for sock in self.c.followers.values():
+            with contextlib.suppress(OSError):
+                duet.send(sock, {"op": "end", "code": code})
+
+    def _drain(self) -> None:
+        with contextlib.suppress(queue.Empty):
+            while True:
+                node, message = self.c.from_nodes.get_nowait()
+                if message.get("op") == "gone":
+                    raise _gone(node, 0)
+
+
+def _gone(node: int, n: int) -> ScalegateError:
+    return ScalegateError(
+        f"node {node}'s gate process ended{f' in round {n}' if n else ''}: the gate stopped; its sessions on node 0 "
+        "were ended",
+        f"read node {node}'s output (srun prefixes each line with its task: -l); rerun the gate",
+    )
+
+
+@contextlib.contextmanager
+def lead(plan: GatePlan, paired: rounds.Paired | None) -> Iterator[Leader | None]:
+    """On node 0 of a multi-node gate, its followers once every node joined; None on one node or on a follower."""
+    if plan.nodes is None:
+        yield None
+        return
+    if paired is None:
+        raise ScalegateError(
+            "a gate on several nodes pairs its sides through node 0's coordinator, and this one is not paired",
+            "gate against a base whose scalegate speaks the duet (or --pairing alternate), or run on one node",
+        )
+    if plan.node != 0:
+        yield None
+        return
+    leader = Leader(paired.coordinator, plan.nodes.nnodes - 1)
+    leader.wait_joined(policy.NODE_WAIT_S)
+    code = 2
+    try:
+        yield leader
+        code = 0
+    finally:
+        leader.end(code)  # node 0 reports the verdict; a follower exits 0 unless told of bad input
+
+
+def follow(plan: GatePlan, sides: list[Side], paired: rounds.Paired | None) -> int:
+    """A node other than 0: run every round node 0 names, both sides' sessions on this node, until it ends the gate;
+    the exit code node 0 sends."""
+    assert paired is not None and plan.nodes is not None
+    sock = _connect(paired.coordinator.address, policy.NODE_WAIT_S)
+    lines = duet.Lines(sock)
+    duet.send(sock, {"op": "follow", "v": duet.VERSION, "node": plan.node})
+    try:
+        while True:
+            message = lines.read()
+            if message is None:
+                raise ScalegateError(
+                    f"node {plan.node}: node 0's gate closed its connection before the end of the gate",
+                    "read node 0's output: it names what stopped the gate",
+                )
+            if message["op"] == "end":
+                return int(message.get("code", 0))
+            if message["op"] == "round":
+                n = int(message["n"])
+                ordered = sides if sides[-1].name == message["first"] else sides[::-1]
+                codes = _run_round(ordered, list(message["args"]), plan, n, paired)
+                duet.send(sock, {"op": "ran", "n": n, "codes": codes})
+    finally:
+        sock.close()
+
+
+def _run_round(sides: list[Side], args: list[str], plan: GatePlan, n: int, paired: rounds.Paired) -> dict[str, int]:
+    """This node's two sessions of round ``n`` at once: each its node's torchrun agent for the round's cases."""
+    procs = []
+    for side in sides:
+        where = plan.gate_dir / f"round-{n:02d}" / side.name
+        where.mkdir(parents=True, exist_ok=True)
+        log = open(where / f"session-node{plan.node}.log", "w")
+        procs.append((side, rounds.start(side.command([*args, *paired.args(side.name)], where), side, log), log))
+    codes = {}
+    for side, proc, log in procs:
+        codes[side.name] = rounds.finish(proc)
+        log.close()
+    return codes
+
+
+def _connect(address: str, timeout_s: float) -> socket.socket:
+    """Node 0's coordinator, waited for up to ``timeout_s``: the nodes' gates start at once and node 0 listens only
+    once its base tree is checked out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            sock = duet.connect(address, timeout=None)  # type: ignore[arg-type]
+            return sock
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise ScalegateError(
+                    f"node 0's gate at {address} could not be reached in {timeout_s:.0f} s ({exc})",
+                    "check that node 0's gate started and that the nodes reach each other over tcp",
+                ) from None
+            time.sleep(1.0)

@@ -1,0 +1,139 @@
+"""How an A/B gate's two sides share the host, and the parity session that needs no base.
+
+Three pairings (docs/duet.md):
+
+- **duet**: both sides' jobs of a case resident at once, taking turns one optimizer step at a time;
+- **alternate**: one resident job at a time, the two sides' jobs of a case in ABBA order, each whole, back to back
+  (a job that fills the GPU cannot be resident twice); a case whose two jobs would not fit in device memory
+  alternates inside a duet gate;
+- **rounds**: each round runs the base's session, then the head's (a base that speaks no pairing, or ``--pairing
+  rounds``).
+
+``choose`` decides before the first round and says why; ``coordinator`` starts the pairing's coordinator (a unix
+socket on one node, tcp on node 0 of an allocation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from scalegate.contract.errors import ScalegateError
+from scalegate.gate import rounds
+from scalegate.gate.plan import GatePlan
+from scalegate.gate.sides import Side, pytest_argv, unpaired_base
+from scalegate.launch import duet_fit
+from scalegate.launch.duet import Coordinator
+from scalegate.plan import hostinfo
+from scalegate.record import baselines
+
+PORT_BASE, PORT_SPAN = 28000, 4000  # node 0's coordinator: below Linux's ephemeral range, apart from rendezvous'
+
+
+@dataclass(frozen=True)
+class Chosen:
+    pairing: str  # duet, alternate or rounds
+    why: str  # why not paired (rounds), or ""
+
+    @property
+    def says(self) -> str:
+        return {
+            "duet": "duet: both commits' jobs of a case take turns step by step",
+            "alternate": "alternate: both commits' jobs of a case take turns one whole job at a time, one resident",
+            "rounds": f"not paired ({self.why}): each round runs the base's session, then the head's",
+        }[self.pairing]
+
+
+def choose(plan: GatePlan, base_tree: Path, base_python: str) -> Chosen:
+    """The pairing ``--pairing`` asks for (auto: the duet), where the base side's ranks can pair."""
+    if plan.pairing == "rounds":
+        return Chosen("rounds", "--pairing rounds")
+    why = unpaired_base(base_tree, base_python)
+    if why and plan.pairing != "auto":
+        raise ScalegateError(
+            f"--pairing {plan.pairing}: {why}",
+            "gate against a base whose scalegate speaks this pairing, or pass --pairing rounds (or leave it auto)",
+        )
+    if why:
+        return Chosen("rounds", why)
+    return Chosen("alternate" if plan.pairing == "alternate" else "duet", "")
+
+
+@dataclass(frozen=True)
+class Remote:
+    """Node 0's coordinator as another node sees it: its address."""
+
+    address: str
+
+
+def address(plan: GatePlan) -> tuple[str, int]:
+    """Node 0's coordinator on a multi-node allocation: (host, port), the same on every node (its job and step)."""
+    slurm = plan.nodes
+    assert slurm is not None
+    return slurm.master, PORT_BASE + zlib.crc32(f"gate:{slurm.run_id}".encode()) % PORT_SPAN
+
+
+@contextlib.contextmanager
+def coordinator(plan: GatePlan, chosen: Chosen) -> Iterator[rounds.Paired | None]:
+    """The chosen pairing's coordinator for the gate's rounds, closed however they end (None: not paired)."""
+    if chosen.pairing == "rounds":
+        yield None
+        return
+    refusals = _refusals(plan.baseline_dir) if chosen.pairing == "duet" else (lambda merged: {})
+    if plan.nodes is None:
+        with Coordinator(alternate=chosen.pairing == "alternate") as c:
+            yield rounds.Paired(coordinator=c, pairing=chosen.pairing, refusals=refusals)
+        return
+    host, port = address(plan)
+    if plan.node != 0:
+        yield rounds.Paired(coordinator=Remote(f"tcp:{host}:{port}"), pairing=chosen.pairing)
+        return
+    with Coordinator(alternate=chosen.pairing == "alternate", tcp=("0.0.0.0", port), host=host) as c:
+        yield rounds.Paired(coordinator=c, pairing=chosen.pairing, refusals=refusals)
+
+
+def report(chosen: Chosen, paired: rounds.Paired | None) -> dict[str, Any]:
+    """What duet.json holds: the pairing, or why none, every job's turns and the rounds' timeline."""
+    if paired is None:
+        return {"duet": False, "why_not": chosen.why, "pairing": "rounds", "jobs": {}}
+    c = paired.coordinator
+    c.settle()  # every job's last bye read before its end is reported
+    return {"duet": True, "why_not": "", "pairing": chosen.pairing, "jobs": c.report(), **c.timeline()}
+
+
+def _refusals(baseline_dir: Path):
+    """{case id: why} for the cases whose two resident jobs would not fit in device memory this round
+    (launch/duet_fit.py): their peaks from the rounds so far, else from the stored baseline. They alternate."""
+
+    def refused(merged: rounds.Merged) -> dict[str, str]:
+        free = duet_fit.free_bytes()
+        if free is None:
+            return {}  # no GPU: nothing to check
+        stored = baselines.load(baseline_dir, hostinfo.detect().profile)
+        return duet_fit.refusals(duet_fit.needs(merged, stored.cases if stored else {}), free)
+
+    return refused
+
+
+def parity(plan: GatePlan, tree: Path, gate_dir: Path) -> tuple[Path | None, int]:
+    """Parity in a session of its own (both front ends interleaved in each launch: no base needed), where the
+    repository has a parity test; node 0 alone runs it."""
+    project = plan.project
+    if not project.parity or plan.node != 0:
+        return None, 0
+    argv = pytest_argv(
+        project, [*plan.settings, *plan.user_args], gate_dir / "parity", project.parity, [], sys.executable
+    )
+    side = Side(name="parity", tree=tree, argv=lambda extra, where: [])
+    code = rounds.finish(rounds.start(argv, side))
+    if code == 5:  # the selection has no parity case
+        return None, 0
+    if code == 0 and not (gate_dir / "parity" / "latest").exists():
+        # every parity case was skipped with its reason (one GPU: a 1x2 pair cannot run), so no case opened a run
+        print("gate: parity: every parity case was skipped here (reasons above); the gate goes on without parity")
+        return None, 0
+    return rounds.check_run(code, gate_dir / "parity", "the gate's parity session"), code
