@@ -66,6 +66,9 @@ TURN_S = _seconds("SCALEGATE_DUET_TURN_S", 600)  # a turn not given back in this
 RANK_WAIT_S = _seconds("SCALEGATE_DUET_WAIT_S", 900)  # a rank waits this long for one answer of the coordinator
 # A multi-node gate's other nodes wait this long for node 0's coordinator, and node 0 for them, before the first round.
 NODE_WAIT_S = _seconds("SCALEGATE_GATE_NODE_WAIT_S", 300)
+# Once node 0's sessions of a round ended, every job of the round has: the other nodes' sessions get this long to end
+# theirs (writing their files) before they are told to.
+ROUND_GRACE_S = _seconds("SCALEGATE_GATE_ROUND_GRACE_S", 60)
 
 # --- the paired estimate (judge/duet.py) -------------------------------------------------------------------------
 # A round's pairs are trimmed this share at each end: a descheduled step hits one side of one pair.

@@ -94,20 +94,26 @@ class Gate:
         base_env = environments.probe(plan.base_python, "base") if plan.base_python else head_env
         environments.check_same_device(base_env, head_env)
         head_env = {**head_env, "scalegate": hostinfo.commit(plan.project.root)}  # the code each side imports
-        # the base tree: checked out beside the working tree on every node, removed however the gate ends
-        with worktree.base_tree(plan.project.root, plan.base, plan.gate_dir / f"base-tree-node{plan.node}") as base:
+        with contextlib.ExitStack() as held:  # whatever ends the gate, each is undone in the reverse order
+            # the base tree: checked out beside the working tree on every node; node 0 also removes what a killed
+            # node left on a shared filesystem
+            if plan.nodes is not None and plan.node == 0:
+                held.callback(worktree.remove_left, plan.project.root, plan.gate_dir)
+            tree = plan.gate_dir / f"base-tree-node{plan.node}"
+            base = held.enter_context(worktree.base_tree(plan.project.root, plan.base, tree))
             base_env = {**base_env, "scalegate": hostinfo.commit(base.path)}
             sides = self._sides(base.path, base_env["python"])
             chosen = pairing.choose(plan, base.path, base_env["python"])
             print(f"gate: A/B, {plan.project.root} against {base.ref} ({base.commit[:12]}): {chosen.says}", flush=True)
             # parity: both front ends in each launch, no base needed (node 0: the other nodes have no part in it)
             parity_run, parity_code = pairing.parity(plan, plan.project.root, plan.gate_dir)
-            # the rounds: both sides once a round, paired where they can be; other nodes follow node 0
-            with pairing.coordinator(plan, chosen) as paired, nodes.lead(plan, paired) as followers:
-                if plan.node != 0:
-                    return self._followed(sides, paired)
-                found = self._rounds(sides, parity_run, _ab_undecided(plan.baseline_dir), paired, followers)
-                duet = pairing.report(chosen, paired)
+            # the rounds: both sides once a round, paired where they can be; the other nodes follow node 0
+            paired = held.enter_context(pairing.coordinator(plan, chosen))
+            followers = held.enter_context(nodes.lead(plan, paired))
+            if plan.node != 0:
+                return self._followed(sides, paired)
+            found = self._rounds(sides, parity_run, _ab_undecided(plan.baseline_dir), paired, followers)
+            duet = pairing.report(chosen, paired)
         # merge: every round's launches of a case as one record, the base side's beside them
         run_dir = merge.write(
             plan.gate_dir,
@@ -206,9 +212,11 @@ def _ab_undecided(baseline_dir: Path):
 
 def _cost(plan: GatePlan, wall_s: float) -> dict[str, Any]:
     """What the gate cost: its wall, and nodes x devices per node x wall (GPUs, or the CPU cores a node gives)."""
-    host = hostinfo.detect()
-    count = plan.nodes.nnodes if plan.nodes is not None else 1
-    devices = host.devices_per_node
+    host, nodes = hostinfo.detect(), plan.nodes
+    count = nodes.nnodes if nodes is not None else 1
+    devices = host.devices_per_node  # a node's GPUs, or its usable cores; an allocation's own where it says
+    if nodes is not None:
+        devices = (nodes.gpus_on_node if host.device == "cuda" else nodes.cpus_on_node) or devices
     return {
         "wall_s": round(wall_s, 1),
         "nodes": count,

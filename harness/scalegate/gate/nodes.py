@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import select
 import socket
 import time
 from typing import Iterator
@@ -36,6 +37,7 @@ class Leader:
     def __init__(self, coordinator, count: int) -> None:
         self.c, self.count = coordinator, count
         self.round = 0
+        self.ran: set[int] = set()  # the followers that ran this round
 
     def wait_joined(self, timeout_s: float) -> None:
         """Until every other node's gate follows; bad input naming the missing nodes past ``timeout_s``."""
@@ -46,41 +48,55 @@ class Leader:
         if missing:
             raise ScalegateError(
                 f"node(s) {', '.join(map(str, missing))} of the allocation did not join the gate in {timeout_s:.0f} s "
-                f"(node 0's coordinator at {self.c.address})",
+                f"(node 0's coordinator at {self.c.tcp_address})",
                 "run one gate per node: srun --ntasks-per-node=1 python -m scalegate gate --base REF ...; check that "
                 "the nodes reach node 0 over tcp",
             )
-        self._drain()
+        self.check()
 
     def start_round(self, n: int, args: list[str], first: str) -> None:
-        self.round = n
+        self.round, self.ran = n, set()
         for node, sock in sorted(self.c.followers.items()):
             try:
                 duet.send(sock, {"op": "round", "n": n, "args": args, "first": first})
             except OSError:
                 raise _gone(node, n) from None
 
+    def check(self) -> None:
+        """While node 0's sessions run: a follower gone meanwhile stops the gate now, naming it, rather than after
+        node 0's ranks waited out their collectives' timeouts."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._take(*self.c.from_nodes.get_nowait())
+
     def wait_round(self, n: int) -> None:
-        """Until every follower ran round ``n``; a follower gone meanwhile stops the gate, naming it."""
-        ran: set[int] = set()
-        while len(ran) < self.count:
-            node, message = self.c.from_nodes.get()
-            if message.get("op") == "ran" and message.get("n") == n:
-                ran.add(node)
-            elif message.get("op") == "gone":
-                raise _gone(node, n)
+        """Until every follower ran round ``n``; a follower gone meanwhile stops the gate, naming it. Node 0's
+        sessions have ended, so every job of the round has: a follower's session still running after
+        ``ROUND_GRACE_S`` (a rank hung outside its collectives) is told to end."""
+        told = time.monotonic() + policy.ROUND_GRACE_S
+        while len(self.ran) < self.count:
+            try:
+                self._take(*self.c.from_nodes.get(timeout=1.0))
+            except queue.Empty:
+                pass
+            if told is not None and time.monotonic() > told:
+                print(f"gate: round {n}: node 0's sessions ended; telling the others to end theirs", flush=True)
+                for node, sock in self.c.followers.items():
+                    if node not in self.ran:
+                        with contextlib.suppress(OSError):
+                            duet.send(sock, {"op": "end-round", "n": n})
+                told = None
+
+    def _take(self, node: int, message: dict) -> None:
+        if message.get("op") == "ran" and message.get("n") == self.round:
+            self.ran.add(node)
+        elif message.get("op") == "gone":
+            raise _gone(node, self.round)
 
     def end(self, code: int) -> None:
         for sock in self.c.followers.values():
             with contextlib.suppress(OSError):
                 duet.send(sock, {"op": "end", "code": code})
-
-    def _drain(self) -> None:
-        with contextlib.suppress(queue.Empty):
-            while True:
-                node, message = self.c.from_nodes.get_nowait()
-                if message.get("op") == "gone":
-                    raise _gone(node, 0)
 
 
 def _gone(node: int, n: int) -> ScalegateError:
@@ -119,36 +135,54 @@ def follow(plan: GatePlan, sides: list[Side], paired: rounds.Paired | None) -> i
     """A node other than 0: run every round node 0 names, both sides' sessions on this node, until it ends the gate;
     the exit code node 0 sends."""
     assert paired is not None and plan.nodes is not None
-    sock = _connect(paired.coordinator.address, policy.NODE_WAIT_S)
+    sock = _connect(paired.coordinator.tcp_address, policy.NODE_WAIT_S)
     lines = duet.Lines(sock)
     duet.send(sock, {"op": "follow", "v": duet.VERSION, "node": plan.node})
     try:
-        while True:
-            message = lines.read()
-            if message is None:
-                raise ScalegateError(
-                    f"node {plan.node}: node 0's gate closed its connection before the end of the gate",
-                    "read node 0's output: it names what stopped the gate",
-                )
-            if message["op"] == "end":
-                return int(message.get("code", 0))
-            if message["op"] == "round":
-                n = int(message["n"])
-                ordered = sides if sides[-1].name == message["first"] else sides[::-1]
-                codes = _run_round(ordered, list(message["args"]), plan, n, paired)
-                duet.send(sock, {"op": "ran", "n": n, "codes": codes})
+        with rounds.ending_sessions():
+            return _follow(plan, sides, paired, sock, lines)
     finally:
         sock.close()
 
 
-def _run_round(sides: list[Side], args: list[str], plan: GatePlan, n: int, paired: rounds.Paired) -> dict[str, int]:
-    """This node's two sessions of round ``n`` at once: each its node's torchrun agent for the round's cases."""
+def _follow(plan: GatePlan, sides: list[Side], paired: rounds.Paired, sock: socket.socket, lines: duet.Lines) -> int:
+    while True:
+        message = lines.read()
+        if message is None:
+            raise ScalegateError(
+                f"node {plan.node}: node 0's gate closed its connection before the end of the gate",
+                "read node 0's output: it names what stopped the gate",
+            )
+        if message["op"] == "end":
+            return int(message.get("code", 0))
+        if message["op"] == "round":
+            n = int(message["n"])
+            ordered = sides if sides[-1].name == message["first"] else sides[::-1]
+            codes = _run_round(ordered, list(message["args"]), plan, n, paired, sock, lines)
+            duet.send(sock, {"op": "ran", "n": n, "codes": codes})
+
+
+def _run_round(
+    sides: list[Side], args: list[str], plan: GatePlan, n: int, paired: rounds.Paired, sock: socket.socket, lines
+) -> dict[str, int]:
+    """This node's two sessions of round ``n`` at once, each its node's torchrun agent for the round's cases, until
+    both end or node 0 says the round is over (``end-round``: its own sessions ended, so every job has)."""
     procs = []
     for side in sides:
         where = plan.gate_dir / f"round-{n:02d}" / side.name
         where.mkdir(parents=True, exist_ok=True)
         log = open(where / f"session-node{plan.node}.log", "w")
         procs.append((side, rounds.start(side.command([*args, *paired.args(side.name)], where), side, log), log))
+    while any(proc.poll() is None for _, proc, _ in procs):
+        if select.select([sock], [], [], 0.5)[0]:
+            message = lines.read()
+            if message is None:
+                raise ScalegateError(
+                    f"node {plan.node}: node 0's gate closed its connection in round {n}",
+                    "read node 0's output: it names what stopped the gate",
+                )
+            if message.get("op") == "end-round":
+                rounds.stop_sessions()
     codes = {}
     for side, proc, log in procs:
         codes[side.name] = rounds.finish(proc)

@@ -68,6 +68,7 @@ class Remote:
     """Node 0's coordinator as another node sees it: its address."""
 
     address: str
+    tcp_address: str
 
 
 def address(plan: GatePlan) -> tuple[str, int]:
@@ -89,8 +90,9 @@ def coordinator(plan: GatePlan, chosen: Chosen) -> Iterator[rounds.Paired | None
             yield rounds.Paired(coordinator=c, pairing=chosen.pairing, refusals=refusals)
         return
     host, port = address(plan)
-    if plan.node != 0:
-        yield rounds.Paired(coordinator=Remote(f"tcp:{host}:{port}"), pairing=chosen.pairing)
+    if plan.node != 0:  # its gate and its ranks reach node 0's coordinator over tcp
+        remote = Remote(address=f"tcp:{host}:{port}", tcp_address=f"tcp:{host}:{port}")
+        yield rounds.Paired(coordinator=remote, pairing=chosen.pairing)
         return
     with Coordinator(alternate=chosen.pairing == "alternate", tcp=("0.0.0.0", port), host=host) as c:
         yield rounds.Paired(coordinator=c, pairing=chosen.pairing, refusals=refusals)
@@ -129,7 +131,8 @@ def parity(plan: GatePlan, tree: Path, gate_dir: Path) -> tuple[Path | None, int
         project, [*plan.settings, *plan.user_args], gate_dir / "parity", project.parity, [], sys.executable
     )
     side = Side(name="parity", tree=tree, argv=lambda extra, where: [])
-    code = rounds.finish(rounds.start(argv, side))
+    with rounds.ending_sessions():
+        code = rounds.finish(rounds.start(argv, side))
     if code == 5:  # the selection has no parity case
         return None, 0
     if code == 0 and not (gate_dir / "parity" / "latest").exists():

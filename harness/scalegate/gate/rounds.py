@@ -12,6 +12,7 @@ their nodes too (gate/nodes.py).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from scalegate import policy
 from scalegate.contract.errors import ScalegateError
@@ -36,6 +37,8 @@ class Followers(Protocol):
     """The other nodes of a multi-node gate (gate/nodes.py): they run each round's sessions on their nodes."""
 
     def start_round(self, n: int, args: list[str], first: str) -> None: ...
+
+    def check(self) -> None: ...
 
     def wait_round(self, n: int) -> None: ...
 
@@ -93,6 +96,11 @@ def run(
     ``gate --max-minutes``): no round starts that would end past it by the longest round so far; the cases still
     undecided are then judged on the rounds they had, and why goes to the notes. Neither side always runs first:
     the order alternates by round. ``undecided(merged)`` names the case ids that want another round."""
+    with ending_sessions():
+        return _run(sides, args, gate_dir, undecided, budget, paired, script_budget, deadline, followers, on_round)
+
+
+def _run(sides, args, gate_dir, undecided, budget, paired, script_budget, deadline, followers, on_round) -> Outcome:
     found: dict[str, list[Path]] = {side.name: [] for side in sides}
     out = Outcome(merged={}, codes=[], runs=found)
     selection: list[str] = []
@@ -105,7 +113,7 @@ def run(
         if followers is not None:
             followers.start_round(n, round_args, ordered[-1].name)
         if paired is not None and len(sides) == 2:
-            codes = _paired_round(ordered, round_args, gate_dir, n, paired, out.merged)
+            codes = _paired_round(ordered, round_args, gate_dir, n, paired, out.merged, followers)
         else:
             codes = _sequential_round(ordered, round_args, gate_dir, n)
         if followers is not None:
@@ -152,7 +160,7 @@ def _sequential_round(sides: list[Side], args: list[str], gate_dir: Path, n: int
 
 
 def _paired_round(
-    sides: list[Side], args: list[str], gate_dir: Path, n: int, paired: Paired, merged: Merged
+    sides: list[Side], args: list[str], gate_dir: Path, n: int, paired: Paired, merged: Merged, followers=None
 ) -> dict[str, int]:
     """Both sides' sessions of round ``n`` at once, their jobs taking turns through the coordinator; each session's
     output goes to its ``session.log`` (two sessions would interleave on the terminal). The side started last
@@ -177,6 +185,8 @@ def _paired_round(
                 if codes[name] not in (0, 1):
                     tail = (where / "session.log").read_text(errors="replace").splitlines()[-20:]
                     print(f"gate: round {n}, {name} session exited {codes[name]}:\n" + "\n".join(tail), flush=True)
+        if followers is not None:
+            followers.check()
         time.sleep(0.2)
     return codes
 
@@ -199,6 +209,17 @@ def finish(proc: subprocess.Popen) -> int:
     code = proc.wait()
     LIVE.discard(proc)
     return code
+
+
+@contextlib.contextmanager
+def ending_sessions() -> Iterator[None]:
+    """Whatever stops the block (a signal, a failed round, a node gone), the sessions it started end first: before
+    the base worktree they run in is removed, and before the coordinator they pair through is closed."""
+    try:
+        yield
+    except BaseException:
+        stop_sessions()
+        raise
 
 
 def stop_sessions(grace_s: float = 30.0) -> None:

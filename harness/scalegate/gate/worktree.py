@@ -82,6 +82,15 @@ def remove(root: Path, path: Path) -> None:
     _git(root, "worktree", "prune")
 
 
+def remove_left(root: Path, gate_dir: Path) -> list[Path]:
+    """The base trees other nodes' gates left under ``gate_dir`` (a node killed before its own clean-up), removed
+    where this node sees them (a shared filesystem); the ones removed."""
+    left = sorted(p for p in gate_dir.glob("base-tree-node*") if p.is_dir())
+    for path in left:
+        remove(root, path)
+    return left
+
+
 def copy_checkout(root: Path, dest: Path) -> None:
     """The working tree's files (tracked, and untracked ones git does not ignore) copied to ``dest``: a fresh
     repository for tests and benchmarks that need commits of their own (benchmarks/detection_ab.py, tests)."""

@@ -37,6 +37,7 @@ class Job:
     ranks: dict[int, socket.socket] = field(default_factory=dict)
     waiting: set[int] = field(default_factory=set)  # ranks that asked for a turn and have none
     last_step: dict[int, int] = field(default_factory=dict)
+    nodes: dict[int, int] = field(default_factory=dict)  # rank -> its node (a multi-node job's)
     left: set[int] = field(default_factory=set)
     solo: str = ""  # why it runs without a partner
     alternate: bool = False  # it ran whole, its partner before or after it (the alternate pairing)
@@ -80,7 +81,8 @@ class Coordinator:
         self.rounds_at: list[float] = []  # each round's start, for the timeline
         self.dir = tempfile.mkdtemp(prefix="scalegate-duet-")
         self.path = Path(self.dir) / "coordinator.sock"
-        self.address = f"unix:{self.path}" if tcp is None else f"tcp:{host}:{tcp[1]}"
+        self.address = f"unix:{self.path}"  # this host's ranks: reached from inside a network namespace too
+        self.tcp_address = f"tcp:{host}:{tcp[1]}" if tcp is not None else ""  # other nodes' gates and ranks
         self.followers: dict[int, socket.socket] = {}  # node -> its gate's connection (gate/nodes.py)
         self.from_nodes: queue.Queue = queue.Queue()  # (node, message) of the followers, "ran" and their end
         self.events: queue.Queue = queue.Queue()
@@ -94,15 +96,16 @@ class Coordinator:
         self.idle_since = time.monotonic()  # when the token was last given back: a wait for a partner counts from it
         self.first = "head"  # the side whose job takes a pair's first turn (its setup first): alternates by round
         self.stopped = threading.Event()
-        if tcp is None:
-            self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.server.bind(str(self.path))
-        else:
-            self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self.server.bind(tcp)
-        self.server.listen(256)
-        self.threads = [threading.Thread(target=self._accept, daemon=True), threading.Thread(target=self._decide)]
+        self.servers = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)]
+        self.servers[0].bind(str(self.path))
+        if tcp is not None:
+            self.servers.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            self.servers[1].setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.servers[1].bind(tcp)
+        for server in self.servers:
+            server.listen(256)
+        self.threads = [threading.Thread(target=self._decide)]
+        self.threads += [threading.Thread(target=self._accept, args=(server,), daemon=True) for server in self.servers]
 
     def __enter__(self) -> "Coordinator":
         for thread in self.threads:
@@ -112,8 +115,9 @@ class Coordinator:
     def __exit__(self, *exc: object) -> None:
         self.stopped.set()
         self.events.put(("wake", None, None))
-        self.threads[1].join(timeout=10)
-        self.server.close()
+        self.threads[0].join(timeout=10)
+        for server in self.servers:
+            server.close()
         for job in self.jobs.values():
             for sock in job.ranks.values():
                 sock.close()
@@ -176,10 +180,10 @@ class Coordinator:
         return round(t - self.t0, 3) if t else None
 
     # --- threads ------------------------------------------------------------------------------------------------
-    def _accept(self) -> None:
+    def _accept(self, server: socket.socket) -> None:
         while not self.stopped.is_set():
             try:
-                sock, _ = self.server.accept()
+                sock, _ = server.accept()
             except OSError:
                 return
             threading.Thread(target=self._read, args=(sock,), daemon=True).start()
@@ -211,6 +215,7 @@ class Coordinator:
             elif kind == "message" and message["op"] == "hello":
                 job = self._job(message)
                 job.ranks[int(message["rank"])] = sock
+                job.nodes[int(message["rank"])] = int(message.get("node", 0))
                 job.waiting.add(int(message["rank"]))
                 owners[sock] = (job, int(message["rank"]))
             elif kind == "message" and sock in owners:
@@ -222,7 +227,8 @@ class Coordinator:
             elif kind == "closed" and sock in owners:
                 job, rank = owners.pop(sock)
                 if rank not in job.left and not job.failed:
-                    self._failed(job, f"rank {rank} exited mid-duet at step {job.last_step.get(rank, -1) + 1}")
+                    step = job.last_step.get(rank, -1) + 1
+                    self._failed(job, f"rank {rank} on node {job.nodes.get(rank, 0)} exited mid-duet at step {step}")
             elif kind == "ended":
                 self.ended_sides.add(sock)  # type: ignore[arg-type]
             elif kind == "round":
@@ -353,9 +359,10 @@ class Coordinator:
     def _hung(self, job: Job) -> None:
         running = sorted(set(job.ranks) - job.waiting - job.left)
         steps = ", ".join(f"rank {r} {job.last_step.get(r, -1)}" for r in sorted(job.ranks))
+        where = ", ".join(f"{r} (node {job.nodes.get(r, 0)})" for r in running)
         why = (
             f"the {job.side} side's job {job.name} did not give its turn back in {self.turn_s:.0f} s: rank(s) "
-            f"{', '.join(map(str, running))} still in the turn; last steps done: {steps}"
+            f"{where} still in the turn; last steps done: {steps}"
         )
         job.failed = why
         job.tell({"op": "stop", "why": why})

@@ -26,7 +26,9 @@ class DuetStopped(BaseException):
 
 
 class Turns:
-    def __init__(self, address: str, side: str, job: str, rank: int, world: int, sync: Callable[[], None]) -> None:
+    def __init__(
+        self, address: str, side: str, job: str, rank: int, world: int, sync: Callable[[], None], node: int = 0
+    ) -> None:
         self.side, self.job, self.rank, self.sync = side, job, rank, sync
         self.sock = duet.connect(address, WAIT_S)
         self.lines = duet.Lines(self.sock)
@@ -35,7 +37,8 @@ class Turns:
         self.alternate = False  # the alternate pairing: the job runs whole, its partner before or after it
         self.turns = 0
         self.waited_s = 0.0
-        duet.send(self.sock, {"op": "hello", "v": duet.VERSION, "side": side, "job": job, "rank": rank, "world": world})
+        hello = {"op": "hello", "v": duet.VERSION, "side": side, "job": job, "rank": rank, "world": world, "node": node}
+        duet.send(self.sock, hello)
 
     def turn(self, step: int) -> None:
         """Give back the turn held (after ``sync``), then wait for the next one; ``step``: the last step this rank
@@ -114,7 +117,9 @@ class NoTurns:
 ACTIVE: Turns | NoTurns = NoTurns()
 
 
-def start(spec: CaseSpec, out_dir: Path, rank: int, world: int, sync: Callable[[], None]) -> Turns | NoTurns:
+def start(
+    spec: CaseSpec, out_dir: Path, rank: int, world: int, sync: Callable[[], None], node: int = 0
+) -> Turns | NoTurns:
     """This rank's client (``ACTIVE``), from the pairing its spec carries; its first turn comes next. The job's name
     is its launch directory's (the case id, ``~2`` for a second launch of it in the session): the two sides'
     sessions name a case's launches alike, so the same launch of the same case pairs."""
@@ -123,5 +128,5 @@ def start(spec: CaseSpec, out_dir: Path, rank: int, world: int, sync: Callable[[
         ACTIVE = NoTurns()
         return ACTIVE
     job = Path(out_dir).resolve().parent.name
-    ACTIVE = Turns(spec.duet_address, spec.duet_side, job, rank, world, sync)
+    ACTIVE = Turns(spec.duet_address, spec.duet_side, job, rank, world, sync, node)
     return ACTIVE

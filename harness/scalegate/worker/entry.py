@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     # a gate --base round's duet (docs/duet.md): the rank's first turn holds its setup; a no-op outside a duet
     sync = (lambda: torch.cuda.synchronize(ctx.device)) if ctx.device.type == "cuda" else (lambda: None)
-    turns.start(spec, out_dir, ctx.rank, ctx.world_size, sync).turn(-1)
+    turns.start(spec, out_dir, ctx.rank, ctx.world_size, sync, ctx.node_rank).turn(-1)
     try:
         if spec.script is not None:  # a team's own script: it makes its own process group (scalegate/worker/script.py)
             script.run(spec, ctx, out_dir, beats.beat)
