@@ -148,3 +148,20 @@ def _raw(where: str):
     located = dbmod.locate(where)
     backend = postgres_db if located.kind == dbmod.POSTGRESQL else sqlite_db
     return backend.open(located, create=False)
+
+
+def test_the_store_benchmark_runs_report_over_both_stores(tmp_path):
+    """benchmarks/history_stores.py at a tiny size: it measures both stores and says what it measured."""
+    url = stores.server_url()
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.history_stores", "--runs", "30", "--cases", "2", "--repeat", "1"]
+        + ["--permutations", "19", "--work", str(tmp_path), "--postgres-url", url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for said in ("sqlite     report median", "postgresql report median", "postgresql page", "postgresql - sqlite"):
+        assert said in done.stdout, done.stdout
+    assert (tmp_path / "page-postgresql" / "index.html").exists() and (tmp_path / "page-sqlite" / "index.html").exists()
