@@ -51,7 +51,9 @@ def test_the_history_page_is_one_offline_file_with_new_regressions_first(tmp_pat
     assert [s["verdict"] for s in first] == ["new regression"] * 3 and {s["case_id"] for s in first} == {"ddp-cnn-1x2"}
     assert {s["strategy"] for s in data["series"]} == {"ddp", "fsdp"} and {s["topology"] for s in first} == {"1x2"}
     change = first[0]["changes"][0]
-    assert change["bisect"] == "python -m scalegate bisect commit15 commit16 -k ddp-cnn-1x2" and change["new"]
+    assert change["bisect"] == ["python -m scalegate bisect commit15 commit16 -k ddp-cnn-1x2"] and change["new"]
+    assert change["reproduce"] == "git checkout commit16 && python -m scalegate gate --base commit15 -k ddp-cnn-1x2"
+    assert data["alerts"][0]["bisect"] == change["bisect"] and first[0]["cluster"] == "(none)"
     memory = next(s for s in data["series"] if s["case_id"] == "fsdp-cnn-1x2" and s["metric"] == "peak_memory_bytes")
     assert memory["verdict"] == "regression" and memory["unit"] == "peak memory (MiB)"
     values = [v * memory["v"]["q"] for v in memory["v"]["v"]]

@@ -335,7 +335,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if not cases:
         return
     tr = terminalreporter
-    tr.write_sep("=", f"scaling results ({session.profile})")
+    tr.write_sep("=", f"scaling results ({session.profile}; {session.host.cluster_note})")
     tr.write_line(table.table(cases))
     if session.baseline is None:
         tr.write_line(

@@ -30,7 +30,7 @@ from scalegate.judge import metric as V
 from scalegate.judge.evidence import from_results
 from scalegate.launch import warm
 from scalegate.plan import cluster, declare, probe
-from scalegate.plan.hostinfo import HostInfo, commit
+from scalegate.plan.hostinfo import HostInfo, commit, versions
 from scalegate.plan.matrix import Case
 from scalegate.plan.options import Options
 from scalegate.record import baselines
@@ -254,6 +254,7 @@ class ScalingSession:
             host_id=self.host.host_id,
             commit=commit(),
             fingerprint=self.host.fingerprint(),
+            versions=dict(versions(self.host)),  # what the history draws a software change from (docs/history.md)
             written=time.time(),
             record=record.to_dict(),
             result=outcome.result.to_dict() if outcome.result else None,

@@ -1,6 +1,7 @@
 """``history check``: change points per case and metric, each judged as a regression, improvement or suspicious.
 
-For every (profile, case, metric) series of the history, oldest run first:
+For every series of the history (cluster, hardware, case, metric; software versions are attributes of its runs),
+oldest run first:
 
 - fewer than ``2 * min_size`` runs: ``insufficient data`` (no split could have both sides long enough);
 - E-divisive means with a permutation test (``changepoint.py``) finds the change points;
@@ -15,7 +16,10 @@ For every (profile, case, metric) series of the history, oldest run first:
   an old one has already failed the nightlies after it and is then history (it stays on the page and in
   ``history check``'s table, marked old).
 
-Each change names the commit range to look in: last good commit .. first bad commit.
+Each side of a change point holds at least ``min_size`` runs (3 by default), so a single outlier never raises an
+alert. A change point whose first bad run is the first run after a version change (events.py) is attributed to it;
+any other names the commit range to look in: last good commit .. first bad commit. Either way its alert carries
+the command that reproduces it on a PR gate and the bisect to run (alerts.py); summary.py writes them out.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scalegate.history import changepoint, store
-from scalegate.history.store import Point
+from scalegate.history import alerts, changepoint, events, store
+from scalegate.history.db import Db
+from scalegate.history.events import Event
+from scalegate.history.store import Point, Run
 from scalegate.record import baselines, quarantine
 
 HIGHER_IS_BETTER = ("efficiency", "local_efficiency", "throughput", "mfu")
@@ -60,19 +66,27 @@ class Change:
     first_bad: Point
     pvalue: float
     new: bool
+    event: Event | None = None  # the version change this change point sits at, if any
 
     def describe(self, metric: str) -> str:
         age = "NEW" if self.new else "old"
+        commits = f"commits {self.last_good.commit}..{self.first_bad.commit}"
+        where = f"at {self.event.what} ({commits})" if self.event else commits
         return (
             f"{self.kind} {self.effect:+.1%} ({fmt(metric, self.before)} -> {fmt(metric, self.after)}) "
-            f"from run {self.first_bad.run_id}, commits {self.last_good.commit}..{self.first_bad.commit} "
-            f"(p={self.pvalue:.3f}, {age})"
+            f"from run {self.first_bad.run_id}, {where} (p={self.pvalue:.3f}, {age})"
         )
+
+    def next_steps(self, case_id: str) -> alerts.NextSteps:
+        """The commands that reproduce this change on a PR gate and find its cause (alerts.py)."""
+        if self.event is not None:
+            return alerts.for_versions(self.event.changes, self.event.describe(), case_id)
+        return alerts.for_commits(self.last_good.commit, self.first_bad.commit, case_id)
 
 
 @dataclass(frozen=True, kw_only=True)
 class SeriesVerdict:
-    profile: str
+    profile: str  # the latest run's: its baseline lends the tolerance and the quarantine
     case_key: str
     case_id: str
     metric: str
@@ -81,6 +95,13 @@ class SeriesVerdict:
     status: str  # the latest change's kind, NO_CHANGE or INSUFFICIENT
     min_effect: float
     quarantined: str = ""  # the baseline's quarantine (reason, until): reported, never failing
+    cluster: str = ""
+    hardware: str = ""
+    events: tuple[Event, ...] = ()  # the version changes drawn on the series
+
+    @property
+    def machine(self) -> str:
+        return store.machine(self.cluster, self.hardware or self.profile)
 
     @property
     def new_regressions(self) -> list[Change]:
@@ -102,13 +123,6 @@ UNITS = {
 
 def unit(metric: str) -> tuple[str, float]:
     return UNITS.get(metric, (metric.replace("_", " "), 1.0))
-
-
-def bisect_command(change: Change, case_id: str) -> str:
-    """The next step for a regression: the command that finds the first bad commit inside its range (a run of an
-    uncommitted tree records ``<commit>-dirty``; bisect takes the commit)."""
-    good, bad = (x.removesuffix("-dirty") for x in (change.last_good.commit, change.first_bad.commit))
-    return f"python -m scalegate bisect {good} {bad} -k {case_id}"
 
 
 def fmt(metric: str, value: float) -> str:
@@ -137,8 +151,15 @@ def _relative(before: float, after: float) -> float:
 
 
 def judge_series(
-    points: list[Point], metric: str, *, min_effect: float, settings: Settings, name: str
+    points: list[Point],
+    metric: str,
+    *,
+    min_effect: float,
+    settings: Settings,
+    name: str,
+    known: tuple[Event, ...] = (),
 ) -> tuple[tuple[Change, ...], str]:
+    """The series' change points, each judged; ``known``: its version changes, to attribute a change point to."""
     if len(points) < 2 * settings.min_size:
         return (), INSUFFICIENT
     values = [p.value for p in points]
@@ -150,6 +171,7 @@ def judge_series(
         seed=changepoint.seed_for(name),
     )
     edges = [0] + [c.index for c in found] + [len(values)]
+    at = {e.index: e for e in known}
     changes = []
     for k, cp in enumerate(found):
         before = statistics.median(values[edges[k] : cp.index])
@@ -166,6 +188,7 @@ def judge_series(
                 first_bad=points[cp.index],
                 pvalue=cp.pvalue,
                 new=cp.index >= len(points) - settings.recent,
+                event=at.get(cp.index),
             )
         )
     return tuple(changes), (changes[-1].kind if changes else NO_CHANGE)
@@ -183,105 +206,50 @@ def quarantined(baseline: baselines.BaselineFile | None, case_key: str, today: s
     return held.describe() if held is not None and held.active(today) else ""
 
 
-def _last(conn, recent: int) -> dict[str, list[str]]:
-    """Each profile's last ``recent`` run ids."""
-    by_profile: dict[str, list[str]] = {}
-    for run, _ in store.runs(conn):  # oldest first
-        by_profile.setdefault(run.profile, []).append(run.run_id)
-    return {p: ids[-recent:] for p, ids in by_profile.items()}
+def by_machine(runs: list[Run]) -> dict[str, list[Run]]:
+    """Each machine's (cluster and hardware) runs, oldest first."""
+    found: dict[str, list[Run]] = {}
+    for run in runs:
+        found.setdefault(run.machine, []).append(run)
+    return found
 
 
-def check(conn, *, baseline_dir: Path, settings: Settings, cases: list[str] | None = None) -> list[SeriesVerdict]:
-    """Every checked series of the history (or only ``cases``, by id or key), judged."""
+def check(
+    db: Db, *, baseline_dir: Path, settings: Settings, cases: list[str] | None = None, runs: list[Run] | None = None
+) -> list[SeriesVerdict]:
+    """Every checked series of the history (or only ``cases``, by id or key), judged. ``runs``: the store's runs,
+    where the caller has read them already."""
+    runs = runs if runs is not None else [r for r, _ in store.runs(db)]
     loaded: dict[str, baselines.BaselineFile | None] = {}
-    latest = {p: set(ids) for p, ids in _last(conn, settings.recent).items()}
+    latest = {m: {r.run_id for r in rs[-settings.recent :]} for m, rs in by_machine(runs).items()}
     out = []
-    for profile, key, case_id, metric in store.series_keys(conn):
-        if metric not in CHECKED or (cases and key not in cases and case_id not in cases):
+    for key, points in store.all_series(db, CHECKED, read=runs).items():
+        if cases and key.case_key not in cases and key.case_id not in cases:
             continue
+        profile = points[-1].profile
         if profile not in loaded:
             loaded[profile] = baselines.load(baseline_dir, profile)
         baseline = loaded[profile]
-        points = store.series(conn, profile, key, metric)
-        effect = min_effect_for(baseline, key, metric, settings)
-        changes, status = judge_series(
-            points, metric, min_effect=effect, settings=settings, name=f"{profile}/{key}/{metric}"
-        )
-        if points and points[-1].run_id not in latest.get(profile, ()):  # no longer run: nothing of it is new
+        effect = min_effect_for(baseline, key.case_key, key.metric, settings)
+        known = events.of_series(points)
+        name = f"{key.machine}/{key.case_key}/{key.metric}"
+        changes, status = judge_series(points, key.metric, min_effect=effect, settings=settings, name=name, known=known)
+        if points[-1].run_id not in latest.get(key.machine, ()):  # no longer run: nothing of it is new
             changes = tuple(dataclasses.replace(c, new=False) for c in changes)
         out.append(
             SeriesVerdict(
                 profile=profile,
-                case_key=key,
-                case_id=case_id,
-                metric=metric,
+                case_key=key.case_key,
+                case_id=key.case_id,
+                metric=key.metric,
                 points=tuple(points),
                 changes=changes,
                 status=status,
                 min_effect=effect,
-                quarantined=quarantined(baseline, key, settings.today),
+                quarantined=quarantined(baseline, key.case_key, settings.today),
+                cluster=key.cluster,
+                hardware=key.hardware,
+                events=known,
             )
         )
     return out
-
-
-def text(verdicts: list[SeriesVerdict], settings: Settings) -> str:
-    """The check's report: every change point and short series, then one line of totals."""
-    lines = []
-    for v in verdicts:
-        head = f"{v.case_key} {v.metric} [{v.profile}]"
-        held = f" (quarantined, not failing: {v.quarantined})" if v.quarantined else ""
-        if v.status == INSUFFICIENT:
-            lines.append(f"{head}: {INSUFFICIENT} ({len(v.points)} runs, need {2 * settings.min_size})")
-        for c in v.changes:
-            lines.append(f"{head}: {c.describe(v.metric)}; min effect {v.min_effect:.0%}{held}")
-    failing = [v for v in verdicts if v.failed]
-    quiet = sum(1 for v in verdicts if v.status == NO_CHANGE)
-    lines.append(
-        f"history check: {len(verdicts)} series, {sum(len(v.changes) for v in verdicts)} change points, "
-        f"{quiet} without change; new regressions (first bad run among the last {settings.recent}): "
-        f"{len(failing)}"
-        + (f" in {', '.join(sorted({f'{v.case_key} {v.metric}' for v in failing}))}" if failing else "")
-    )
-    steps: dict[str, list[str]] = {}  # the next step: the first bad commit inside each range
-    for v in failing:
-        for c in v.new_regressions:
-            steps.setdefault(bisect_command(c, v.case_id), []).append(v.metric)
-    lines += [f"  next: {command}   # {', '.join(metrics)}" for command, metrics in steps.items()]
-    return "\n".join(lines) + "\n"
-
-
-def to_json(verdicts: list[SeriesVerdict], settings: Settings) -> dict:
-    """The verdicts as data, for a dashboard or a bot: every series with its status and change points."""
-
-    def change(c: Change) -> dict:
-        return {
-            "index": c.index,
-            "kind": c.kind,
-            "effect": c.effect,
-            "before": c.before,
-            "after": c.after,
-            "pvalue": c.pvalue,
-            "new": c.new,
-            "last_good": {"run": c.last_good.run_id, "commit": c.last_good.commit},
-            "first_bad": {"run": c.first_bad.run_id, "commit": c.first_bad.commit},
-        }
-
-    return {
-        "settings": dataclasses.asdict(settings),
-        "failed": any(v.failed for v in verdicts),
-        "series": [
-            {
-                "profile": v.profile,
-                "case": v.case_key,
-                "metric": v.metric,
-                "runs": len(v.points),
-                "status": v.status,
-                "min_effect": v.min_effect,
-                "quarantined": v.quarantined,
-                "failed": v.failed,
-                "changes": [change(c) for c in v.changes],
-            }
-            for v in verdicts
-        ],
-    }

@@ -6,9 +6,10 @@
     python -m scalegate history check [--db FILE] [--case CASE ...] [--recent 5] [--min-effect 0.05]
     python -m scalegate history report --out DIR [--db FILE] [--static]         # DIR/index.html
 
---db defaults to $SCALEGATE_HISTORY_DB, else results/history.sqlite. check exits 0 without a new regression,
-1 with one (a change point whose first bad run is among the last --recent runs, case not quarantined),
-2 on bad input (missing or corrupt database, unknown case).
+--db defaults to $SCALEGATE_HISTORY_DB, else results/history.sqlite: a SQLite file's path, or a PostgreSQL server's
+URL (postgresql://USER@HOST:PORT/DATABASE, a team's clusters sharing one history). check exits 0 without a new
+regression, 1 with one (a change point whose first bad run is among the last --recent runs, case not quarantined),
+2 on bad input (a missing, corrupt or unreachable store, a URL of another kind, an unknown case).
 """
 
 from __future__ import annotations
@@ -19,13 +20,21 @@ import os
 from pathlib import Path
 
 from scalegate.contract.errors import ScalegateError
-from scalegate.history import changepoint, check, ingest, store
+from scalegate.history import changepoint, check, ingest, store, summary
+from scalegate.history.db import locate
+from scalegate.plan import hostinfo
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 
 
-def db_path(args: argparse.Namespace) -> Path:
-    return Path(args.db or os.environ.get("SCALEGATE_HISTORY_DB") or store.DEFAULT_PATH)
+def db_path(args: argparse.Namespace) -> str:
+    """The store ``--db`` or ``SCALEGATE_HISTORY_DB`` names: a file's path or a server's URL (history/db.py)."""
+    return str(args.db or os.environ.get("SCALEGATE_HISTORY_DB") or store.DEFAULT_PATH)
+
+
+def db_name(args: argparse.Namespace) -> str:
+    """The store as messages name it: a URL without its password."""
+    return locate(db_path(args)).name
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -37,31 +46,31 @@ def cmd_add(args: argparse.Namespace) -> int:
         ingest.from_directory(Path(r), commit=args.commit, date=args.date, note=args.note, partial=args.partial)
         for r in args.run
     ]
-    with store.connect(db_path(args), create=True) as conn:
+    with store.connect(db_path(args), create=True) as db:
         for run, cases in loaded:
-            added = store.add(conn, run, cases)
+            added = store.add(db, run, cases)
             print(
                 f"history: {'added' if added else 'already there, unchanged:'} {run.run_id} (commit {run.commit}, "
-                f"{run.date}, {run.profile}, {len(cases)} cases) to {db_path(args)}"
+                f"{run.date}, {run.profile}, {hostinfo.cluster_note(run.cluster)}, {len(cases)} cases) to {db.name}"
             )
     return EXIT_OK
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with store.connect(db_path(args)) as conn:
-        rows = store.runs(conn)
-    print(f"{'run':32} {'commit':16} {'date':25} {'cases':>5}  profile")
+    with store.connect(db_path(args)) as db:
+        rows = store.runs(db)
+    print(f"{'run':32} {'commit':20} {'date':25} {'cases':>5}  {'cluster':12} profile")
     for run, n in rows:
         print(
-            f"{run.run_id:32} {run.commit:20} {run.date:25} {n:5}  {run.profile}"
+            f"{run.run_id:32} {run.commit:20} {run.date:25} {n:5}  {run.cluster or '(none)':12} {run.profile}"
             + (f"  ({run.note})" if run.note else "")
         )
-    print(f"{len(rows)} runs in {db_path(args)}")
+    print(f"{len(rows)} runs in {db_name(args)}")
     return EXIT_OK
 
 
-def _unknown(conn, names: list[str]) -> None:
-    known = store.known_cases(conn)
+def _unknown(db, names: list[str]) -> None:
+    known = store.known_cases(db)
     ids = {k.split(":")[0] for k in known}
     missing = [n for n in names if n not in known and n not in ids]
     if missing:
@@ -72,14 +81,18 @@ def _unknown(conn, names: list[str]) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with store.connect(db_path(args)) as conn:
-        _unknown(conn, [args.case])
-        rows = store.case_runs(conn, args.case)
+    with store.connect(db_path(args)) as db:
+        _unknown(db, [args.case])
+        rows = store.case_runs(db, args.case)
     metrics = sorted({m for _, c in rows for m in c.metrics})
-    print(f"{'run':28} {'commit':14} {'date':25} {'case':24} {'status':10} " + " ".join(f"{m:>17}" for m in metrics))
+    head = f"{'run':28} {'commit':20} {'date':25} {'machine':28} {'case':24} {'status':10} "
+    print(head + " ".join(f"{m:>17}" for m in metrics))
     for run, case in rows:
         values = " ".join(f"{check.fmt(m, case.metrics[m]) if m in case.metrics else '-':>17}" for m in metrics)
-        print(f"{run.run_id:28} {run.commit:20} {run.date:25} {case.case_key:24} {case.status:10} {values}")
+        print(
+            f"{run.run_id:28} {run.commit:20} {run.date:25} {run.machine:28} {case.case_key:24} {case.status:10} "
+            f"{values}"
+        )
     return EXIT_OK
 
 
@@ -106,41 +119,40 @@ def _settings(args: argparse.Namespace) -> check.Settings:
     )
 
 
-def _verdicts(args: argparse.Namespace) -> tuple[list[check.SeriesVerdict], check.Settings]:
+def _verdicts(args: argparse.Namespace) -> tuple[list[check.SeriesVerdict], check.Settings, list[store.Run]]:
     settings = _settings(args)
-    with store.connect(db_path(args)) as conn:
+    with store.connect(db_path(args)) as db:
         if args.case:
-            _unknown(conn, args.case)
-        return check.check(conn, baseline_dir=Path(args.baseline_dir), settings=settings, cases=args.case), settings
+            _unknown(db, args.case)
+        runs = [run for run, _ in store.runs(db)]
+        found = check.check(db, baseline_dir=Path(args.baseline_dir), settings=settings, cases=args.case, runs=runs)
+    return found, settings, runs
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    verdicts, settings = _verdicts(args)
-    print(check.text(verdicts, settings), end="")
+    verdicts, settings, runs = _verdicts(args)
+    print(summary.text(verdicts, settings, runs), end="")
     if args.json:
-        Path(args.json).write_text(json.dumps(check.to_json(verdicts, settings), indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(summary.to_json(verdicts, settings, runs), indent=2) + "\n")
     return EXIT_REGRESSION if any(v.failed for v in verdicts) else EXIT_OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    verdicts, settings = _verdicts(args)
-    if not verdicts:
-        with store.connect(db_path(args)) as conn:
-            empty = not store.runs(conn)
-        if empty:  # a page of nothing would read as "no regression"
-            raise ScalegateError(
-                f"history database {db_path(args)} holds no runs: there is nothing to draw",
-                "add runs first: python -m scalegate history add results/<run> [--db FILE]",
-            )
+    verdicts, settings, runs = _verdicts(args)
+    if not runs:  # a page of nothing would read as "no regression"
+        raise ScalegateError(
+            f"history database {db_name(args)} holds no runs: there is nothing to draw",
+            "add runs first: python -m scalegate history add results/<run> [--db FILE]",
+        )
     if args.static:  # matplotlib, imported only here: the interactive page does not need it
         from scalegate.history import static_page
 
-        index = static_page.write(verdicts, Path(args.out), db_path(args), settings)
+        index = static_page.write(verdicts, Path(args.out), db_name(args), settings)
         print(f"history report: {index} ({len(verdicts)} plots, static)")
         return EXIT_OK
     from scalegate.history import dashboard
 
-    index = dashboard.write(verdicts, Path(args.out), db_path(args), settings)
+    index = dashboard.write(verdicts, Path(args.out), db_name(args), settings, runs)
     print(f"history report: {index} ({len(verdicts)} series, {index.stat().st_size / 1e6:.1f} MB, interactive)")
     return EXIT_OK
 
@@ -192,7 +204,11 @@ def add_parser(sub, baseline_dir: str) -> None:
     )
     hs = h.add_subparsers(dest="history_command", required=True)
     db = argparse.ArgumentParser(add_help=False)
-    db.add_argument("--db", help="history database (default: $SCALEGATE_HISTORY_DB, else results/history.sqlite)")
+    db.add_argument(
+        "--db",
+        help="history database: a SQLite file or a postgresql:// URL "
+        "(default: $SCALEGATE_HISTORY_DB, else results/history.sqlite)",
+    )
     a = hs.add_parser("add", parents=[db], help="append finished runs (adding a run twice changes nothing)")
     a.add_argument("run", nargs="+")
     a.add_argument("--commit", help="record this commit instead of the run's own (one run)")

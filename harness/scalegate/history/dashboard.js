@@ -1,5 +1,5 @@
-/* The history page (history/dashboard.py builds its data): one card per series, new regressions first, chips that
-   filter, and each card's Plotly figure drawn when the card first comes near the screen. */
+/* The history page (history/dashboard.py builds its data): the alerts, one card per series, new regressions first,
+   chips that filter, and each card's Plotly figure drawn when the card first comes near the screen. */
 "use strict";
 (() => {
   const { data, root, el } = SG;
@@ -7,6 +7,7 @@
   const series = data.series;
   const CAP = 1500; // points drawn per figure at most; longer series keep each bucket's lowest and highest run
   const KIND_COLORS = { regression: "#d62728", improvement: "#2ca02c", suspicious: "#ff7f0e" };
+  const EVENT_COLOR = "#888";
   const cardId = (i) => `series-${i}`;
   const pct = (x) => (x === null ? "±∞" : `${x >= 0 ? "+" : ""}${(100 * x).toFixed(1)}%`);
 
@@ -17,16 +18,19 @@
       { class: "sg-meta" },
       `${data.db}: ${runs.id.length} runs, ${series.length} series. ${data.method} Lines: red regression, green `,
       "improvement, orange suspicious (smaller than the minimum effect); solid new, dashed old; black: each ",
-      "segment's median. Hover a point for its run, date and commit; drag to zoom, double-click to reset.",
+      "segment's median; grey dotted: a version change. Hover a point for its run, date and commit; drag to zoom, ",
+      "double-click to reset.",
     ),
   );
   banner();
+  versionChanges();
   const shown = el("p", { class: "sg-shown" });
   const grid = el("div", { class: "sg-grid" });
   const watch = SG.lazy();
   const cards = series.map(card);
   const facets = [
-    { key: "profile", label: "profile" },
+    { key: "cluster", label: "cluster" },
+    { key: "hardware", label: "hardware" },
     { key: "strategy", label: "strategy" },
     { key: "model", label: "model" },
     { key: "topology", label: "topology" },
@@ -60,19 +64,29 @@
       root.append(el("div", { class: "sg-banner" }, "No new regression."));
       return;
     }
-    const commands = new Map(); // one bisect per commit range and case, whichever metrics it moved
-    for (const [s] of failing) {
-      for (const c of s.changes) if (c.new && c.bisect) commands.set(c.bisect, [...(commands.get(c.bisect) || []), s.metric]);
-    }
+    const commands = (a) => [
+      el("div", {}, "reproduce on a PR gate: ", SG.copyable(a.reproduce)),
+      ...(a.bisect.length
+        ? a.bisect.map((b) => el("div", {}, "then bisect: ", SG.copyable(b)))
+        : [el("div", {}, "no release to bisect: CUDA and NCCL come with torch's build")]),
+    ];
     root.append(
       el(
         "div",
         { class: "sg-banner bad" },
         el("b", {}, `${failing.length} new regression(s)`),
-        el("ul", {}, failing.map(([s, i]) => el("li", {}, el("a", { href: `#${cardId(i)}` }, `${s.case} ${s.metric}`), ` [${s.profile}]`))),
-        el("div", {}, "Next: find the first bad commit of each range"),
-        el("ul", {}, [...commands].map(([cmd, metrics]) => el("li", {}, SG.copyable(cmd), ` (${metrics.join(", ")})`))),
+        el("ul", {}, failing.map(([s, i]) => el("li", {}, el("a", { href: `#${cardId(i)}` }, `${s.case} ${s.metric}`), ` [${s.machine}]`))),
+        el("div", {}, "Alerts: what to run next"),
+        el("ul", { class: "sg-alerts" }, data.alerts.map((a) => el("li", {}, `${a.case} [${a.machine}] ${a.metrics.join(", ")} regressed at ${a.cause}`, commands(a)))),
       ),
+    );
+  }
+
+  function versionChanges() {
+    if (!data.version_changes.length) return;
+    root.append(
+      el("details", { class: "sg-meta" }, el("summary", {}, `${data.version_changes.length} version change(s) in the history`),
+        el("ul", {}, data.version_changes.map((t) => el("li", {}, t)))),
     );
   }
 
@@ -82,9 +96,9 @@
     const node = el(
       "section",
       { class: `sg-card${s.verdict === "new regression" ? " failed" : ""}`, id: cardId(i), "data-case": s.case, "data-metric": s.metric },
-      el("h3", {}, el("span", {}, s.case), el("span", { class: "sg-sub" }, s.metric), SG.badge(s.verdict), el("span", { class: "sg-sub" }, s.profile)),
+      el("h3", {}, el("span", {}, s.case), el("span", { class: "sg-sub" }, s.metric), SG.badge(s.verdict), el("span", { class: "sg-sub" }, s.machine)),
       s.quarantined ? el("div", { class: "sg-change" }, `quarantined (reported, not failing): ${s.quarantined}`) : null,
-      changes.slice(0, 3).map((c) => el("div", { class: "sg-change" }, c.text, c.bisect ? el("div", {}, SG.copyable(c.bisect)) : null)),
+      changes.slice(0, 3).map((c) => el("div", { class: "sg-change" }, c.text, c.reproduce ? el("div", {}, SG.copyable(c.reproduce)) : null, c.bisect.map((b) => el("div", {}, SG.copyable(b))))),
       changes.length > 3 ? el("div", { class: "sg-change" }, `and ${changes.length - 3} earlier change point(s)`) : null,
       changes.length ? null : el("div", { class: "sg-change" }, `${s.v.v.length} runs, min effect ${Math.round(100 * s.min_effect)}%`),
       plot,
@@ -132,6 +146,11 @@
       line: { color: "#000", width: 1.5 }, opacity: 0.7,
     }));
     const annotations = [];
+    for (const e of s.events) {
+      shapes.push({ type: "line", yref: "paper", x0: e.i - 0.5, x1: e.i - 0.5, y0: 0, y1: 1, line: { color: EVENT_COLOR, width: 1.5, dash: "dot" } });
+      const late = e.i > 0.7 * n;
+      annotations.push({ x: e.i - 0.5, y: 0, yref: "paper", xanchor: late ? "right" : "left", yanchor: "bottom", showarrow: false, text: e.text, font: { color: "#555", size: 10 } });
+    }
     for (const c of s.changes) {
       const color = KIND_COLORS[c.kind] || "#555";
       shapes.push({ type: "line", yref: "paper", x0: c.i - 0.5, x1: c.i - 0.5, y0: 0, y1: 1, line: { color, width: 2, dash: c.new ? "solid" : "dash" } });

@@ -1,10 +1,11 @@
 """``history report --out DIR``: ``DIR/index.html``, the interactive history page (docs/history.md, "The page").
 
-Every series (profile x case x metric) is a card: its verdict, its change points with their commit ranges (a
-regression's with the ``scalegate bisect`` command to copy), and a Plotly figure of the metric over the runs
-(hover: value, run, date, commit), each segment's median as a black line and every change point as a vertical
-line (red regression, green improvement, orange suspicious; solid new, dashed old), as the static page draws
-them. New regressions come first; chips filter by strategy, model, topology, metric and verdict.
+Every series (cluster x hardware x case x metric) is a card: its verdict, its change points with their cause (a
+version change, or a commit range) and, for a regression, the commands to copy that reproduce it on a PR gate and
+bisect it; and a Plotly figure of the metric over the runs (hover: value, run, date, commit), each segment's median
+as a black line, every change point as a vertical line (red regression, green improvement, orange suspicious;
+solid new, dashed old) and every version change as a grey dotted one, named. New regressions come first, under a
+banner of their alerts; chips filter by cluster, hardware, strategy, model, topology, metric and verdict.
 
 The page is one offline file (page/build.py): the runs once (id, commit, date), each series as run ranges and
 compact values, its script (dashboard.js) drawing a card's figure when it comes near the screen.
@@ -19,6 +20,8 @@ from typing import Any
 
 from scalegate.contract import cards
 from scalegate.history import check as C
+from scalegate.history import summary
+from scalegate.history.store import Run
 from scalegate.page import build
 from scalegate.page.facets import split_case_id
 
@@ -39,7 +42,7 @@ def order(verdicts: list[C.SeriesVerdict]) -> list[C.SeriesVerdict]:
         key=lambda v: (
             VERDICTS.index(verdict(v)) if verdict(v) in VERDICTS else len(VERDICTS),
             len(v.points) - v.changes[-1].index if v.changes else 0,
-            v.profile,
+            v.machine,
             v.case_key,
             v.metric,
         ),
@@ -47,13 +50,16 @@ def order(verdicts: list[C.SeriesVerdict]) -> list[C.SeriesVerdict]:
 
 
 def _change(c: C.Change, v: C.SeriesVerdict) -> dict[str, Any]:
+    steps = c.next_steps(v.case_id)
+    regression = c.kind == C.REGRESSION
     return {
         "i": c.index,
         "kind": c.kind,
         "new": c.new,
         "effect": c.effect,
         "text": c.describe(v.metric),
-        "bisect": C.bisect_command(c, v.case_id) if c.kind == C.REGRESSION else "",
+        "reproduce": steps.reproduce if regression else "",
+        "bisect": list(steps.bisect) if regression else [],
     }
 
 
@@ -64,6 +70,9 @@ def _series(v: C.SeriesVerdict, run_index: dict[str, int], known: list[str]) -> 
     medians = [statistics.median(values[a:b]) for a, b in zip(edges[:-1], edges[1:]) if b > a]
     values_q = build.compact(values)
     return {
+        "cluster": v.cluster or "(none)",
+        "hardware": v.hardware,
+        "machine": v.machine,
         "profile": v.profile,
         "case": v.case_key,
         "case_id": v.case_id,
@@ -78,17 +87,24 @@ def _series(v: C.SeriesVerdict, run_index: dict[str, int], known: list[str]) -> 
         "v": values_q,
         "medians": [round(m / values_q["q"], 1) for m in medians],  # in the values' integer scale
         "changes": [_change(c, v) for c in v.changes],
+        "events": [{"i": e.index, "text": e.what.replace(" -> ", " → ")} for e in v.events],
     }
 
 
-def data(verdicts: list[C.SeriesVerdict], db: Path, settings: C.Settings) -> dict[str, Any]:
-    """The page's blob: every run once, every series by reference to them, the settings line."""
+def data(
+    verdicts: list[C.SeriesVerdict], db: Path | str, settings: C.Settings, store_runs: list[Run] | None = None
+) -> dict[str, Any]:
+    """The page's blob: every run once, every series by reference to them, the alerts, the version changes and
+    the settings line. ``store_runs``: the store's runs in its order (else ordered by date here)."""
     ordered = order(verdicts)
     runs: dict[str, tuple[str, str]] = {}
     for v in verdicts:
         for p in v.points:
             runs.setdefault(p.run_id, (p.commit, p.date))
-    by_date = sorted(runs, key=lambda r: (runs[r][1], r))  # as the store orders them, so each series is one range
+    if store_runs is not None:  # the store's order, so each series is one range
+        by_date = [r.run_id for r in store_runs if r.run_id in runs]
+    else:
+        by_date = sorted(runs, key=lambda r: (runs[r][1], r))
     run_index = {r: i for i, r in enumerate(by_date)}
     known = [*cards.names(), "single"]
     return {
@@ -96,7 +112,8 @@ def data(verdicts: list[C.SeriesVerdict], db: Path, settings: C.Settings) -> dic
         "db": str(db),
         "method": (
             f"E-divisive means, p ≤ {settings.pvalue}, up to {settings.permutations} permutations (sequential), "
-            f"segments of at least {settings.min_size} runs; new = first bad run among the last {settings.recent}."
+            f"segments of at least {settings.min_size} runs (a single outlier never raises an alert); new = first "
+            f"bad run among the last {settings.recent}; a version change is judged on the cases run on both sides."
         ),
         "runs": {
             "id": by_date,
@@ -104,12 +121,19 @@ def data(verdicts: list[C.SeriesVerdict], db: Path, settings: C.Settings) -> dic
             "date": [runs[r][1][:16].replace("T", " ") for r in by_date],
         },
         "verdicts": list(VERDICTS),
+        "alerts": [a.to_dict() for a in summary.new_alerts(verdicts)],
+        "version_changes": [vc.line() for vc in summary.version_changes(store_runs or [], verdicts)],
         "series": [_series(v, run_index, known) for v in ordered],
     }
 
 
-def write(verdicts: list[C.SeriesVerdict], out: Path, db: Path, settings: C.Settings) -> Path:
+def write(
+    verdicts: list[C.SeriesVerdict],
+    out: Path,
+    db: Path | str,
+    settings: C.Settings,
+    store_runs: list[Run] | None = None,
+) -> Path:
     """``out/index.html``; its path."""
-    return build.write(
-        Path(out) / "index.html", title="scalegate history", data=data(verdicts, db, settings), script=SCRIPT
-    )
+    page = data(verdicts, db, settings, store_runs)
+    return build.write(Path(out) / "index.html", title="scalegate history", data=page, script=SCRIPT)

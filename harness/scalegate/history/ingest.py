@@ -4,6 +4,9 @@ Metrics, each where the run measured it: efficiency, local_efficiency, throughpu
 memory (the largest rank's, bytes), bytes on the wire per step, final loss. A case that failed correctness
 keeps its status but no metrics (DESIGN.md: a case that fails correctness reports no performance); an
 oversubscribed case keeps its memory and bytes but no timing (its timing is not meaningful).
+
+The run's cluster, hardware and torch (with CUDA and NCCL) come from its profile name (``plan/hostinfo.py``), the
+other packages' versions from what the session recorded beside it (``versions``), where it did.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from scalegate.contract.errors import ScalegateError
 from scalegate.history.store import CaseRow, Run
+from scalegate.plan import hostinfo
 from scalegate.record import run_status, runfiles
 
 TIMING = ("efficiency", "local_efficiency", "throughput", "mfu")
@@ -74,13 +78,19 @@ def from_directory(
                 f"--date {date!r} is not an ISO date", "e.g. --date 2026-11-24T02:17:00+00:00"
             ) from None
         recorded = (parsed if parsed.tzinfo else parsed.replace(tzinfo=_dt.timezone.utc)).isoformat(timespec="seconds")
+    profile = _most_common([c.get("profile") for c in cases], "unknown")
+    parts = hostinfo.parse_profile(profile)
+    recorded_versions = next((c["versions"] for c in cases if c.get("profile") == profile and c.get("versions")), {})
     run = Run(
         run_id=Path(run_dir).resolve().name,
         commit=commit or _most_common([c.get("commit") for c in cases], "unknown"),
         date=recorded,
-        profile=_most_common([c.get("profile") for c in cases], "unknown"),
+        profile=profile,
         source=str(Path(run_dir).resolve()),
         note=note,
+        cluster=parts.cluster,
+        hardware=parts.hardware,
+        versions={**{str(k): str(v) for k, v in recorded_versions.items()}, **parts.versions},
     )
     rows = [
         CaseRow(

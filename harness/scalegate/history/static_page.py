@@ -3,8 +3,8 @@
 The page before the interactive one (dashboard.py), kept for a viewer without JavaScript and for a PNG to paste.
 
 Each plot shows the metric per run (x: run, labelled with its commit), the median of each segment between
-change points, and every change point as a vertical line: red a regression, green an improvement, orange
-suspicious. The table on top lists the latest verdict of every series, new regressions first.
+change points, every change point as a vertical line (red a regression, green an improvement, orange
+suspicious) and every version change as a grey dotted one. The table on top lists the latest verdict of every series, new regressions first.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from scalegate.contract import atomic  # noqa: E402
 from scalegate.history import check as C  # noqa: E402
+from scalegate.history import summary  # noqa: E402
 
 COLORS = {C.REGRESSION: "#d62728", C.IMPROVEMENT: "#2ca02c", C.SUSPICIOUS: "#ff7f0e"}
 
 
 def plot_name(v: C.SeriesVerdict) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{v.profile}__{v.case_key}__{v.metric}") + ".png"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{v.machine}__{v.case_key}__{v.metric}") + ".png"
 
 
 def plot(v: C.SeriesVerdict, path: Path) -> Path:
@@ -39,6 +40,12 @@ def plot(v: C.SeriesVerdict, path: Path) -> Path:
     edges = [0] + [c.index for c in v.changes] + [len(ys)]
     for a, b in zip(edges[:-1], edges[1:]):  # each regime's median
         ax.hlines(statistics.median(ys[a:b]), a - 0.3, b - 0.7, color="k", lw=1.5, alpha=0.7)
+    for e in v.events:
+        ax.axvline(e.index - 0.5, color="#888", ls=":", lw=1.2)
+        ax.annotate(
+            e.what, (e.index - 0.5, 0.0), xycoords=("data", "axes fraction"), color="#666", fontsize=7,
+            xytext=(3, 3), textcoords="offset points",
+        )  # fmt: skip
     for c in v.changes:
         ax.axvline(c.index - 0.5, color=COLORS[c.kind], ls="--" if not c.new else "-", lw=2)
         ax.annotate(
@@ -81,6 +88,8 @@ def _row(v: C.SeriesVerdict) -> str:
             f"<code>{html.escape(latest.last_good.commit)}</code>..<code>{html.escape(latest.first_bad.commit)}"
             f"</code> ({'new' if latest.new else 'old'})"
         )
+        if latest.event is not None:
+            where = f"at {html.escape(latest.event.what)}; " + where
     else:
         what, where = f"{len(v.points)} runs", ""
     held = f"<br><small>quarantined: {html.escape(v.quarantined)}</small>" if v.quarantined else ""
@@ -88,7 +97,7 @@ def _row(v: C.SeriesVerdict) -> str:
         f"<tr><td><a href='#{html.escape(v.case_key)}'>{html.escape(v.case_key)}</a>{held}</td>"
         f"<td>{html.escape(v.metric)}</td><td style='color:{color};font-weight:bold'>{html.escape(v.status)}"
         f"{' (NEW)' if v.failed else ''}</td><td>{what}</td><td>{where}</td>"
-        f"<td>{v.min_effect:.0%}</td><td>{html.escape(v.profile)}</td></tr>"
+        f"<td>{v.min_effect:.0%}</td><td>{html.escape(v.machine)}</td></tr>"
     )
 
 
@@ -99,16 +108,18 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee}
 .bad{background:#fde0e0;padding:.6em;border-left:6px solid #d62728}.good{background:#e3f4e3;padding:.6em}"""
 
 
-def write(verdicts: list[C.SeriesVerdict], out: Path, db: Path, settings: C.Settings) -> Path:
+def write(verdicts: list[C.SeriesVerdict], out: Path, db: Path | str, settings: C.Settings) -> Path:
     """Every plot and ``index.html``; returns the page's path."""
     out.mkdir(parents=True, exist_ok=True)
     order = sorted(verdicts, key=lambda v: (not v.failed, v.status not in (C.REGRESSION,), v.case_key, v.metric))
     failing = [v for v in verdicts if v.failed]
     banner = (
         (
-            f"<p class='bad'><b>{len(failing)} new regression(s)</b>: "
+            f"<div class='bad'><b>{len(failing)} new regression(s)</b>: "
             + ", ".join(html.escape(f"{v.case_key} {v.metric}") for v in failing)
-            + "</p>"
+            + "<pre>"
+            + html.escape("\n".join(line for a in summary.new_alerts(verdicts) for line in a.lines()))
+            + "</pre></div>"
         )
         if failing
         else "<p class='good'>No new regression.</p>"
@@ -118,10 +129,11 @@ def write(verdicts: list[C.SeriesVerdict], out: Path, db: Path, settings: C.Sett
         f"<h1>scalegate history</h1><p>{html.escape(str(db))}, {now}. E-divisive means, p &le; {settings.pvalue}, "
         f"up to {settings.permutations} permutations (sequential), segments of at least {settings.min_size} runs; "
         f"<i>new</i> = first bad run among the last {settings.recent}. Lines: red regression, green improvement, orange suspicious "
-        f"(smaller than the minimum effect); solid = new, dashed = old; black: each segment's median.</p>",
+        f"(smaller than the minimum effect); solid = new, dashed = old; black: each segment's median; grey dotted: a "
+        "version change.</p>",
         banner,
         "<h2>Latest verdicts</h2><table><tr><th>case</th><th>metric</th><th>verdict</th><th>latest change</th>"
-        "<th>last good..first bad</th><th>min effect</th><th>profile</th></tr>",
+        "<th>last good..first bad</th><th>min effect</th><th>machine</th></tr>",
         *(_row(v) for v in order),
         "</table>",
     ]

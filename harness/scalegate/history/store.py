@@ -1,41 +1,40 @@
-"""The results history: finished runs (commit, date, profile, every case's metrics) in one SQLite file.
+"""The results history: finished runs (commit, date, cluster, hardware, software versions, every case's metrics).
 
-Why SQLite: one file a team can keep on shared storage, no server, transactions, and Python ships it.
-Several nightly jobs may add runs at once: every write is one ``BEGIN IMMEDIATE`` transaction (the
-writer takes the lock before reading, so two writers never both decide a run is new), and a busy
-writer waits up to ``BUSY_TIMEOUT_S`` for the lock. The journal stays the default rollback journal,
-not WAL: WAL needs shared memory between the processes, which a network filesystem (where a team keeps
-this file) does not give; SQLite's docs say WAL "does not work over a network filesystem".
+Kept in a SQLite file or on a PostgreSQL server (db.py says which, schema.py holds the tables). A run is keyed by
+its id (the run directory's name, e.g. ``nightly-123``): adding it again changes nothing, so a retried CI step is
+harmless, and two jobs adding at once never both decide a run is new (each store's write transaction, db.py).
 
-A run is keyed by its id (the run directory's name, e.g. ``nightly-123``): adding it again changes
-nothing, so a retried CI step is harmless.
+A series is one case's metric on one cluster's hardware, oldest run first: software versions are attributes of
+each run, so an upgrade of torch or NCCL stays inside its series, where the check can name it (events.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
-from scalegate.contract.errors import ScalegateError
+from scalegate.history import schema
+from scalegate.history.db import DEFAULT_PATH, POSTGRESQL, Db, locate
+from scalegate.plan import hostinfo
 
-SCHEMA_VERSION = 1
-BUSY_TIMEOUT_S = 120.0
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, commit_id TEXT NOT NULL, date TEXT NOT NULL, profile TEXT NOT NULL,
-    source TEXT NOT NULL, note TEXT NOT NULL DEFAULT '', added TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS cases (
-    run_id TEXT NOT NULL REFERENCES runs(run_id), case_key TEXT NOT NULL, case_id TEXT NOT NULL,
-    status TEXT NOT NULL, PRIMARY KEY (run_id, case_key));
-CREATE TABLE IF NOT EXISTS measurements (
-    run_id TEXT NOT NULL, case_key TEXT NOT NULL, metric TEXT NOT NULL, value REAL NOT NULL,
-    PRIMARY KEY (run_id, case_key, metric));
-"""
+__all__ = ["DEFAULT_PATH", "connect", "Run", "CaseRow", "Point", "SeriesKey", "add", "runs", "all_series"]
+
+
+@contextlib.contextmanager
+def connect(given: str | Path, *, create: bool = False) -> Iterator[Db]:
+    """The store ``given`` names (db.py), its schema made (``create``) or migrated to this scalegate's; closed
+    after. Bad input (a URL of another kind, a server out of reach, a missing or foreign store) is a ScalegateError."""
+    where = locate(given)
+    if where.kind == POSTGRESQL:
+        from scalegate.history import postgres_db as backend
+    else:
+        from scalegate.history import sqlite_db as backend  # type: ignore[no-redef]
+    with backend.open(where, create=create) as db:
+        schema.ensure(db, create=create)
+        yield db
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +45,18 @@ class Run:
     profile: str
     source: str = ""  # where the run directory was when it was added
     note: str = ""  # e.g. "commit and date set by benchmarks/history_series.py"
+    cluster: str = ""  # "" where the run named none; add() reads it from the profile when left out
+    hardware: str = ""  # add() reads it from the profile when left out
+    versions: Mapping[str, str] = field(default_factory=dict)  # package -> version; from the profile when empty
+
+    @property
+    def machine(self) -> str:
+        return machine(self.cluster, self.hardware)
+
+
+def machine(cluster: str, hardware: str) -> str:
+    """What a series is kept apart by, as the pages print it: ``hardware@cluster``, or the hardware alone."""
+    return f"{hardware}@{cluster}" if cluster else hardware
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,162 +75,138 @@ class Point:
     commit: str
     date: str
     value: float
+    profile: str = ""
+    versions: Mapping[str, str] = field(default_factory=dict)
 
 
-DEFAULT_PATH = Path("results") / "history.sqlite"  # under the directory the command runs in
+@dataclass(frozen=True, kw_only=True)
+class SeriesKey:
+    cluster: str
+    hardware: str
+    case_key: str
+    case_id: str
+    metric: str
+
+    @property
+    def machine(self) -> str:
+        return machine(self.cluster, self.hardware)
 
 
-def _bad(path: Path, why: str) -> ScalegateError:
-    return ScalegateError(
-        f"history database {path} {why}",
-        "pass the right file with --db (or SCALEGATE_HISTORY_DB), or move the broken file away "
-        "and add the runs again with `python -m scalegate history add results/<run>`",
+def _completed(run: Run) -> Run:
+    parts = hostinfo.parse_profile(run.profile)
+    return Run(
+        run_id=run.run_id,
+        commit=run.commit,
+        date=run.date,
+        profile=run.profile,
+        source=run.source,
+        note=run.note,
+        cluster=run.cluster or parts.cluster,
+        hardware=run.hardware or parts.hardware,
+        versions=dict(run.versions or parts.versions),
     )
 
 
-@contextlib.contextmanager
-def connect(path: Path, *, create: bool = False) -> Iterator[sqlite3.Connection]:
-    """An open, schema-checked database; ``create`` makes a missing one, else a missing file is bad input."""
-    path = Path(path)
-    if not path.exists():
-        if not create:
-            raise ScalegateError(
-                f"history database {path} does not exist",
-                "add a run first: python -m scalegate history add results/<run> [--db FILE]",
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    except sqlite3.Error as exc:
-        raise _unusable(path, exc) from None
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        try:
-            _check_schema(conn, path, create)
-        except sqlite3.OperationalError as exc:
-            raise _unusable(path, exc) from None
-        except sqlite3.DatabaseError as exc:
-            raise _bad(path, f"is not a readable SQLite file ({exc})") from None
-        try:
-            yield conn
-        except sqlite3.OperationalError as exc:
-            raise _unusable(path, exc) from None
-        except sqlite3.DatabaseError as exc:
-            raise _bad(path, f"is damaged ({exc})") from None
-    finally:
-        conn.close()
-
-
-def _unusable(path: Path, exc: Exception) -> ScalegateError:
-    """Locked past the busy timeout, read-only, unreachable, disk full: the file may be fine, its place is not."""
-    return ScalegateError(
-        f"history database {path} cannot be used: {exc}",
-        "check that its directory is writable from this job and that no job holds it locked for minutes",
-    )
-
-
-def _check_schema(conn: sqlite3.Connection, path: Path, create: bool) -> None:
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if not tables and create:
-        with transaction(conn):
-            for statement in filter(str.strip, SCHEMA.split(";")):  # executescript would commit early
-                conn.execute(statement)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        return
-    if not {"meta", "runs", "cases", "measurements"} <= tables:
-        raise _bad(path, f"is not a scalegate history (tables: {sorted(tables) or 'none'})")
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None or row[0] != str(SCHEMA_VERSION):
-        raise _bad(path, f"has schema version {row[0] if row else None!r}, this scalegate reads {SCHEMA_VERSION}")
-
-
-@contextlib.contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE: take the write lock first (waiting up to the busy timeout), commit or roll back."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def add(conn: sqlite3.Connection, run: Run, cases: list[CaseRow]) -> bool:
+def add(db: Db, run: Run, cases: list[CaseRow]) -> bool:
     """Store a run and its cases; False (and nothing written) when the run id is already there."""
-    with transaction(conn):
-        if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
-            return False
-        added = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        conn.execute(
-            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run.run_id, run.commit, run.date, run.profile, run.source, run.note, added),
+    run = _completed(run)
+    added = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    with db.transaction():
+        inserted = db.run(
+            "INSERT INTO runs (run_id, commit_id, date, profile, source, note, added, cluster, hardware) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            (run.run_id, run.commit, run.date, run.profile, run.source, run.note, added, run.cluster, run.hardware),
         )
-        for case in cases:
-            conn.execute(
-                "INSERT INTO cases VALUES (?, ?, ?, ?)", (run.run_id, case.case_key, case.case_id, case.status)
-            )
-            conn.executemany(
-                "INSERT INTO measurements VALUES (?, ?, ?, ?)",
-                [(run.run_id, case.case_key, m, float(v)) for m, v in case.metrics.items()],
-            )
+        if not inserted:
+            return False
+        db.many("INSERT INTO run_versions VALUES (?, ?, ?)", [(run.run_id, k, v) for k, v in run.versions.items()])
+        db.many("INSERT INTO cases VALUES (?, ?, ?, ?)", [(run.run_id, c.case_key, c.case_id, c.status) for c in cases])
+        db.many(
+            "INSERT INTO measurements VALUES (?, ?, ?, ?)",
+            [(run.run_id, c.case_key, m, float(v)) for c in cases for m, v in c.metrics.items()],
+        )
     return True
 
 
-_ORDER = "ORDER BY r.date, r.added, r.run_id"
-
-
-def runs(conn: sqlite3.Connection) -> list[tuple[Run, int]]:
-    """Every run, oldest first, with its number of cases."""
-    rows = conn.execute(
-        "SELECT r.run_id, r.commit_id, r.date, r.profile, r.source, r.note, "
-        f"(SELECT count(*) FROM cases c WHERE c.run_id = r.run_id) FROM runs r {_ORDER}"
-    ).fetchall()
-    return [(Run(run_id=a, commit=b, date=c, profile=d, source=e, note=f), n) for a, b, c, d, e, f, n in rows]
-
-
-def series_keys(conn: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
-    """(profile, case_key, case_id, metric) of every series the history holds."""
-    return conn.execute(
-        "SELECT DISTINCT r.profile, m.case_key, c.case_id, m.metric FROM measurements m "
-        "JOIN runs r ON r.run_id = m.run_id JOIN cases c ON c.run_id = m.run_id "
-        "AND c.case_key = m.case_key ORDER BY r.profile, m.case_key, m.metric"
-    ).fetchall()
-
-
-def series(conn: sqlite3.Connection, profile: str, case_key: str, metric: str) -> list[Point]:
-    """One case's metric over the profile's runs, oldest first."""
-    rows = conn.execute(
-        "SELECT r.run_id, r.commit_id, r.date, m.value FROM measurements m JOIN runs r "
-        "ON r.run_id = m.run_id WHERE r.profile = ? AND m.case_key = ? AND m.metric = ? "
-        f"{_ORDER}",
-        (profile, case_key, metric),
-    ).fetchall()
-    return [Point(run_id=a, commit=b, date=c, value=v) for a, b, c, v in rows]
-
-
-def case_runs(conn: sqlite3.Connection, case: str) -> list[tuple[Run, CaseRow]]:
-    """Every run of a case (by id ``ddp-cnn-1x2`` or key ``ddp-cnn-1x2:tiny``), oldest first."""
-    rows = conn.execute(
-        "SELECT r.run_id, r.commit_id, r.date, r.profile, c.case_key, c.case_id, c.status FROM cases c "
-        f"JOIN runs r ON r.run_id = c.run_id WHERE c.case_id = ? OR c.case_key = ? {_ORDER}",
-        (case, case),
-    ).fetchall()
-    out = []
-    for run_id, commit, date, profile, key, case_id, status in rows:
-        metrics = dict(
-            conn.execute(
-                "SELECT metric, value FROM measurements WHERE run_id = ? AND case_key = ?", (run_id, key)
-            ).fetchall()
+def runs(db: Db) -> list[tuple[Run, int]]:
+    """Every run, oldest first (by date, then when it was added, then id), with its number of cases. Sorted here,
+    not by the store: a PostgreSQL database's collation may order text otherwise than SQLite's bytes."""
+    versions: dict[str, dict[str, str]] = {}
+    for run_id, package, version in db.rows("SELECT run_id, package, version FROM run_versions"):
+        versions.setdefault(run_id, {})[package] = version
+    rows = db.rows(
+        "SELECT r.run_id, r.commit_id, r.date, r.profile, r.source, r.note, r.cluster, r.hardware, "
+        "(SELECT count(*) FROM cases c WHERE c.run_id = r.run_id), r.added FROM runs r"
+    )
+    rows.sort(key=lambda r: (r[2], r[9], r[0]))
+    return [
+        (
+            Run(
+                run_id=a,
+                commit=b,
+                date=c,
+                profile=d,
+                source=e,
+                note=f,
+                cluster=g,
+                hardware=h,
+                versions=versions.get(a, {}),
+            ),
+            n,
         )
-        out.append(
-            (
-                Run(run_id=run_id, commit=commit, date=date, profile=profile),
-                CaseRow(case_key=key, case_id=case_id, status=status, metrics=metrics),
-            )
+        for a, b, c, d, e, f, g, h, n, _ in rows
+    ]
+
+
+def all_series(
+    db: Db, metrics: tuple[str, ...] | None = None, *, read: list[Run] | None = None
+) -> dict[SeriesKey, list[Point]]:
+    """Every series the history holds (or of ``metrics`` only), each oldest run first, in one read of the store;
+    ``read``: the store's runs, where the caller has read them already."""
+    known = read if read is not None else [r for r, _ in runs(db)]
+    order = {run.run_id: (i, run) for i, run in enumerate(known)}
+    rows = db.rows(
+        "SELECT m.run_id, m.case_key, c.case_id, m.metric, m.value FROM measurements m "
+        "JOIN cases c ON c.run_id = m.run_id AND c.case_key = m.case_key"
+    )
+    found: dict[tuple, list[tuple[int, Point]]] = {}
+    for run_id, key, case_id, metric, value in rows:
+        if run_id not in order or (metrics is not None and metric not in metrics):
+            continue  # a run added after the runs were read
+        i, run = order[run_id]
+        point = Point(
+            run_id=run_id, commit=run.commit, date=run.date, value=value, profile=run.profile, versions=run.versions
         )
+        found.setdefault((run.cluster, run.hardware, key, case_id, metric), []).append((i, point))
+    out = {}
+    for (cluster, hardware, key, case_id, metric), points in sorted(found.items()):
+        points.sort(key=lambda p: p[0])
+        name = SeriesKey(cluster=cluster, hardware=hardware, case_key=key, case_id=case_id, metric=metric)
+        out[name] = [p for _, p in points]
     return out
 
 
-def known_cases(conn: sqlite3.Connection) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT DISTINCT case_key FROM cases ORDER BY case_key")]
+def case_runs(db: Db, case: str) -> list[tuple[Run, CaseRow]]:
+    """Every run of a case (by id ``ddp-cnn-1x2`` or key ``ddp-cnn-1x2:tiny``), oldest first."""
+    by_id = {run.run_id: run for run, _ in runs(db)}
+    cases = db.rows(
+        "SELECT run_id, case_key, case_id, status FROM cases WHERE case_id = ? OR case_key = ?", (case, case)
+    )
+    values: dict[tuple[str, str], dict[str, float]] = {}
+    for run_id, key, metric, value in db.rows(
+        "SELECT m.run_id, m.case_key, m.metric, m.value FROM measurements m JOIN cases c ON c.run_id = m.run_id "
+        "AND c.case_key = m.case_key WHERE c.case_id = ? OR c.case_key = ?",
+        (case, case),
+    ):
+        values.setdefault((run_id, key), {})[metric] = value
+    order = {run_id: i for i, run_id in enumerate(by_id)}
+    found = [
+        (by_id[run_id], CaseRow(case_key=key, case_id=case_id, status=status, metrics=values.get((run_id, key), {})))
+        for run_id, key, case_id, status in cases
+        if run_id in by_id
+    ]
+    return sorted(found, key=lambda rc: (order[rc[0].run_id], rc[1].case_key))
+
+
+def known_cases(db: Db) -> list[str]:
+    return sorted(r[0] for r in db.rows("SELECT DISTINCT case_key FROM cases"))

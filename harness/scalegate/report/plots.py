@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from scalegate.contract import atomic
+from scalegate.plan import hostinfo  # noqa: E402
 from scalegate.record.baselines import BaselineFile  # noqa: E402
 from scalegate.report import compare, extrapolate  # noqa: E402
 
@@ -195,7 +196,7 @@ def write(
     page = [
         f"# scalegate report: {run}",
         "",
-        f"Profile: {cases[0].get('profile', '?')}; commit {cases[0].get('commit', '?')}; "
+        f"Profile: {cases[0].get('profile', '?')} ({_cluster(cases[0])}); commit {cases[0].get('commit', '?')}; "
         f"baseline: {baseline.path if baseline else 'none'}.",
         "",
         compare.markdown(rows, f"verdicts against {against or 'the baseline'}"),
@@ -207,3 +208,7 @@ def write(
     page += [f"![{p.stem}]({p.name})" for p in plots if p is not None]
     page += ["", "## Projected efficiency at scale (alpha-beta model)", "", projection(cases, link)]
     return atomic.write_text(out_dir / "report.md", "\n".join(page) + "\n")
+
+
+def _cluster(case: dict[str, Any]) -> str:
+    return hostinfo.cluster_note(hostinfo.parse_profile(case.get("profile", "")).cluster)

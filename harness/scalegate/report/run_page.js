@@ -13,7 +13,7 @@
   const failed = cases.filter((c) => c.failed);
   root.append(
     el("h1", {}, data.title),
-    el("p", { class: "sg-meta" }, `profile ${data.profile}; commit ${data.commit}; against ${data.against}. `,
+    el("p", { class: "sg-meta" }, `profile ${data.profile} (${data.cluster}); commit ${data.commit}; against ${data.against}. `,
       "Hover a bar or point for its case and value; drag to zoom, double-click to reset."),
     el("div", { class: `sg-banner${failed.length ? " bad" : ""}` }, el("b", {}, failed.length ? "FAIL" : "PASS"), " — ",
       data.verdicts.filter((v) => counts[v]).map((v) => `${counts[v]} ${v}`).join(", ") || "no case"),

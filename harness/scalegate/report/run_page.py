@@ -15,6 +15,7 @@ from typing import Any
 from scalegate.contract import cards
 from scalegate.page import build
 from scalegate.page.facets import split_case_id
+from scalegate.plan import hostinfo
 from scalegate.report import compare
 
 SCRIPT = Path(__file__).with_name("run_page.js")
@@ -75,6 +76,7 @@ def data(cases: list[dict[str, Any]], rows: list[compare.Row], *, run: str, agai
         "run": run,
         "against": against,
         "profile": cases[0].get("profile", "?") if cases else "?",
+        "cluster": hostinfo.cluster_note(hostinfo.parse_profile(cases[0].get("profile", "")).cluster) if cases else "",
         "commit": cases[0].get("commit", "?") if cases else "?",
         "verdicts": list(compare.SEVERITY),
         "cases": [case_data(c, r, known) for c, r in zip(cases, rows)],
