@@ -11,6 +11,7 @@
     python -m scalegate bisect --package deepspeed 0.18.4 0.19.8 -k CASE   # the first bad release (bisect_package.py)
     python -m scalegate history add|list|show|check|report [--db FILE]  # results history, change points (docs/history.md)
     python -m scalegate selftest --gpu                              # the GPU path, a report under docs/gpu (harness/scalegate/cli/selftest.py)
+    python -m scalegate init [--script train.py]                    # a team's repository: cases, pytest.ini, CI (harness/scalegate/cli/init.py)
 
 compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with
 --strict), 2 on bad input (missing run, malformed file, unusable baseline) with a one-line error.
@@ -23,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from scalegate.cli import bisect, bisect_package, gate, record_baselines, selftest
+from scalegate.cli import bisect, bisect_package, gate, init, record_baselines, selftest
 from scalegate.cli.project import Project
 from scalegate.contract.errors import ScalegateError
 from scalegate.history import cli as history_cli
@@ -170,6 +171,7 @@ def parser() -> argparse.ArgumentParser:
     bisect.add_parser(sub)
     history_cli.add_parser(sub, str(Project.find().baselines))
     selftest.add_parser(sub)
+    init.add_parser(sub)
     return p
 
 
