@@ -68,6 +68,8 @@ def test_the_wheel_installs_one_top_level_name_with_the_workloads_inside(wheel):
     assert not any(n.startswith(("harness/", "fixtures/")) for n in names)
     pages = {"scalegate/page/common.js", "scalegate/page/style.css", "scalegate/history/dashboard.js"}
     assert pages | {"scalegate/report/run_page.js"} <= set(names), "the interactive pages' scripts (package-data)"
+    templates = {f"scalegate/cli/templates/{n}" for n in ("github-scalegate.yml", "scalegate-nightly.sbatch")}
+    assert templates <= set(names), "the CI templates `scalegate init` writes (package-data)"
 
 
 def _head() -> str:

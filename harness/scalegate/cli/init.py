@@ -137,9 +137,8 @@ def _summary(
 ) -> None:
     """What init read, what it wrote, and the commands to run next."""
     print(f"init: {marker.script}'s flags, from {found.source}: {', '.join(marker.argv)}")
-    print(
-        f"init: the loss, read by {marker.loss_pattern!r} from {len(read)} lines of the run, e.g. {read[0].strip()!r}"
-    )
+    pattern = init_marker.pattern_literal(marker.loss_pattern)
+    print(f"init: the loss, read by {pattern} from {len(read)} lines of the run, e.g. {read[0].strip()!r}")
     print("init: wrote")
     width = max(len(o.path) for o in written) + 2
     for output in written:
@@ -153,5 +152,6 @@ def _summary(
     print("  pytest                                       # every case and its 1x1 reference, then the table")
     print(f"  git add {' '.join(tops)} && git commit -m 'Gate scaling with scalegate'")
     print("  python -m scalegate gate --base origin/main  # in a branch: the PR gate, head against base")
+    print("  # what runs write, to leave out of git (.gitignore): results/ scalegate-gate.md scalegate-gate.json")
     if any(o.path.endswith(".gitlab-ci.yml") for o in written):
         print("  # GitLab: add to .gitlab-ci.yml:  include: [{local: ci/scalegate.gitlab-ci.yml}]")

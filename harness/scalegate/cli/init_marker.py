@@ -146,9 +146,9 @@ def test_file(marker: Marker) -> str:
     lines = [
         f'"""The scaling cases of {marker.script}, written by `python -m scalegate init`: edit them freely.',
         "",
-        "    pytest                                        # every case, each strategy with its 1x1 reference",
-        f"    pytest -k {first} --scaling-steps 50".ljust(50) + "# one case, more measured steps",
-        "    python -m scalegate gate --base origin/main   # the PR gate: the head against its base, step by step",
+        "pytest                                        # every case, each strategy with its 1x1 reference",
+        f"pytest -k {first} --scaling-steps 50".ljust(46) + "# one case, more measured steps",
+        "python -m scalegate gate --base origin/main   # the PR gate: the head against its base, step by step",
         '"""',
         "",
         "import pytest",
