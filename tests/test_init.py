@@ -6,7 +6,6 @@ short run's lines, the CI templates rendered; and its bad input, through the com
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -180,37 +179,36 @@ def test_a_repository_configuring_pytest_elsewhere_gets_a_note_not_a_pytest_ini(
 
 
 # --- the command's bad input: exit 2, one error and its HINT, nothing written --------------------------------
-def _init(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SCALEGATE_", "PYTEST_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "scalegate", "init", *args],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def _init(monkeypatch, capsys, repo: Path, *args: str) -> tuple[int, str, str]:
+    """The command in this process, main's handling of bad input included: (exit code, stdout, stderr)."""
+    from scalegate.cli.main import main
+
+    monkeypatch.chdir(repo)
+    code = main(["init", *args])
+    said = capsys.readouterr()
+    return code, said.out, said.err
 
 
-def test_init_refuses_to_overwrite_before_running_anything_and_names_the_files(tmp_path):
+def test_init_refuses_to_overwrite_before_running_anything_and_names_the_files(tmp_path, monkeypatch, capsys):
     repo = _repo(tmp_path, TRAIN)
     (repo / "pytest.ini").write_text("[pytest]\n")
-    done = _init(repo, "--ci", "github")
-    assert done.returncode == 2, done.stderr
-    assert "error: init would overwrite pytest.ini in" in done.stderr and "--force" in done.stderr
-    assert "Traceback" not in done.stderr and "short run" not in done.stdout  # refused before the run
+    code, out, err = _init(monkeypatch, capsys, repo, "--ci", "github")
+    assert code == 2, err
+    assert "error: init would overwrite pytest.ini in" in err and "--force" in err
+    assert "short run" not in out  # refused before the run
     assert not (repo / "scaling_tests").exists() and (repo / "pytest.ini").read_text() == "[pytest]\n"
 
 
-def test_init_refuses_a_loss_pattern_that_matches_nothing_in_a_real_short_run(tmp_path):
+def test_init_refuses_a_loss_pattern_that_matches_nothing_in_a_real_short_run(tmp_path, monkeypatch, capsys):
     repo = _repo(tmp_path, TRAIN)
-    done = _init(repo, "--loss-pattern", r"accuracy ([0-9.]+)", "--probe-steps", "3", "--ci", "none")
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert "error: --loss-pattern 'accuracy ([0-9.]+)' matched none of the" in done.stderr
-    assert "  | step 2 loss " in done.stderr and "Traceback" not in done.stderr  # the lines it saw
+    args = ("--loss-pattern", r"accuracy ([0-9.]+)", "--probe-steps", "3", "--ci", "none")
+    code, out, err = _init(monkeypatch, capsys, repo, *args)
+    assert code == 2, err[-3000:]
+    assert "error: --loss-pattern 'accuracy ([0-9.]+)' matched none of the" in err
+    assert "  | step 2 loss " in err  # the lines it saw
     assert not (repo / "scaling_tests").exists() and not (repo / "pytest.ini").exists()
 
 
-def test_init_refuses_scalegates_own_repository():
-    done = _init(ROOT, "--ci", "none")
-    assert done.returncode == 2 and "is scalegate's own repository" in done.stderr, done.stderr
+def test_init_refuses_scalegates_own_repository(monkeypatch, capsys):
+    code, _, err = _init(monkeypatch, capsys, ROOT, "--ci", "none")
+    assert code == 2 and "is scalegate's own repository" in err, err
