@@ -90,7 +90,7 @@ def rounds_of(gate_dir: Path, raw: Path | None = None) -> list[dict]:
 
 
 def script_repo(where: Path, steps: int, slowdown: float, extra_forward: int) -> tuple[Path, str]:
-    """The example script in a repository of its own, its marker running ``--max-steps={steps}``; with a head
+    """The example script in a repository of its own (its marker runs ``--max-steps={steps}``); with a head
     commit that slows it (``slowdown``: from outside its code, the harness's injected sleep that only the head's
     ranks at W see; ``extra_forward``: a real code change, a no-grad forward of that many samples each step, at W and
     1x1 alike). (repository, base revision)."""
@@ -98,8 +98,6 @@ def script_repo(where: Path, steps: int, slowdown: float, extra_forward: int) ->
     from tests.test_scripts import _project
 
     repo = _project(where)
-    marker = repo / "scaling_tests" / "test_train.py"
-    marker.write_text(marker.read_text().replace('"--max-steps=40"', '"--max-steps={steps}"'))
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "the team's training script")

@@ -92,7 +92,7 @@ def value(r: dict, metric: str) -> tuple[float, float]:
 
 def by_parity(rounds: list[dict]) -> dict[int, list[dict]] | None:
     """The rounds by their number's parity, as the gate alternates the side that turns first (odd rounds the
-    head, even rounds the base; cli/gate_rounds.py); None where a parity has no round."""
+    head, even rounds the base; gate/rounds.py); None where a parity has no round."""
     split = {p: [r for r in rounds if r["round"] % 2 == p] for p in (0, 1)}
     return split if all(split.values()) else None
 

@@ -13,7 +13,7 @@ import pytest
 @pytest.mark.scaling_script(
     "examples/train_script/train.py",
     "--strategy={strategy}",
-    "--max-steps=40",
+    "--max-steps={steps}",
     name="mlp",
     strategies=["ddp", "fsdp"],
     topologies=["1x1", "1x2"],

@@ -136,7 +136,9 @@ def test_a_rank_that_dies_mid_duet_stops_the_other_side_naming_side_rank_and_ste
         base.join(), head.join()
     stopped = [e for e in head.errors if isinstance(e, DuetStopped)]
     assert stopped, head.errors
-    assert "the base side's rank 1 on node 0 exited mid-duet at step" in str(stopped[0]) and "(x/launch)" in str(stopped[0])
+    assert "the base side's rank 1 on node 0 exited mid-duet at step" in str(stopped[0]) and "(x/launch)" in str(
+        stopped[0]
+    )
 
 
 def test_a_turn_never_given_back_stops_both_naming_every_ranks_last_step():
@@ -150,7 +152,10 @@ def test_a_turn_never_given_back_stops_both_naming_every_ranks_last_step():
         base = Ranks(c, "base", "y/launch", 2, 4, log, step_s=hang).start()
         head.join(), base.join()
     message = str(next(e for e in base.errors if isinstance(e, DuetStopped)))
-    assert "the head side's job y/launch did not give its turn back in 1 s: rank(s) 0 (node 0) still in the turn" in message
+    assert (
+        "the head side's job y/launch did not give its turn back in 1 s: rank(s) 0 (node 0) still in the turn"
+        in message
+    )
     assert "last steps done: rank 0 1, rank 1 2" in message
 
 

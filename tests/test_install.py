@@ -9,6 +9,7 @@ and harness/scalegate/workloads is a link to ../../fixtures, so the workloads in
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import subprocess
 import sys
 import zipfile
@@ -41,11 +42,10 @@ def test_the_workloads_link_points_at_the_fixtures_folder():
     assert link.is_symlink() and link.resolve() == (ROOT / "fixtures").resolve()
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+def build_wheel(source: Path, out: Path) -> Path:
+    """The wheel of ``source``, built offline with this environment's setuptools and setuptools-scm."""
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -53,6 +53,11 @@ def wheel(tmp_path_factory) -> Path:
     assert done.returncode == 0, done.stderr[-3000:]
     [built] = out.glob("scalegate-*.whl")
     return built
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    return build_wheel(ROOT, tmp_path_factory.mktemp("wheel"))
 
 
 def test_the_wheel_installs_one_top_level_name_with_the_workloads_inside(wheel):
@@ -63,6 +68,32 @@ def test_the_wheel_installs_one_top_level_name_with_the_workloads_inside(wheel):
     assert not any(n.startswith(("harness/", "fixtures/")) for n in names)
     pages = {"scalegate/page/common.js", "scalegate/page/style.css", "scalegate/history/dashboard.js"}
     assert pages | {"scalegate/report/run_page.js"} <= set(names), "the interactive pages' scripts (package-data)"
+    templates = {f"scalegate/cli/templates/{n}" for n in ("github-scalegate.yml", "scalegate-nightly.sbatch")}
+    assert templates <= set(names), "the CI templates `scalegate init` writes (package-data)"
+
+
+def _head() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_wheel_is_versioned_by_the_commit_it_was_built_from(wheel):
+    """setuptools-scm: no tag yet, so 0.1.1.devN+g<commit>; a wheel names the code it holds."""
+    version = wheel.name.split("-")[1]
+    found = re.search(r"\+g([0-9a-f]{7,})", version)
+    assert found and _head().startswith(found.group(1)), f"{wheel.name} does not name HEAD {_head()[:12]}"
+    assert zipfile.ZipFile(wheel).read(f"scalegate-{version}.dist-info/METADATA").decode().count(f"Version: {version}")
+
+
+def test_a_git_archive_export_builds_without_git(tmp_path):
+    """slurm/base-env.sh builds the base commit's environment from ``git archive``, which has no .git: setuptools-scm
+    then reads .git_archival.txt (filled by git: .gitattributes' export-subst; a version from it once a v* tag
+    exists), else takes the fallback version; either way the export builds."""
+    tree = tmp_path / "export"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    assert "$Format" not in (tree / ".git_archival.txt").read_text(), "git did not fill .git_archival.txt"
+    build_wheel(tree, tmp_path)
 
 
 def test_installing_scalegate_beside_pypi_fixtures_leaves_it_working(wheel, tmp_path):

@@ -124,6 +124,52 @@ def test_a_bad_marker_is_refused_naming_the_test_and_the_fix(tmp_path, args, kwa
     assert says in str(err.value) and "t.py::test" in str(err.value) and "HINT" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "argv, fixed",
+    [
+        (("--max-steps=40",), ("--max-steps=40", 40)),
+        (("--strategy=ddp", "--max_steps", "40"), ("--max_steps 40", 40)),
+        (("--max-train-steps=12", "--per-device-train-batch-size=8"), ("--max-train-steps=12", 12)),
+        (("--max-iters=6",), ("--max-iters=6", 6)),
+        (("--max-steps={steps}",), None),
+        (("--gradient-accumulation-steps=4", "--lr=3"), None),  # not a step count
+        ((), None),
+    ],
+)
+def test_the_argument_that_fixes_a_scripts_steps_is_found(argv, fixed):
+    assert plan_script.fixed_steps(argv) == fixed
+
+
+def test_a_marker_that_fixes_fewer_steps_than_a_case_needs_is_refused_naming_steps(tmp_path):
+    import dataclasses
+
+    (tmp_path / "train.py").write_text("")
+    decl = plan_script.declared(("train.py", "--max-steps=40"), {"strategies": ["ddp"]}, tmp_path, "t.py::test")
+    plan_script.check_steps(decl, dataclasses.replace(_options(), steps=38), "t.py::test")  # 2 + 38: fits
+    with pytest.raises(SpecError) as err:
+        plan_script.check_steps(decl, dataclasses.replace(_options(), steps=300), "t.py::test")
+    said = str(err.value)
+    assert "t.py::test: scaling_script's argument '--max-steps=40' stops the script after 40 optimizer steps" in said
+    assert "a case needs 302 (2 before the window, 300 measured" in said
+    assert 'HINT: write "--max-steps={steps}" in the marker' in said
+    longer_reference = dataclasses.replace(_options(), steps=5, reference_steps=100)
+    with pytest.raises(SpecError, match="a case needs 102"):
+        plan_script.check_steps(decl, longer_reference, "t.py::test")
+
+
+def test_pytest_stops_before_any_launch_when_the_marker_fixes_too_few_steps(tmp_path):
+    """The example's marker as it was (``--max-steps=40``) under ``--scaling-steps 300``: a collection error naming
+    ``{steps}``, no case run (no results directory)."""
+    project = _project(tmp_path)
+    marker = project / "scaling_tests" / "test_train.py"
+    marker.write_text(marker.read_text().replace('"--max-steps={steps}"', '"--max-steps=40"'))
+    run = _pytest(project, "--scaling-steps", "300", timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "stops the script after 40 optimizer steps; a case needs 302" in out, out[-3000:]
+    assert 'write "--max-steps={steps}" in the marker' in out and "Traceback" not in out
+    assert not any((project / "results").glob("*/*.json"))
+
+
 def test_a_loss_pattern_needs_one_or_two_groups():
     from scalegate.contract.script import ScriptSpec
 
@@ -186,8 +232,9 @@ def test_the_example_script_is_gated_on_ddp_and_fsdp_from_its_own_directory(tmp_
         case = cases[case_id]
         assert case["status"] == "no-baseline" and 0 < case["efficiency"] < 2
         rank0 = case["result"]["ranks"][0]
-        assert len(rank0["step_times_s"]) == 5 and rank0["extra"]["optimizer_steps"] == 40  # ran to its end
-        assert rank0["peak_memory_bytes"] > 0 and len(rank0["extra"]["loss_curve"]) == 40
+        # the marker's --max-steps={steps}: 2 warm-up + 5 measured, and the script ended there
+        assert len(rank0["step_times_s"]) == 5 and rank0["extra"]["optimizer_steps"] == 7
+        assert rank0["peak_memory_bytes"] > 0 and len(rank0["extra"]["loss_curve"]) == 7
         assert rank0["extra"]["loss_read_from"] == ["file", "file"]  # the rank logs, not wrapped streams
         assert case["resources"]["wire"]["bytes_per_step"] > 1e6  # ~1.6 MB of gradients a rank a step
         # through the session's warm agent, its ranks started as fresh interpreters (worker/agent.py ``fresh``)
@@ -222,6 +269,7 @@ def test_the_example_script_runs_on_two_emulated_nodes_and_stops_after_its_windo
     workload; ``stop_after_window`` ends the script on every rank at the window's last step, not at its own end."""
     project = _project(tmp_path)
     _marker(project, 'topologies=["1x2"],', 'topologies=["2x1"], stop_after_window=True,')
+    _marker(project, '"--max-steps={steps}"', '"--max-steps=40"')  # the script would run 40: the window stops it
     run = _pytest(project, "-k", "ddp")
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-4000:]
@@ -272,6 +320,7 @@ import argparse, os, sys, time
 import torch, torch.distributed as dist
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=12)
+p.add_argument("--few", action="store_true")  # 4 steps: a count the marker does not show (a fixed one is refused)
 p.add_argument("--crash-rank", type=int, default=-1)
 p.add_argument("--no-optimizer", action="store_true")
 p.add_argument("--manual", action="store_true")
@@ -282,7 +331,7 @@ torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 x = torch.randn(64, 64); y = x.sum(1, keepdim=True) * 0.1
-for step in range(a.steps):
+for step in range(4 if a.few else a.steps):
     if dist.get_rank() == a.crash_rank and step == 3:
         raise RuntimeError("the team's script broke at step 3")
     loss = ((model(x) - y) ** 2).mean()
@@ -310,7 +359,7 @@ def case(*argv, name):
 @case("--crash-rank=1", name="crash")
 def test_crash(scaling_case): scaling_case.check()
 
-@case("--steps=4", name="short")
+@case("--few", name="short")
 def test_short(scaling_case): scaling_case.check()
 
 @case("--no-optimizer", name="nostep")

@@ -311,7 +311,7 @@ def step_breakdown(outcome: Outcome) -> dict:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """--scaling-canaries: keep the cases declared as canaries (harness/scalegate/cli/project.py), where any is declared."""
+    """--scaling-canaries: keep the cases declared as canaries (gate/project.py), where any is declared."""
     if not config.getoption("--scaling-canaries"):
         return
 

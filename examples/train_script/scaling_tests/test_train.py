@@ -10,7 +10,7 @@ import pytest
 @pytest.mark.scaling_script(
     "train.py",
     "--strategy={strategy}",
-    "--max-steps=40",
+    "--max-steps={steps}",
     name="mlp",
     strategies=["ddp", "fsdp"],
     topologies=["1x2"],

@@ -1,6 +1,6 @@
 """One marker per training stack, each gating a script written the way that stack's docs write one (docs/your-script.md:
 Recipes). Every script runs unchanged; the marker names its own strategy words, the argument that sets its batch,
-and a loss_pattern for the lines that stack prints.
+its step count as ``{steps}`` (the steps each case needs), and a loss_pattern for the lines that stack prints.
 
 pytest                                        # every stack, each strategy with its 1x1 run
 pytest -k hf_trainer                          # one stack
@@ -23,7 +23,7 @@ HF_TRAINER = dict(
 @pytest.mark.scaling_script(
     "hf_trainer.py",
     "--strategy={strategy}",
-    "--max-steps=12",
+    "--max-steps={steps}",
     "--per-device-train-batch-size=8",
     strategies=["ddp", "zero2", "zero3"],
     canary=True,
@@ -34,7 +34,7 @@ def test_hf_trainer(scaling_case, benchmark):
 
 
 @pytest.mark.scaling_script(
-    "hf_trainer.py", "--strategy={strategy}", "--max-steps=12", "--per-device-train-batch-size=8",
+    "hf_trainer.py", "--strategy={strategy}", "--max-steps={steps}", "--per-device-train-batch-size=8",
     strategies=["fsdp"], **HF_TRAINER,
 )  # fmt: skip
 def test_hf_trainer_fsdp(scaling_case, benchmark):
@@ -54,7 +54,7 @@ ACCELERATE = dict(strategies=["ddp"], topologies=["1x2"], loss_pattern=r"step (\
 
 
 @pytest.mark.scaling_script(
-    "accelerate_loop.py", "--max-train-steps=12", "--per-device-train-batch-size=32",
+    "accelerate_loop.py", "--max-train-steps={steps}", "--per-device-train-batch-size=32",
     name="accelerate", batch=32, **ACCELERATE,
 )  # fmt: skip
 def test_accelerate(scaling_case, benchmark):
@@ -62,7 +62,7 @@ def test_accelerate(scaling_case, benchmark):
 
 
 @pytest.mark.scaling_script(
-    "accelerate_loop.py", "--max-train-steps=12", "--per-device-train-batch-size=32",
+    "accelerate_loop.py", "--max-train-steps={steps}", "--per-device-train-batch-size=32",
     "--gradient-accumulation-steps=4",
     name="accelerate_accum", batch=128, **ACCELERATE,  # 32 x 4 samples per rank per optimizer step
 )  # fmt: skip
@@ -73,7 +73,7 @@ def test_accelerate_accumulating(scaling_case, benchmark):
 # Lightning: Trainer.fit, the ranks from torchrun's environment (devices and nodes must match the launch)
 @pytest.mark.scaling_script(
     "lightning_fit.py", "--strategy={strategy}", "--devices={nproc_per_node}", "--num-nodes={nnodes}",
-    "--max-steps=12", "--batch-size=32",
+    "--max-steps={steps}", "--batch-size=32",
     name="lightning", strategies=["ddp", "fsdp"], topologies=["1x2"], batch=32,
     loss_pattern=r"step (\d+) train_loss ([0-9.eE+-]+)",
 )  # fmt: skip
@@ -98,7 +98,7 @@ def _skip_where_lightning_refuses(scaling_case) -> None:
 # DeepSpeed's engine: deepspeed.initialize, engine.backward, engine.step; the ZeRO stage from its JSON config
 # (ds_config_zero2.json accumulates 2 micro-batches of 16 a step)
 @pytest.mark.scaling_script(
-    "deepspeed_engine.py", "--deepspeed_config=ds_config_{strategy}.json", "--steps=12",
+    "deepspeed_engine.py", "--deepspeed_config=ds_config_{strategy}.json", "--steps={steps}",
     name="deepspeed", strategies=["zero2", "zero3"], topologies=["1x2"], batch=32,
     loss_pattern=r"\[step\s+(\d+)\] loss: ([0-9.eE+-]+)",
 )  # fmt: skip
@@ -109,7 +109,7 @@ def test_deepspeed(scaling_case, benchmark):
 # A plain torch loop with gradient accumulation, nanoGPT's way: the global batch (8 micro-batches of 8) stays the same
 # on any number of ranks, so it is strong scaling and the loss curve must track the 1x1 run's
 @pytest.mark.scaling_script(
-    "torch_accum.py", "--max-iters=12",
+    "torch_accum.py", "--max-iters={steps}",
     name="nanogpt_accum", strategies=["ddp"], topologies=["1x2"], scaling="strong", batch=64,
     loss_pattern=r"iter (\d+): loss ([0-9.eE+-]+)",
 )  # fmt: skip
@@ -119,7 +119,7 @@ def test_torch_accumulating(scaling_case, benchmark):
 
 # torchtitan-style: FSDP2 fully_shard per block, its coloured log line (ANSI colour codes between the fields)
 @pytest.mark.scaling_script(
-    "titan_loop.py", "--dp-shard=-1", "--steps=12", "--local-batch-size=8",
+    "titan_loop.py", "--dp-shard=-1", "--steps={steps}", "--local-batch-size=8",
     name="titan", strategies=["fsdp"], topologies=["1x2"], batch=8,
     loss_pattern=r"step:\s*(\d+)\s+(?:\x1b\[[0-9;]*m)?loss:\s*([0-9.eE+-]+)",
 )  # fmt: skip

@@ -6,6 +6,7 @@
     python -m scalegate bisect GOOD BAD -k CASE [--package NAME] [pytest args]     (cli/bisect.py, bisect_package.py)
     python -m scalegate history add|list|show|check|report [--db URL]               (history/cli.py)
     python -m scalegate selftest --gpu                                              (cli/selftest.py)
+    python -m scalegate init [--script train.py]     a team's repository: its cases, pytest.ini, CI (cli/init.py)
 
 A command that runs pytest sessions (gate, record-baselines, bisect) passes on what it does not know itself; any
 other command refuses an unknown argument. Bad input is one line and its HINT, exit 2, never a traceback.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scalegate.cli import bisect, bisect_package, gate, record_baselines, runs, selftest
+from scalegate.cli import bisect, bisect_package, gate, init, record_baselines, runs, selftest
 from scalegate.contract.errors import ScalegateError
 from scalegate.gate.project import Project
 from scalegate.history import cli as history_cli
@@ -38,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["bisect"].set_defaults(handler=bisect_package.run)  # releases with --package, else commits
     history_cli.add_parser(sub, baselines)
     selftest.add_parser(sub)
+    init.add_parser(sub)
     return p
 
 

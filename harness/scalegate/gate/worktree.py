@@ -5,7 +5,7 @@
 
 A ``git worktree`` (detached) shares the repository's objects, so a checkout costs the files only. Both
 sides run in the same Python environment unless ``--base-python`` names the base side's
-(harness/scalegate/cli/environments.py): then a PR that changes a dependency's version is measured too (docs/gate.md).
+(harness/scalegate/gate/environments.py): then a PR that changes a dependency's version is measured too (docs/gate.md).
 """
 
 from __future__ import annotations

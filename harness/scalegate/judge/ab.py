@@ -5,7 +5,7 @@ level of its own on every VM and day. fsdp-cnn-1x2 read 0.41 on one VM in 8 laun
 recorded from 20 rounds on another: a clean run 11% "below baseline", a certain false alarm for a gate that must
 catch 10%. Measuring the base commit in the same run removes that level, as ``asv continuous`` and Chromium's
 pinpoint do. ``python -m scalegate gate --base REF`` launches both commits in alternating order round by round
-(harness/scalegate/cli/gate_rounds.py) and hands each case's two records to ``scalegate.judge.judge(..., base=...)``.
+(harness/scalegate/gate/rounds.py) and hands each case's two records to ``scalegate.judge.judge(..., base=...)``.
 
 The test: per round r, x_r = ln(L_head,r / L_base,r) of the two launches' local efficiencies; the sequential
 test of ``sequential.py`` on the ratios against 1 (no change) and 1 - detect, with no baseline error of its own

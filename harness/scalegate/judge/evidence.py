@@ -26,7 +26,7 @@ ALTERNATE = "alternate"  # a launch that ran whole, the other commit's job of th
 @dataclass(frozen=True, kw_only=True)
 class LaunchRecord:
     step_times_s: tuple[float, ...]  # the measured window, slowest rank per step
-    # a duet round's launches of the case pooled into one (cli/gate_rounds.py ``pooled``): each one's steps, in order
+    # a duet round's launches of the case pooled into one (gate/merge.py ``pooled``): each one's steps, in order
     lengths: tuple[int, ...] = ()
     pair_step_times_s: tuple[float, ...] = ()  # same-launch pairs: distributed step (slowest rank)
     local_step_times_s: tuple[float, ...] = ()  # ... and local step (ranks' mean); scalegate/measure/local_steps.py

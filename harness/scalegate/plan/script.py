@@ -1,7 +1,7 @@
 """A team's own training script, declared in a test file of its repository, as scaling cases.
 
     @pytest.mark.scaling_script(
-        "train.py", "--strategy={strategy}", "--max-steps=60",  # the script and its arguments (placeholders:
+        "train.py", "--strategy={strategy}", "--max-steps={steps}",  # the script and its arguments (placeholders:
         name="mylm",                                            # {strategy} {world_size} {nnodes} {nproc_per_node}
                                                                 # {steps}: the optimizer steps the case needs)
         strategies=["ddp", "fsdp"], topologies=["1x2"],         # ids ddp-mylm-1x2, fsdp-mylm-1x2
@@ -18,7 +18,8 @@ are not counted as scaling losses. Optional: ``batch`` (samples per step: per ra
 under strong; without it throughput is in optimizer steps/s), ``stop_after_window`` (stop the script once its
 measured steps are done), ``loss_tolerance`` (strong scaling: how far the loss curves may differ from the 1x1
 run's), ``canary`` (what ``gate`` runs when nothing is named). The script's path is relative to the repository's
-root (pytest's rootdir), where it also runs.
+root (pytest's rootdir), where it also runs. A marker that fixes the script's steps to a number (``--max-steps=40``)
+fewer than a case needs is refused before any launch, naming ``{steps}``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ USAGE = (
 )
 KEYS = ("name", "strategies", "topologies", "scaling", "loss_pattern", "batch", "stop_after_window")
 KEYS += ("loss_tolerance", "canary")
+# How scripts name their flag for the number of optimizer steps (lower case, '-' for '_', no leading dashes)
+STEP_FLAGS = (
+    "max-steps", "steps", "max-train-steps", "num-steps", "num-train-steps", "train-steps", "total-steps",
+    "training-steps", "max-iters", "iters", "max-iterations", "iterations", "num-iterations", "total-iters",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,11 +108,46 @@ def declared(args: tuple, kwargs: dict[str, Any], rootdir: Path, where: str) -> 
     )
 
 
+def flag_name(arg: str) -> str:
+    """``--max_steps=40`` -> ``max-steps``: a flag's name as STEP_FLAGS spells it ("" for a value)."""
+    return arg.split("=", 1)[0].lstrip("-").replace("_", "-").lower() if arg.startswith("-") else ""
+
+
+def fixed_steps(template: tuple[str, ...]) -> tuple[str, int] | None:
+    """The argument that fixes the script's step count to a number (``--max-steps=40``, or ``--max-steps 40`` as
+    two), and that number; None where the steps come from ``{steps}`` or from no argument."""
+    for i, arg in enumerate(template):
+        if flag_name(arg) not in STEP_FLAGS:
+            continue
+        value = arg.split("=", 1)[1] if "=" in arg else (template[i + 1] if i + 1 < len(template) else "")
+        if value.isdigit():
+            return (arg if "=" in arg else f"{arg} {value}"), int(value)
+    return None
+
+
+def check_steps(decl: Declared, options: Options, where: str) -> None:
+    """A script whose marker fixes its steps below what a case needs would stop inside the window of every launch:
+    refused now, before any, with the placeholder that gives each case its steps."""
+    fixed = fixed_steps(decl.template)
+    steps = max(options.steps, options.reference_steps or 0)
+    need = needed_steps(steps, options.warmup)
+    if fixed is None or fixed[1] >= need:
+        return
+    arg, count = fixed
+    flag = arg.split("=", 1)[0].split(" ", 1)[0]
+    raise SpecError(
+        f"{where}: scaling_script's argument {arg!r} stops the script after {count} optimizer steps; a case needs "
+        f"{need} ({need - steps} before the window, {steps} measured: --scaling-warmup, --scaling-steps)",
+        f'write "{flag}={{steps}}" in the marker: {{steps}} gives every case (and its 1x1 reference) the steps it needs',
+    )
+
+
 def cases(
     decl: Declared, options: Options, host: HostInfo, rootdir: Path, where: str, explicit: set[str]
 ) -> list[Case]:
     """One case per strategy word and topology; ``explicit``: the --scaling-* lists given on the command line,
     which select from the declared ones as -k does."""
+    check_steps(decl, options, where)
     topologies = decl.topologies or options.topologies
     if "topologies" in explicit and decl.topologies:
         topologies = tuple(t for t in decl.topologies if t in options.topologies)

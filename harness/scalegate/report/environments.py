@@ -1,6 +1,6 @@
 """The two sides' environments of an A/B gate run, as the table shows them: only what differs, or one line.
 
-Each side's environment is recorded by ``gate`` (harness/scalegate/cli/environments.py) in ``environment.json`` beside its
+Each side's environment is recorded by ``gate`` (harness/scalegate/gate/environments.py) in ``environment.json`` beside its
 cases (the base side's in ``base/``); ``compare`` on the same run shows the same lines.
 """
 

@@ -1,0 +1,133 @@
+"""One short real run of a team's script, before ``scalegate init`` writes its marker: the script must run under
+torchrun with the marker's arguments, and the loss pattern must match what it prints.
+
+The run is ``torchrun --standalone`` on one node with the first single-node topology's ranks (else one), the first
+strategy word and ``{steps}`` = ``--probe-steps``. A pattern the user gives that matches none of the lines is
+refused with the lines it saw; without one, the first of the common stacks' patterns below that matches is taken.
+Matching is the bootstrap's (harness/scalegate/worker/script_loss.py): ``re.search`` on each line, every group a
+number.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from scalegate.cli.init_marker import Marker
+from scalegate.contract.errors import ScalegateError
+from scalegate.contract.script import fill, values
+from scalegate.contract.topology import Topology
+
+# The loss lines of the common stacks (docs/your-script.md, "Recipes"), most specific first; the last two are
+# generic: a step number before a loss, a loss alone
+PATTERNS = (
+    r"'loss': '?([0-9.eE+-]+)'?",  # the HF Trainer's log dict
+    r"step (\d+) loss ([0-9.eE+-]+)",
+    r"step (\d+): loss ([0-9.eE+-]+)",  # Accelerate's logger
+    r"step (\d+) train_loss ([0-9.eE+-]+)",  # Lightning's self.print
+    r"iter (\d+): loss ([0-9.eE+-]+)",  # nanoGPT
+    r"\[step\s+(\d+)\] loss: ([0-9.eE+-]+)",  # DeepSpeed's engine, printed
+    r"step:\s*(\d+)\s+(?:\x1b\[[0-9;]*m)?loss:\s*([0-9.eE+-]+)",  # torchtitan, coloured
+    r"(?i)(?:step|iter(?:ation)?)\W*(\d+)\b.*?\bloss\W+([0-9][0-9.eE+-]*)",
+    r"(?i)\bloss\W+([0-9][0-9.eE+-]*)",
+)
+SHOWN_LINES = 25  # the lines an error shows of what the run printed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    command: list[str]
+    lines: list[str]
+
+
+def run(root: Path, marker: Marker, steps: int, timeout_s: float, python: str = sys.executable) -> Probe:
+    """The script's short run, its output (every rank's, stdout and stderr) as lines."""
+    shape = next((Topology.parse(t) for t in marker.topologies if Topology.parse(t).nodes == 1), None)
+    per_node = shape.per_node if shape else 1
+    topology = Topology.parse(f"1x{per_node}")
+    argv = fill(marker.argv, values(marker.strategies[0], topology, steps), marker.test_path)
+    command = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={per_node}"]
+    command += [marker.script, *argv]
+    said = " ".join(["torchrun", *command[3:]])
+    print(f"init: one short run of the script, {steps} steps: {said}", flush=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCALEGATE_")}
+    try:
+        done = subprocess.run(
+            command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        raise ScalegateError(
+            f"the short run of {marker.script} did not end within {timeout_s:g} s ({said}); it printed:\n"
+            + _shown(out.splitlines()),
+            "check that the script stops after the steps its step flag names, or raise --probe-timeout",
+        ) from None
+    lines = done.stdout.splitlines()
+    if done.returncode != 0:
+        raise ScalegateError(
+            f"the short run of {marker.script} exited {done.returncode} ({said}); it printed:\n" + _shown(lines),
+            "make the script run under torchrun with these arguments (run the command above), then init again",
+        )
+    return Probe(command=command, lines=lines)
+
+
+def matches(pattern: str, lines: list[str]) -> list[str]:
+    """The lines the pattern reads a loss from, as the bootstrap reads them."""
+    compiled = re.compile(pattern)
+    found = []
+    for line in lines:
+        match = compiled.search(line)
+        if match and match.groups() and all(_number(g) for g in match.groups()):
+            found.append(line)
+    return found
+
+
+def loss_pattern(given: str | None, probe: Probe, script: str) -> tuple[str, list[str]]:
+    """The given pattern, checked against the run, else the first common one that matches; with its lines."""
+    if given:
+        try:
+            groups = re.compile(given).groups
+        except re.error as exc:
+            raise ScalegateError(f"--loss-pattern {given!r} is not a regular expression: {exc}", _EXAMPLE) from None
+        if groups not in (1, 2):
+            raise ScalegateError(f"--loss-pattern {given!r} has {groups} groups", _EXAMPLE)
+        found = matches(given, probe.lines)
+        if not found:
+            raise ScalegateError(
+                f"--loss-pattern {given!r} matched none of the {len(probe.lines)} lines {script}'s short run "
+                "printed:\n" + _shown(probe.lines),
+                "give a pattern for the line that says the loss: " + _EXAMPLE,
+            )
+        return given, found
+    for pattern in PATTERNS:
+        if found := matches(pattern, probe.lines):
+            return pattern, found
+    raise ScalegateError(
+        f"no loss line found in what {script}'s short run printed ({len(probe.lines)} lines):\n" + _shown(probe.lines),
+        "print the loss each step on rank 0 (e.g. print(f'step {step} loss {loss.item():.4f}')), or name the "
+        "line that says it: --loss-pattern REGEX, " + _EXAMPLE,
+    )
+
+
+_EXAMPLE = r"one group (the loss) or two (the step, then the loss), e.g. 'step (\d+) loss ([0-9.eE+-]+)'"
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _shown(lines: list[str]) -> str:
+    """The last lines of a run, indented; how many came before them."""
+    last = lines[-SHOWN_LINES:]
+    before = f"  ... ({len(lines) - len(last)} lines before)\n" if len(lines) > len(last) else ""
+    if not lines:
+        return "  (nothing)"
+    return before + "\n".join(f"  | {line}" for line in last)

@@ -1,0 +1,214 @@
+"""``python -m scalegate init``'s parts (harness/scalegate/cli/init*.py): the script found and its flags read from the
+zoo's real scripts, the marker planned and validated as pytest will read it, the loss pattern checked against a
+short run's lines, the CI templates rendered; and its bad input, through the command: one error and its HINT, exit
+2, nothing written. The whole path in a team's repository, with a real install, runs in tests/test_adopt.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scalegate.cli import init_files, init_marker, init_probe, init_script
+from scalegate.contract.errors import ScalegateError
+from tests.conftest import ROOT
+from tests.repos import git
+
+ZOO = ROOT / "examples" / "zoo"
+TRAIN = ROOT / "examples" / "train_script" / "train.py"
+
+
+def _repo(tmp_path: Path, *scripts: Path) -> Path:
+    repo = tmp_path / "team"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    for script in scripts:
+        shutil.copy(script, repo / script.name)
+    return repo
+
+
+def _plan(repo: Path, script: str, **given) -> init_marker.Marker:
+    found = init_script.read_flags(repo / script)
+    options = dict(name=None, strategies=None, topologies=["1x2"], batch=None, steps_flag=None) | given
+    return init_marker.plan(repo, found, **options)
+
+
+# --- the script and its flags --------------------------------------------------------------------------------
+def test_the_one_training_script_is_found_and_tests_and_helpers_are_not_candidates(tmp_path):
+    repo = _repo(tmp_path, TRAIN)
+    (repo / "utils.py").write_text("def helper():\n    return 1\n")  # no __main__, no training
+    (repo / "tests").mkdir()
+    shutil.copy(TRAIN, repo / "tests" / "train_copy.py")  # under tests/: not the team's script
+    assert init_script.find_script(repo, None) == repo / "train.py"
+
+
+def test_no_script_or_several_are_refused_naming_what_to_pass(tmp_path):
+    repo = _repo(tmp_path)
+    with pytest.raises(ScalegateError, match="no training script found") as err:
+        init_script.find_script(repo, None)
+    assert "--script" in err.value.hint
+    repo = _repo(tmp_path / "two", TRAIN, ZOO / "lightning_fit.py")
+    with pytest.raises(ScalegateError, match="2 training scripts found in .*: lightning_fit.py, train.py") as err:
+        init_script.find_script(repo, None)
+    assert "init --script lightning_fit.py" in err.value.hint
+    with pytest.raises(ScalegateError, match="--script nope.py: no such file"):
+        init_script.find_script(repo, "nope.py")
+
+
+@pytest.mark.parametrize(
+    "script, argv, strategies, batch",
+    [
+        (TRAIN, ("--strategy={strategy}", "--max-steps={steps}"), ("ddp",), 32),
+        (ZOO / "hf_trainer.py", ("--strategy={strategy}", "--max-steps={steps}"), ("ddp",), 8),
+        (
+            ZOO / "lightning_fit.py",
+            ("--strategy={strategy}", "--max-steps={steps}", "--devices={nproc_per_node}", "--num-nodes={nnodes}"),
+            ("ddp",),
+            32,
+        ),
+        (ZOO / "accelerate_loop.py", ("--max-train-steps={steps}",), ("ddp",), 32),  # 32 x its default accumulation 1
+        # 8 x 8 micro-batches: nanoGPT's global batch, which init cannot tell from a rank's (docs: scaling="strong")
+        (ZOO / "torch_accum.py", ("--max-iters={steps}",), ("ddp",), 64),
+    ],
+)
+def test_the_marker_gives_each_stack_its_steps_strategy_and_shape(tmp_path, script, argv, strategies, batch):
+    repo = _repo(tmp_path, script)
+    marker = _plan(repo, script.name)
+    assert (marker.argv, marker.strategies, marker.batch) == (argv, strategies, batch)
+    init_marker.validated(marker.with_pattern(r"loss (\d+)"), repo)  # pytest's own checks of the marker
+
+
+def test_the_marker_refuses_strategies_the_script_does_not_take_and_a_script_without_steps(tmp_path):
+    repo = _repo(tmp_path, ZOO / "hf_trainer.py", ZOO / "deepspeed_engine.py")
+    assert _plan(repo, "hf_trainer.py", strategies=["ddp", "zero2"]).strategies == ("ddp", "zero2")
+    with pytest.raises(ScalegateError, match="hf_trainer.py's --strategy takes ddp, zero2, zero3, fsdp"):
+        _plan(repo, "hf_trainer.py", strategies=["zero9"])
+    (repo / "nosteps.py").write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--lr')\n")
+    with pytest.raises(ScalegateError, match=r"takes no flag for its number of steps .* \(--lr\)") as err:
+        _plan(repo, "nosteps.py")
+    assert "--steps-flag" in err.value.hint
+    assert _plan(repo, "nosteps.py", steps_flag="--epochs").argv == ("--epochs={steps}",)
+    with pytest.raises(ScalegateError, match="no strategy flag"):
+        _plan(repo, "nosteps.py", steps_flag="--epochs", strategies=["ddp", "fsdp"])
+
+
+def test_the_written_test_file_collects_with_its_marker(tmp_path):
+    marker = _plan(_repo(tmp_path, ZOO / "lightning_fit.py"), "lightning_fit.py")
+    text = init_marker.test_file(marker.with_pattern(r"step (\d+) train_loss ([0-9.eE+-]+)"))
+    compile(text, "test_lightning_fit.py", "exec")
+    formatted = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--line-length", "120", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+    ).returncode
+    assert formatted == 0, "the written test file is not as ruff formats it"
+    assert '"--devices={nproc_per_node}",' in text and 'loss_pattern=r"step (\\d+) train_loss' in text
+    assert "def test_lightning_fit(scaling_case, benchmark):" in text and "canary=True" in text
+
+
+# --- the loss pattern, against what a run printed ------------------------------------------------------------
+LINES = {
+    "hf": "{'loss': '4.145', 'grad_norm': '2.244', 'learning_rate': '0.0009', 'epoch': '0.02'}",
+    "lightning": "step 3 train_loss 2.2914",
+    "accelerate": "11/25/2026 14:54:46 - INFO - __main__ - [RANK 0] step 3: loss 1.1396",
+    "titan": "\x1b[31mstep:  3  \x1b[32mloss:  4.1210  \x1b[33mmemory:  1.2GiB",
+    "nanogpt": "iter 3: loss 2.1000, time 35.2ms",
+    "own words": "epoch 0 | it 7 | Loss=0.731",
+}
+
+
+@pytest.mark.parametrize("stack", sorted(LINES))
+def test_a_common_stacks_loss_line_is_found_without_a_pattern(stack):
+    probe = init_probe.Probe(command=[], lines=["W1127 torchrun warming up", LINES[stack], "done"])
+    pattern, read = init_probe.loss_pattern(None, probe, "train.py")
+    assert read == [LINES[stack]], pattern
+
+
+def test_a_pattern_that_matches_nothing_is_refused_with_the_lines_the_run_printed():
+    probe = init_probe.Probe(command=[], lines=["starting", "epoch 0 acc 0.51", "epoch 1 acc 0.62"])
+    with pytest.raises(ScalegateError) as err:
+        init_probe.loss_pattern(r"loss=([0-9.]+)", probe, "train.py")
+    said = str(err.value)
+    assert "--loss-pattern 'loss=([0-9.]+)' matched none of the 3 lines train.py's short run printed" in said
+    assert "  | epoch 1 acc 0.62" in said and "HINT: give a pattern" in said
+    with pytest.raises(ScalegateError, match="no loss line found in what train.py's short run printed"):
+        init_probe.loss_pattern(None, probe, "train.py")
+    with pytest.raises(ScalegateError, match="has 3 groups"):
+        init_probe.loss_pattern(r"(a)(b)(c)", probe, "train.py")
+
+
+# --- the files -----------------------------------------------------------------------------------------------
+def test_every_template_renders_every_token_and_parses(tmp_path):
+    outputs = init_files.ci_files(list(init_files.CI), "scalegate @ git+https://example.org/scalegate@abc123")
+    assert [o.path for o in outputs] == [
+        ".github/workflows/scalegate.yml",
+        "ci/scalegate.gitlab-ci.yml",
+        "ci/scalegate-pr.sbatch",
+        "ci/scalegate-nightly.sbatch",
+    ]
+    for output in outputs:
+        assert not re.search(r"@[A-Z_]+@", output.text), f"{output.path}: a token left"
+        assert 'python -m pip install "scalegate @ git+https://example.org/scalegate@abc123"' in output.text
+        if output.path.endswith(".yml"):
+            yaml.safe_load(output.text)
+        else:
+            script = tmp_path / Path(output.path).name
+            script.write_text(output.text)
+            subprocess.run(["bash", "-n", str(script)], check=True)
+        assert "setup.sh" not in output.text and ".venv" not in output.text
+    workflow = yaml.safe_load(outputs[0].text)
+    assert workflow.get("on", workflow.get(True)) == {"pull_request": None}  # YAML 1.1 reads the key on as True
+    assert "gh pr comment" in outputs[0].text and "GITHUB_STEP_SUMMARY" in outputs[0].text
+    assert "merge_requests/$CI_MERGE_REQUEST_IID/notes" in outputs[1].text
+
+
+def test_a_repository_configuring_pytest_elsewhere_gets_a_note_not_a_pytest_ini(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\ntestpaths = ['tests']\n")
+    config, note = init_files.pytest_config(tmp_path)
+    assert config is None and "pyproject.toml's [tool.pytest.ini_options]" in note and "scaling_tests" in note
+    (tmp_path / "pyproject.toml").unlink()
+    config, note = init_files.pytest_config(tmp_path)
+    assert config is not None and "testpaths = scaling_tests" in config.text and not note
+
+
+# --- the command's bad input: exit 2, one error and its HINT, nothing written --------------------------------
+def _init(monkeypatch, capsys, repo: Path, *args: str) -> tuple[int, str, str]:
+    """The command in this process, main's handling of bad input included: (exit code, stdout, stderr)."""
+    from scalegate.cli.main import main
+
+    monkeypatch.chdir(repo)
+    code = main(["init", *args])
+    said = capsys.readouterr()
+    return code, said.out, said.err
+
+
+def test_init_refuses_to_overwrite_before_running_anything_and_names_the_files(tmp_path, monkeypatch, capsys):
+    repo = _repo(tmp_path, TRAIN)
+    (repo / "pytest.ini").write_text("[pytest]\n")
+    code, out, err = _init(monkeypatch, capsys, repo, "--ci", "github")
+    assert code == 2, err
+    assert "error: init would overwrite pytest.ini in" in err and "--force" in err
+    assert "short run" not in out  # refused before the run
+    assert not (repo / "scaling_tests").exists() and (repo / "pytest.ini").read_text() == "[pytest]\n"
+
+
+def test_init_refuses_a_loss_pattern_that_matches_nothing_in_a_real_short_run(tmp_path, monkeypatch, capsys):
+    repo = _repo(tmp_path, TRAIN)
+    args = ("--loss-pattern", r"accuracy ([0-9.]+)", "--probe-steps", "3", "--ci", "none")
+    code, out, err = _init(monkeypatch, capsys, repo, *args)
+    assert code == 2, err[-3000:]
+    assert "error: --loss-pattern 'accuracy ([0-9.]+)' matched none of the" in err
+    assert "  | step 2 loss " in err  # the lines it saw
+    assert not (repo / "scaling_tests").exists() and not (repo / "pytest.ini").exists()
+
+
+def test_init_refuses_scalegates_own_repository(monkeypatch, capsys):
+    code, _, err = _init(monkeypatch, capsys, ROOT, "--ci", "none")
+    assert code == 2 and "is scalegate's own repository" in err, err
