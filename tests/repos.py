@@ -22,6 +22,15 @@ SLOW_COMMIT = (
     "        __import__('time').sleep(0.012)  # the PR's synchronous host-side check\n",
 )
 
+# A change that slows the step across nodes and nowhere else: the PR all-reduces every gradient again after DDP's own
+# all-reduce (a manual average left in beside DDP), so the bytes on the inter-node link double; a 1x1 run sends nothing.
+INTER_NODE_COMMIT = (
+    "harness/scalegate/strategies/ddp.py",
+    "        return loss.detach()\n",
+    "        for p in self.model.parameters():  # the PR's own gradient average, on top of DDP's\n"
+    "            __import__('torch').distributed.all_reduce(p.grad)\n",
+)
+
 # On PYTHONPATH as sitecustomize.py, with SLOW_DDP_MS set: every DDP forward sleeps that long.
 SLOW_DDP = """
 import os

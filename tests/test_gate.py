@@ -11,12 +11,9 @@ import sys
 
 import pytest
 
-from scalegate.judge import ab
-from scalegate.judge.evidence import CaseRecord
-from scalegate.judge.outcome import Overrides
 from scalegate.launch import netns
 from tests.conftest import ROOT
-from tests.repos import SLOW_COMMIT, SLOW_DDP, checkout_repo, commit_change
+from tests.repos import INTER_NODE_COMMIT, SLOW_COMMIT, SLOW_DDP, checkout_repo, commit_change
 
 pytestmark = pytest.mark.slow
 
@@ -382,22 +379,25 @@ EMULATED_CASE = [
     "--scaling-local-steps",
     "20",
     "--scaling-max-launches",
-    "2",
+    "4",
 ]
 
 
 @pytest.mark.skipif(
     netns.available() is not None, reason=f"emulated nodes need network namespaces: {netns.available()}"
 )
-@pytest.mark.nightly  # two duet rounds of emulated 2x1 and its 1x1 reference: 71-157 s here; the duet's A/B is in the default tier on 1x2
-def test_an_ab_gate_on_emulated_nodes_is_a_duet(tmp_path):
-    """Emulated 2x1 (two network namespaces on this machine) in a real duet, A/A in two rounds: the ranks inside the
-    namespaces reach the gate's coordinator at its unix socket path (a path socket is a file, not an address of a
-    network namespace), both sides' fabrics run side by side, and every launch took turns."""
+def test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_head_slower_between_nodes(tmp_path):
+    """Emulated 2x1 (two network namespaces on this machine, a capped link between them) in a real duet: the head's
+    commit all-reduces every gradient again (twice the bytes between the nodes, nothing more at 1x1). The ranks inside
+    the namespaces reach the gate's coordinator at its unix socket path, both sides' fabrics run side by side, every
+    launch took turns, and the case regresses."""
     repo = tmp_path / "repo"
     checkout_repo(repo)
-    run = gate(tmp_path, "--base", "HEAD", *EMULATED_CASE, env={"SCALEGATE_ROUND_GAP_S": "1"}, cwd=repo)
-    assert run.returncode in (0, 1), run.stdout[-4000:] + run.stderr[-4000:]
+    commit_change(repo, "head: a manual gradient average beside DDP's", INTER_NODE_COMMIT)
+    run = gate(tmp_path, "--base", "HEAD~1", *EMULATED_CASE, env={"SCALEGATE_ROUND_GAP_S": "1"}, cwd=repo)
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
+    table = (tmp_path / "gate.md").read_text()
+    assert "❌ regressed" in table and "`ddp-cnn-2x1:tiny`" in table, table
     latest = tmp_path / "gate" / "latest"
     duet = json.loads((latest / "duet.json").read_text())
     assert duet["duet"] and not any(j["solo"] or j["failed"] for j in duet["jobs"].values()), duet
@@ -405,8 +405,6 @@ def test_an_ab_gate_on_emulated_nodes_is_a_duet(tmp_path):
     sides = (latest, latest / "base")
     for case in (json.loads((d / "ddp-cnn-2x1.json").read_text()) for d in sides):
         assert case["result"]["launch"]["shaped"] and case["result"]["launch"]["launcher"] == "emulated"
-        assert [launch["duet"] for launch in case["record"]["launches"]] == ["paired", "paired"], case["record"]
-    assert "Duet: base and head took turns step by step" in (tmp_path / "gate.md").read_text()
-    head, base = (CaseRecord.from_dict(json.loads((d / "ddp-cnn-2x1.json").read_text())["record"], "") for d in sides)
-    assert "duet against the base commit" in ab.timing(head, base, None, Overrides()).message  # the gate's own judge
+        assert {launch["duet"] for launch in case["record"]["launches"]} == {"paired"}, case["record"]
+    assert "Paired: base and head took turns step by step" in table and "duet against the base commit" in table
     assert not [n for n in netns.list_namespaces() if "ddpcnn2x1" in n]  # both sides' fabrics removed

@@ -49,8 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command not in PASSES_ON:
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        if not hasattr(args, "handler"):  # history's subcommands name their func (history/cli.py)
-            return args.func(args)
         return args.handler(args, extra)
     except ScalegateError as exc:  # bad input: one clear line and its HINT, no traceback
         print(f"error: {exc.message}" + (f"\nHINT: {exc.hint}" if exc.hint else ""), file=sys.stderr)

@@ -56,9 +56,8 @@ _FABRIC_FSDP = (
 _DEEPSPEED_CPU = (
     'Lightning refuses CPU: "The DeepSpeed strategy is only supported on CUDA GPUs but `CPUAccelerator` is used."'
 )
-# measured on the 2-core VMs (benchmarks/duet_bias.py, 40-pair A/A duet rounds free and bound in turn, 2026-11-27;
-# docs/duet.md, the sixteenth set): the strategies whose duet step at W binding slowed by half or more. The others
-# read 0.88-1.27x (ddp, fsdp, pipelines, ZeRO-1/2, Fabric, Lightning; tp 1.47x and 1.00x in two rounds).
+# The strategies whose duet step at W binding slows by half or more on the 2-core VMs (what binding costs each
+# strategy: docs/evidence/duet.md#what-binding-costs-each-strategy).
 ZERO1_THREADS_FREE = (
     "its many small broadcasts queue behind the rank's compute on its core: bound, its duet step at W took "
     "183-189 ms against 70-82 ms free (zero1-torch-resnet-1x2)"

@@ -143,9 +143,9 @@ def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.
     median = metrics.median(step_times)
     pairs = {len(r.pair_step_times_s) for r in ranks} | {len(r.local_step_times_s) for r in ranks}
     n_pairs = pairs.pop() if len(pairs) == 1 else 0  # a window skipped on any rank is skipped for the case
-    # the distributed step lasts as long as its slowest rank; the local step is the ranks' mean: measured
-    # (docs/detection.md, fifth set), the slowest rank's local step let one slowed core of the host inflate
-    # the estimate (DDP's communication work moves to the other core, the local step cannot)
+    # the distributed step lasts as long as its slowest rank; the local step is the ranks' mean: the slowest rank's
+    # local step would let one slowed core of the host inflate the estimate (DDP's communication work moves to the
+    # other core, the local step cannot; docs/evidence/detection.md#designing-the-same-launch-reference)
     slowest = {
         "pair_step_times_s": [max(r.pair_step_times_s[i] for r in ranks) for i in range(n_pairs)],
         "local_step_times_s": [sum(r.local_step_times_s[i] for r in ranks) / len(ranks) for i in range(n_pairs)],

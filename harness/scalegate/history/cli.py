@@ -215,15 +215,17 @@ def add_parser(sub, baseline_dir: str) -> None:
     a.add_argument("--date", help="record this ISO date instead of the run's own (one run)")
     a.add_argument("--note", default="", help="a note kept with the run, e.g. why its commit or date was set")
     a.add_argument("--partial", action="store_true", help="also take an interrupted run's finished cases")
-    a.set_defaults(func=cmd_add)
-    hs.add_parser("list", parents=[db], help="the runs in the history").set_defaults(func=cmd_list)
+    a.set_defaults(handler=lambda args, extra: cmd_add(args))
+    hs.add_parser("list", parents=[db], help="the runs in the history").set_defaults(
+        handler=lambda args, extra: cmd_list(args)
+    )
     s = hs.add_parser("show", parents=[db], help="one case's metrics over the runs")
     s.add_argument("case")
-    s.set_defaults(func=cmd_show)
+    s.set_defaults(handler=lambda args, extra: cmd_show(args))
     c = hs.add_parser("check", parents=[db], help="change points per case and metric; exit 1 on a new regression")
     _judging(c, baseline_dir)
     c.add_argument("--json", help="also write every series' verdict and change points as JSON to this file")
-    c.set_defaults(func=cmd_check)
+    c.set_defaults(handler=lambda args, extra: cmd_check(args))
     r = hs.add_parser("report", parents=[db], help="DIR/index.html: every series' verdict and figure, filterable")
     r.add_argument("--out", required=True)
     r.add_argument(
@@ -232,4 +234,4 @@ def add_parser(sub, baseline_dir: str) -> None:
         help="the matplotlib page instead: one PNG per case and metric, no JavaScript (DIR/*.png, DIR/index.html)",
     )
     _judging(r, baseline_dir)
-    r.set_defaults(func=cmd_report)
+    r.set_defaults(handler=lambda args, extra: cmd_report(args))

@@ -1,10 +1,8 @@
 """A/B: a pull request's launches judged against its base commit's, measured in the same gate run, same machine.
 
-Why not a stored baseline (docs/detection.md, sixth set): on the 2-core VMs a case's local efficiency has a
-level of its own on every VM and day. fsdp-cnn-1x2 read 0.41 on one VM in 8 launches out of 8 against 0.467
-recorded from 20 rounds on another: a clean run 11% "below baseline", a certain false alarm for a gate that must
-catch 10%. Measuring the base commit in the same run removes that level, as ``asv continuous`` and Chromium's
-pinpoint do. ``python -m scalegate gate --base REF`` launches both commits in alternating order round by round
+Why not a stored baseline: on shared machines a case's local efficiency has a level of its own on every VM and
+day, larger than the drops the gate must catch (docs/evidence/detection.md#part-2-each-vm-has-its-own-level).
+Measuring the base commit in the same run removes that level, as ``asv continuous`` and Chromium's pinpoint do. ``python -m scalegate gate --base REF`` launches both commits in alternating order round by round
 (harness/scalegate/gate/rounds.py) and hands each case's two records to ``scalegate.judge.judge(..., base=...)``.
 
 The test: per round r, x_r = ln(L_head,r / L_base,r) of the two launches' local efficiencies; the sequential
@@ -34,10 +32,9 @@ from scalegate.record.baselines import BaselineFile
 
 DEFAULT_SIGMA = 0.05  # one launch's spread of ln(local efficiency) where nothing was recorded
 OWN_SPREAD_ROUNDS = 2  # the rounds own spread only ever widens sigma, so it may start at two
-# A floor on the paired spread: in real gate runs on the 2-core VMs a round's ln(head/base) spread 2.5% (zero2),
-# 5.9% (fsdp) and 6.6% (ddp), wider than the recorded launch spreads suggest (x sqrt(2): 3.4-4.9%), because each
-# side's session starts its own agents; a prior below it let two rounds decide a clean fsdp (docs/detection.md,
-# sixth set).
+# A floor on the paired spread of rounds that do not pair in time: each side's session starts its own agents, so a
+# round's ln(head/base) spreads wider than the recorded launch spreads suggest
+# (docs/evidence/detection.md#part-3-the-ab-gate-replayed-over-real-rounds-set-a).
 SIGMA_FLOOR = 0.05
 # The same floor for rounds compared on the classic efficiency (a training script's): each round's ratio holds two
 # multi-rank launches and two 1x1 launches, each spreading about 4% on these VMs, so about twice the local floor;

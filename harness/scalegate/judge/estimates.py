@@ -5,9 +5,9 @@
   measured steps; bootstrap interval from ``harness/scalegate/figures/stats.py``.
 - **local efficiency** (docs/gate.md): in the same launch, per pair i, the ranks' mean local step over
   the slowest rank's distributed step (``harness/scalegate/measure/local_steps.py``); the launch's value is the 20%-trimmed
-  mean of the pairs' log ratios, exponentiated. Trimmed rather than a median: on the 2-core VMs it
-  gave the same centre with a slightly narrower spread between launches (docs/detection.md, fifth set),
-  and a stalled step in either half of a pair still cannot move it.
+  mean of the pairs' log ratios, exponentiated. Trimmed rather than a median: the same centre with a slightly
+  narrower spread between launches (docs/evidence/detection.md#designing-the-same-launch-reference), and a
+  stalled step in either half of a pair still cannot move it.
 """
 
 from __future__ import annotations

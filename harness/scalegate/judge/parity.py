@@ -20,8 +20,8 @@ no baseline to estimate, both front ends ran in the same steps) against a shortf
 (``THROUGHPUT_TOLERANCE``, 10%, unless ``--scaling-parity-tolerance`` overrides it), sigma the launches' own
 standard error from their intervals. The case launches again while undecided, up to
 ``--scaling-max-launches``; a shortfall is confirmed by at least three launches; still undecided at the
-budget is ``noisy`` (reported, failing only under ``--scaling-strict``). Measured on the 2-core VMs
-(docs/detection.md, sixth set): a clean launch's ratio spreads 2.5% between launches. An oversubscribed
+budget is ``noisy`` (reported, failing only under ``--scaling-strict``). A clean launch's ratio spreads about 2.5%
+between launches on the 2-core VMs (docs/evidence/detection.md#part-1-relaunches-in-rounds-paritys-test). An oversubscribed
 topology gets no timing verdict; a launch whose losses differ gets none either.
 
 ``verdict`` is pure: the same launches give the same outcome, so ``compare`` re-judges a finished parity case from
@@ -134,8 +134,8 @@ def pooled(ratios: list[stats.Estimate]) -> stats.Estimate:
 
 
 # A shortfall needs this many launches: parity relaunches follow each other in one session, and back-to-back
-# launches share a phase of the host; on the 2-core VMs a clean fabric-ddp launch read 0.91-0.95 in 3 of 10 launches
-# (docs/detection.md, sixth set), so two slow ones in a row were a false alarm the full suite hit under load.
+# launches share a phase of the host, so two slow ones in a row are a false alarm under load
+# (docs/evidence/detection.md#part-1-relaunches-in-rounds-paritys-test).
 MIN_LAUNCHES_REGRESSED = 3
 
 

@@ -18,10 +18,10 @@ from scalegate.judge.outcome import Overrides
 from scalegate.record.baselines import BaselineFile, Reference
 
 EFFICIENCIES = ("efficiency", "local_efficiency")
-# Between hosts of one profile a case's local efficiency has a level of its own: on two 2-core VMs the canaries'
-# medians differed by 4.6%, 8.2% and 12.3% (ddp, deepspeed-zero2, fsdp on cnn 1x2, 20 and 32 launches; rms 9.4%
-# in ln; docs/detection.md, sixth set). A baseline recorded on another host (or before a reboot) is judged with
-# this spread added, shared by every launch; an entry's own "host_sigma" (measured on a team's nodes) replaces it.
+# Between hosts of one profile a case's local efficiency has a level of its own (the spread between two 2-core VMs:
+# docs/evidence/detection.md#part-2-each-vm-has-its-own-level). A baseline recorded on another host (or before a
+# reboot) is judged with this spread added, shared by every launch; an entry's own "host_sigma" (measured on a
+# team's nodes) replaces it.
 HOST_SPREAD = 0.095
 
 

@@ -85,9 +85,9 @@ def run_window(
     """``pairs`` (distributed, local) step pairs; every rank must call it with the same ``pairs``.
 
     A barrier (outside the timed region) before each half starts every rank's local step together, as the
-    distributed step starts them together: measured on the 2-core VMs (docs/detection.md, fifth set),
-    without it the between-launch spread of the estimate was 1.5-2x wider, and in blocks of 5 pairs it
-    was wider still, since a machine phase then reaches one half of a block and not the other.
+    distributed step starts them together; without it the between-launch spread of the estimate is wider, since a
+    machine phase then reaches one half of a pair and not the other
+    (docs/evidence/detection.md#designing-the-same-launch-reference).
     """
     dist_times: list[float] = []
     local_times: list[float] = []
