@@ -28,7 +28,8 @@ INTER_NODE_COMMIT = (
     "harness/scalegate/strategies/ddp.py",
     "        return loss.detach()\n",
     "        for p in self.model.parameters():  # the PR's own gradient average, on top of DDP's\n"
-    "            __import__('torch').distributed.all_reduce(p.grad)\n",
+    "            __import__('torch').distributed.all_reduce(p.grad)\n"
+    "            p.grad.div_(__import__('torch').distributed.get_world_size())\n",
 )
 
 # On PYTHONPATH as sitecustomize.py, with SLOW_DDP_MS set: every DDP forward sleeps that long.

@@ -13,7 +13,7 @@ import pytest
 
 from scalegate.launch import netns
 from tests.conftest import ROOT
-from tests.repos import INTER_NODE_COMMIT, SLOW_COMMIT, SLOW_DDP, checkout_repo, commit_change
+from tests.repos import SLOW_COMMIT, SLOW_DDP, checkout_repo, commit_change, slow_commit
 
 pytestmark = pytest.mark.slow
 
@@ -386,14 +386,15 @@ EMULATED_CASE = [
 @pytest.mark.skipif(
     netns.available() is not None, reason=f"emulated nodes need network namespaces: {netns.available()}"
 )
-def test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_head_slower_between_nodes(tmp_path):
+def test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_slower_head(tmp_path):
     """Emulated 2x1 (two network namespaces on this machine, a capped link between them) in a real duet: the head's
-    commit all-reduces every gradient again (twice the bytes between the nodes, nothing more at 1x1). The ranks inside
-    the namespaces reach the gate's coordinator at its unix socket path, both sides' fabrics run side by side, every
-    launch took turns, and the case regresses."""
+    DDP step waits 25 ms on the host in every rank (a synchronous check). The ranks inside the namespaces reach the
+    gate's coordinator at its unix socket path, both sides' fabrics run side by side, every launch took turns, and the
+    duet's timing verdict fails the case (a head that doubles the bytes between the nodes fails it on its bytes
+    first: tests/test_gate_nodes.py)."""
     repo = tmp_path / "repo"
     checkout_repo(repo)
-    commit_change(repo, "head: a manual gradient average beside DDP's", INTER_NODE_COMMIT)
+    commit_change(repo, "head: a synchronous check in DDP's step", slow_commit(25))
     run = gate(tmp_path, "--base", "HEAD~1", *EMULATED_CASE, env={"SCALEGATE_ROUND_GAP_S": "1"}, cwd=repo)
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
     table = (tmp_path / "gate.md").read_text()

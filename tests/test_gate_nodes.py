@@ -85,6 +85,7 @@ def _left_behind(repo: Path) -> list[str]:
     return procs + [line for line in trees.splitlines() if "base-tree" in line]
 
 
+@pytest.mark.nightly  # ~3 min: the two-node path's verdict; the default tier runs the emulated 2x1 duet (test_gate.py)
 def test_a_gate_on_two_nodes_pairs_across_them_and_fails_a_slower_head(tmp_path):
     """The head's DDP step waits 25 ms on each node (a synchronous check): node 0 judges, the table says both nodes
     took part, and node 1 exits with the gate."""
@@ -104,6 +105,7 @@ def test_a_gate_on_two_nodes_pairs_across_them_and_fails_a_slower_head(tmp_path)
     assert not list(run.glob("base-tree*")) and not _left_behind(repo)
 
 
+@pytest.mark.nightly  # ~2 min
 def test_a_node_whose_gate_is_killed_mid_round_stops_the_gate_naming_it(tmp_path):
     repo = tmp_path / "repo"
     checkout_repo(repo)
@@ -147,6 +149,7 @@ def test_a_gate_stopped_by_sigterm_ends_its_sessions_and_removes_its_base_worktr
         assert not list((tmp_path / sig.name).glob("gate-*/base-tree*")) and not _left_behind(repo)
 
 
+@pytest.mark.nightly  # ~2 min
 def test_a_rank_that_hangs_on_node_1_stops_the_gate_naming_node_side_and_rank(tmp_path):
     """Rank 1 (node 1) of the 2x1 job hangs at step 4 on both sides: the coordinator's turn limit (shortened here)
     stops both jobs, naming the side, the rank and its node; both nodes end their sessions."""
