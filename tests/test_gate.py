@@ -409,3 +409,21 @@ def test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_slower_head(
         assert {launch["duet"] for launch in case["record"]["launches"]} == {"paired"}, case["record"]
     assert "Paired: base and head took turns step by step" in table and "duet against the base commit" in table
     assert not [n for n in netns.list_namespaces() if "ddpcnn2x1" in n]  # both sides' fabrics removed
+
+
+@pytest.mark.nightly  # three to five alternate rounds of ddp-cnn-1x2 and its reference: ~3 min here
+def test_the_alternate_pairing_keeps_one_job_resident_and_fails_a_slower_head(tmp_path):
+    """``--pairing alternate`` (a model that cannot be resident twice): the two sides' whole jobs of a case run one at
+    a time, back to back in ABBA order; the verdict names the pairing that ran, and a head whose DDP step waits 25 ms
+    on the host fails."""
+    repo = tmp_path / "repo"
+    checkout_repo(repo)
+    commit_change(repo, "head: a synchronous check in DDP's step", slow_commit(25))
+    run = _ab(repo, tmp_path, "HEAD~1", "--pairing", "alternate", "--scaling-steps", "40", gap_s="1")
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
+    table = (tmp_path / "gate.md").read_text()
+    assert "❌ regressed" in table and "whole jobs alternating with the base commit's" in table
+    assert "Paired: base and head took turns one whole job at a time, one resident at once" in table
+    jobs = json.loads((tmp_path / "gate" / "latest" / "duet.json").read_text())["jobs"].values()
+    spans = sorted((j["first_turn_s"], j["ended_s"]) for j in jobs)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans  # never two jobs at work

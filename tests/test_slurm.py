@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -206,3 +207,50 @@ def test_two_agent_nodes_run_a_2x1_case_and_only_node_0_reports(tmp_path):
     assert {r["node_rank"] for r in written["result"]["ranks"]} == {0, 1}
     assert "ddp-cnn-2x1.json" in [p.name for p in run.glob("*.json")]
     assert (run / "ddp-cnn-2x1" / "node1" / "launcher.log").exists()
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """slurm/two-node-cluster.sh's two SLURM nodes (network namespaces on this machine, capped links), started for the
+    module and stopped after it where this test started them."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("two SLURM nodes on one machine need root and iproute2 (slurm/two-node-cluster.sh)")
+    script = str(ROOT / "slurm" / "two-node-cluster.sh")
+    up = subprocess.run([script, "status"], capture_output=True, text=True, timeout=60).returncode == 0
+    if not up:
+        started = subprocess.run([script, "start"], capture_output=True, text=True, timeout=600)
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+    yield script
+    if not up:
+        subprocess.run([script, "stop"], capture_output=True, text=True, timeout=120)
+
+
+def _srun_gate(script: str, repo: Path, base: str, out: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
+    gate = [str(ROOT / ".venv/bin/python"), "-m", "scalegate", "gate", "--base", base, "--results-dir", str(out)]
+    gate += ["--markdown", f"{out}.md", "-k", "ddp-cnn-2x1 or single-cnn-1x1", "--scaling-models", "cnn"]
+    gate += ["--scaling-strategies", "single,ddp", "--scaling-topologies", "1x1,2x1", "--scaling-steps", "40"]
+    wrapper = f"cd {shlex.quote(str(repo))} && exec srun -N2 --ntasks-per-node=1 -l {shlex.join(gate)}"
+    return subprocess.run([script, "run", "bash", "-c", wrapper], capture_output=True, text=True, timeout=900, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.nightly  # two whole A/B gates across two real SLURM nodes: ~3-6 minutes each here
+def test_the_ab_gate_across_two_slurm_nodes_passes_a_commit_against_itself_and_fails_a_slower_link(two_nodes, tmp_path):
+    """``srun -N2 --ntasks-per-node=1 python -m scalegate gate --base REF``: one gate per node, node 0 leading over
+    tcp. A/A passes; a head that all-reduces every gradient again beside DDP's (twice the bytes between the nodes,
+    nothing more at 1x1) fails, on its step time at W: the SLURM launcher counts no bytes."""
+    from tests.repos import INTER_NODE_COMMIT, checkout_repo, commit_change
+
+    repo = tmp_path / "repo"
+    checkout_repo(repo)
+    same = _srun_gate(two_nodes, repo, "HEAD", tmp_path / "aa")
+    assert same.returncode == 0, same.stdout[-4000:] + same.stderr[-3000:]
+    assert "regressed" not in (tmp_path / "aa.md").read_text()
+    commit_change(repo, "head: a manual gradient average beside DDP's", INTER_NODE_COMMIT)
+    slow = _srun_gate(two_nodes, repo, "HEAD~1", tmp_path / "slow")
+    assert slow.returncode == 1, slow.stdout[-4000:] + slow.stderr[-3000:]
+    table = (tmp_path / "slow.md").read_text()
+    assert "❌ regressed" in table and "duet against the base commit" in table and "on 2 node(s)" in table
+    trees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    assert "base-tree" not in trees

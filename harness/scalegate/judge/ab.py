@@ -124,7 +124,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     )
     test = f"A/B sequential test: {sequential.power(design)}; paired spread ±{found.sigma:.1%}, {source}"
     where = f"[{record.where}, A/B against the base commit{duet.fallback(record, base)}]"
-    done = decided(AB, found, state, head, f"the base commit's {other:.3f}", over, test, where, what)
+    done = decided(AB, found, state, head, f"the base commit's {other:.3f}", over, test, where, what, other)
     if done is not None:
         return done
     more = len(ratios) < design.max_launches

@@ -49,7 +49,7 @@ class LaunchRecord:
     # CUDA, a base commit whose ranks do not say)
     duet_threads: str = ""
     # on a GPU: its state through the window, the ranks' pooled (judge/gpu.py); {} on CPU or from an older rank
-    gpu_state: dict[str, Any] = field(default_factory=dict)
+    gpu_state: dict[str, Any] = field(default_factory=dict, compare=False)  # a dict: left out of eq and hash
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,15 +48,17 @@ def decided(
     test: str,
     where: str,
     what: str = "local efficiency",
+    reference: float = 1.0,
 ) -> Timing | None:
-    """The local (or A/B) efficiency's decided verdicts, worded alike; None while the test is undecided."""
-    detect = state["detect"]
+    """The local (or A/B) efficiency's decided verdicts, worded alike; None while the test is undecided. The change
+    named is ``value`` against ``reference`` as measured (the test itself reads each launch clipped at three sigma)."""
+    detect, change = state["detect"], value / reference - 1
     if found.status == sequential.REGRESSED:
         return Timing(
             gate=gate,
             status=V.REGRESSED,
             sequential=state,
-            message=f"{what} {value:.3f} is {-found.change:.1%} below {against} over {over}: a "
+            message=f"{what} {value:.3f} is {-change:.1%} below {against} over {over}: a "
             f"{detect:.0%} drop explains it better than no change ({test}) {where}",
         )
     if found.status == sequential.OK:
@@ -64,7 +66,7 @@ def decided(
             gate=gate,
             status=V.OK,
             sequential=state,
-            message=f"{what} {value:.3f} within {against} ({found.change:+.1%} over {over}; {test}) {where}",
+            message=f"{what} {value:.3f} within {against} ({change:+.1%} over {over}; {test}) {where}",
         )
     return None
 
@@ -103,7 +105,7 @@ def local(record: CaseRecord, values: list[float], baseline: BaselineFile, overr
         )
     )
     value = sum(values) / len(values)
-    done = decided(LOCAL, found, state, value, base, over, test, f"[{record.where}]")
+    done = decided(LOCAL, found, state, value, base, over, test, f"[{record.where}]", reference=float(entry["value"]))
     if done is not None:
         return done
     reachable = sequential.decidable(values, float(entry["value"]), sigma, launches, design)

@@ -56,17 +56,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = CaseSpec.read(Path(argv[0]))
     out_dir = Path(argv[1])
+    # a gate --base round's pairing (docs/duet.md): the rank's first turn comes before it touches its device, so a
+    # job that waits for its turn holds no device memory (the alternate pairing); a no-op outside a gate
+    env = os.environ
+    rank, world, node = int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("GROUP_RANK", 0))
+    device: list[torch.device] = []  # the rank's, once it has one: a turn is given back after its kernels ran
+
+    def sync() -> None:
+        if device and device[0].type == "cuda":
+            torch.cuda.synchronize(device[0])
+
+    beats = heartbeat.Writer(out_dir, rank)
+    beats.beat(-1, "waiting for its first turn")
+    turns.start(spec, out_dir, rank, world, sync, node).turn(-1)
     ctx = rank_context(spec)
+    device.append(ctx.device)
     if ctx.device.type == "cpu":
         torch.set_num_threads(spec.cpu_threads)
-    beats = heartbeat.Writer(out_dir, ctx.rank)
     beats.beat(-1, "start")
     # The py-spy fallback: on SIGUSR1 every thread's stack goes to a file the launcher reads before a kill.
     stack_file = open(heartbeat.stack_path(out_dir, ctx.rank), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-    # a gate --base round's duet (docs/duet.md): the rank's first turn holds its setup; a no-op outside a duet
-    sync = (lambda: torch.cuda.synchronize(ctx.device)) if ctx.device.type == "cuda" else (lambda: None)
-    turns.start(spec, out_dir, ctx.rank, ctx.world_size, sync, ctx.node_rank).turn(-1)
     try:
         if spec.script is not None:  # a team's own script: it makes its own process group (scalegate/worker/script.py)
             script.run(spec, ctx, out_dir, beats.beat)
