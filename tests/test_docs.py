@@ -254,3 +254,26 @@ def test_the_docs_cite_no_file_outside_the_repository():
         if word in path.read_text()
     ]
     assert not cited, cited
+
+
+SET_WORDS = (
+    "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|"
+    "fifteenth|sixteenth"
+)
+
+
+def test_user_pages_state_todays_rule_and_leave_the_sets_to_the_evidence_pages():
+    """A user page states the rule and today's figure with a link; the sets a figure came from (the sixth set, set A)
+    are the evidence pages' (docs/evidence/), and no harness comment names one either."""
+    named = re.compile(rf"\b({SET_WORDS}) sets?\b|\bset [AB]\b|\b({SET_WORDS})-set\b", flags=re.I)
+    found = [
+        f"{path.relative_to(ROOT)}: {m.group(0)}"
+        for path in [README, *sorted((ROOT / "docs").glob("*.md"))]
+        for m in named.finditer(path.read_text())
+    ]
+    found += [
+        f"{path.relative_to(ROOT)}: {m.group(0)}"
+        for path in sorted((ROOT / "harness" / "scalegate").rglob("*.py"))
+        for m in named.finditer(path.read_text())
+    ]
+    assert not found, f"a measurement set named outside docs/evidence/: {found}"
