@@ -1,6 +1,6 @@
 """The interactive history page at nightly scale: its size, and how long it takes to open, in headless Chromium.
 
-    .venv/bin/python benchmarks/dashboard_scale.py [--runs 1000] [--cases 50] [--repeat 3] [--out DIR] [--real-check]
+    .venv/bin/python -m benchmarks.dashboard_scale [--runs 1000] [--cases 50] [--repeat 3] [--out DIR] [--real-check]
 
 A history of ``--runs`` nightlies of ``--cases`` cases x 6 metrics (300 series by default: efficiency, local
 efficiency, throughput, MFU, peak memory, bytes per step), 3% noise, every 10th case 12% slower from two thirds in
@@ -29,12 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scalegate.history import check as C  # noqa: E402
-from scalegate.history import dashboard, store  # noqa: E402
-from scalegate.page import build  # noqa: E402
-from tests import browser  # noqa: E402
+from scalegate.history import check as C
+from scalegate.history import dashboard, store
+from scalegate.page import build
+from tests import browser
 
 METRICS = ("efficiency", "local_efficiency", "throughput", "mfu", "peak_memory_bytes", "bytes_per_step")
 LEVEL = {"efficiency": 0.8, "local_efficiency": 0.88, "throughput": 800.0, "mfu": 0.3, "peak_memory_bytes": 4e8}

@@ -1,11 +1,11 @@
-"""A duet round's estimate under other trims, over every step of recorded rounds (issue 34; docs/duet.md).
+"""A duet round's estimate under other trims, over every step of recorded rounds (docs/duet.md; the figures: docs/evidence/duet.md).
 
-    python benchmarks/duet_estimators.py docs/detection-data-duet-raw.jsonl.gz --only sitting   # forced rounds
-    python benchmarks/duet_estimators.py docs/detection-data-duet-raw.jsonl.gz --only "(A/A)"   # whole A/A gates
-    python benchmarks/duet_estimators.py RAW --trims 0.2,0.4 --rounds-out /tmp/rounds.jsonl --trim 0.4
-    python benchmarks/duet_estimators.py RAW --only "(A/A)" --launches 3,3    # rounds of three launches a level
+    python -m benchmarks.duet_estimators experiments/data/detection-data-duet-raw.jsonl.gz --only sitting   # forced rounds
+    python -m benchmarks.duet_estimators experiments/data/detection-data-duet-raw.jsonl.gz --only "(A/A)"   # whole A/A gates
+    python -m benchmarks.duet_estimators RAW --trims 0.2,0.4 --rounds-out /tmp/rounds.jsonl --trim 0.4
+    python -m benchmarks.duet_estimators RAW --only "(A/A)" --launches 3,3    # rounds of three launches a level
 
-The input is ``benchmarks/duet_bias.py --raw``: a line a round, every step time of both sides at W and at 1x1 with
+The input is ``experiments/duet_bias.py --raw`` (or duet_aa.py's): a line a round, every step time of both sides at W and at 1x1 with
 the launches' lengths. For each trim of the units' log ratios (``judge.duet.paired``'s estimate, ``TRIM`` there)
 the table gives, at W and at 1x1, how far a round's launches lie apart (the launch means' spread inside a round,
 root mean square over the rounds), the launches' own noise (odd against even units), and the spread between
@@ -20,13 +20,19 @@ import gzip
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "harness"))
+from scalegate.judge import duet
 
-from scalegate.judge import duet  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def raw_row(case_id: str, n: int, head, base) -> dict:
+    """Round ``n`` of a case as this reads it: every step of both sides' merged records (``CaseRecord``), at W and
+    at 1x1, with each launch's length (experiments/duet_aa.py and duet_bias.py write them with ``--raw``)."""
+    fields = ("step_times_s", "lengths", "reference_step_times_s", "reference_lengths")
+    row = {"case": case_id, "round": n}
+    return row | {f"{s}_{k}": list(getattr(x, k)) for s, x in (("head", head), ("base", base)) for k in fields}
 
 
 def read(paths: list[Path]) -> list[dict]:

@@ -1,11 +1,11 @@
-"""The duet gate's detection by replay over recorded duet rounds (issue 34; docs/duet.md, docs/detection.md).
+"""The duet gate's detection by replay over recorded duet rounds (docs/duet.md; the figures: docs/evidence/duet.md).
 
-    python benchmarks/duet_replay.py                       # every set in docs/detection-data-duet.jsonl
-    python benchmarks/duet_replay.py --tolerance 0.05 --gates 20000
-    python benchmarks/duet_replay.py --data docs/detection-data-duet-bias.jsonl --floor 0.02   # forced A/A rounds
-    python benchmarks/duet_replay.py --parity --only fifteenth   # odd rounds from odd ones, as the gate alternates
+    python -m benchmarks.duet_replay                       # every set in experiments/data/detection-data-duet.jsonl
+    python -m benchmarks.duet_replay --tolerance 0.05 --gates 20000
+    python -m benchmarks.duet_replay --data experiments/data/detection-data-duet-bias.jsonl --floor 0.02   # forced A/A rounds
+    python -m benchmarks.duet_replay --parity --only fifteenth   # odd rounds from odd ones, as the gate alternates
 
-A *set* is the rounds of one kind of whole-command run of benchmarks/duet_aa.py (case, head change, steps, note).
+A *set* is the rounds of one kind of whole-command run of experiments/duet_aa.py (case, head change, steps, note).
 Each replayed gate draws rounds at random, with replacement, from one set and runs the judge's own sequential
 test over them round by round (``judge.duet.sigma_of``, ``sequential.decide``, the gate's design: the drop to catch
 ``--tolerance``, alpha 1%, beta 5%, ``--budget`` rounds, two rounds before either verdict), exactly as
@@ -14,7 +14,7 @@ log ratio shifted by ``ln(1 - drop)``, the power at that drop; from a set whose 
 power on those rounds as measured. The sigma floor is the judge's (``RECORDED_AA``) unless ``--floor`` names one.
 
 Rounds drawn independently: a gate's own rounds share more than that (one afternoon's host), so a whole-command
-run (benchmarks/duet_aa.py) is the check on this; the two are reported side by side in docs/detection.md. A real
+run (experiments/duet_aa.py) is the check on this; the two are reported side by side in docs/evidence/duet.md. A real
 gate also alternates the side that turns first by round, so its first two rounds always hold one of each order;
 where a set's odd and even rounds read apart (the fifteenth set's fsdp A/A: -1.53% and +1.17%), drawing from all
 of them pairs two rounds of one order more often than a gate can. ``--parity`` draws round n from the rounds of
@@ -29,13 +29,11 @@ import json
 import math
 import random
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "harness"))
+from scalegate.judge import duet, sequential
 
-from scalegate.judge import duet, sequential  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def sets(path: Path) -> dict[tuple, list[dict]]:
@@ -68,7 +66,7 @@ def sets(path: Path) -> dict[tuple, list[dict]]:
 
 
 def forced(r: dict) -> dict:
-    """A round of benchmarks/duet_bias.py (docs/detection-data-duet-bias.jsonl: forced A/A rounds, those that
+    """A round of experiments/duet_bias.py (experiments/data/detection-data-duet-bias.jsonl: forced A/A rounds, those that
     recorded their SEs) as a whole gate's round reads."""
     se = math.hypot(r["se_w"], r["se_1"])
     return {
@@ -145,7 +143,7 @@ def replay(
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", type=Path, default=ROOT / "docs" / "detection-data-duet.jsonl")
+    p.add_argument("--data", type=Path, default=ROOT / "experiments" / "data" / "detection-data-duet.jsonl")
     p.add_argument("--tolerance", type=float, default=0.05, help="the drop the gate is built to catch")
     p.add_argument("--drop", type=float, default=0.05, help="the drop shifted into A/A rounds")
     p.add_argument("--budget", type=int, default=8)

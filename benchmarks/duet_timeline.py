@@ -1,7 +1,7 @@
 """Where a duet gate's wall goes, round by round (issue 34: a gate within ten minutes).
 
-    python benchmarks/duet_timeline.py results/gate/gate-20261126-140000     # a gate run's directory
-    python benchmarks/duet_timeline.py path/to/merged/duet.json               # or its duet.json
+    python -m benchmarks.duet_timeline results/gate/gate-20261126-140000     # a gate run's directory
+    python -m benchmarks.duet_timeline path/to/merged/duet.json               # or its duet.json
 
 The coordinator keeps each job's timeline (launch/duet.py ``report``): its first rank's hello, its first turn, its
 end, and the time its turns held the token. Per round this prints the round's wall and splits it into the turns'

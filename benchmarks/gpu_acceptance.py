@@ -1,8 +1,8 @@
 """The GPU acceptance run from a fresh clone, in one command: set up, run every GPU phase, write the report.
 
-    python3 benchmarks/gpu_acceptance.py                         # ./setup.sh, then selftest --gpu (10 minutes)
-    python3 benchmarks/gpu_acceptance.py --no-setup              # .venv is ready: the run alone
-    python3 benchmarks/gpu_acceptance.py -- --budget-s 300 --models cnn   # after --: selftest's own options
+    python3 -m benchmarks.gpu_acceptance                         # ./setup.sh, then selftest --gpu (10 minutes)
+    python3 -m benchmarks.gpu_acceptance --no-setup              # .venv is ready: the run alone
+    python3 -m benchmarks.gpu_acceptance -- --budget-s 300 --models cnn   # after --: selftest's own options
 
 The setup is the repository's own ``./setup.sh``: on a machine whose ``nvidia-smi`` lists a GPU it installs the
 CUDA build of the pinned torch (torch==2.13.0) that the driver runs (harness/scalegate/plan/cuda_wheel.py chooses it from
@@ -43,7 +43,7 @@ def gpu_listed() -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python3 benchmarks/gpu_acceptance.py",
+        prog="python3 -m benchmarks.gpu_acceptance",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

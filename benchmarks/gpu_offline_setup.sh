@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU acceptance run's setup on a GPU node without a network (the first H100 run's, docs/gpu): a .venv over
 # the node's own CUDA torch, the packages it lacks from a wheelhouse, this checkout installed editable. Then:
-#     python3 benchmarks/gpu_acceptance.py --no-setup
+#     python3 -m benchmarks.gpu_acceptance --no-setup
 #
 #     bash benchmarks/gpu_offline_setup.sh WHEELHOUSE [PYTHON]     # PYTHON: the one with CUDA torch (default python3)
 #

@@ -1,6 +1,6 @@
 """How often would the nightly ``history check`` cry wolf, and how soon does it see a real step? Synthetic series.
 
-    .venv/bin/python benchmarks/history_false_alarms.py [--series 200] [--noise 0.03] [--min-effect 0.05]
+    .venv/bin/python -m benchmarks.history_false_alarms [--series 200] [--noise 0.03] [--min-effect 0.05]
 
 False alarms: ``--series`` steady histories of 30 runs with Gaussian noise ``--noise`` (relative), each checked
 as a nightly would, after run 10, 12, ..., 30; a check that reports a *new* regression is a false alarm.
@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scalegate.history import check as C  # noqa: E402
-from scalegate.history.store import Point  # noqa: E402
+from scalegate.history import check as C
+from scalegate.history.store import Point
 
 
 def series(n: int, seed: int, noise: float, step_at: int | None = None, step: float = 0.0) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Does a change point come and go from night to night? Synthetic borderline histories, checked ten nights running.
 
-    .venv/bin/python benchmarks/history_nights.py [--series 120] [--nights 10]
+    .venv/bin/python -m benchmarks.history_nights [--series 120] [--nights 10]
 
 Each history: 3% Gaussian noise and a step of 3-7% (uniform) at run 12, checked as a nightly would after run
 20, 21, ... (one run more each night). Counted per way of drawing the shuffles: how often the reported change
@@ -16,15 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scalegate.history import changepoint as cp  # noqa: E402
+from scalegate.history import changepoint as cp
 
 WAYS = {
     "shipped": lambda name, night: {"seed": cp.seed_for(name)},

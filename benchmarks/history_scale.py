@@ -1,6 +1,6 @@
 """What one series' change-point check costs at 30, 100 and 365 runs: wall time and peak memory, per shape.
 
-    .venv/bin/python benchmarks/history_scale.py [--sizes 30,100,365] [--repeat 3]
+    .venv/bin/python -m benchmarks.history_scale [--sizes 30,100,365] [--repeat 3]
 
 Shapes, 3% Gaussian noise: ``flat`` (no change: one candidate, stopped after a block or two), ``step`` (10% lower
 from two thirds in: one change point, ~700 shuffles, then a stopped candidate), ``dip`` (20% lower over the
@@ -15,16 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 import tracemalloc
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scalegate.history import changepoint as cp  # noqa: E402
+from scalegate.history import changepoint as cp
 
 
 def shape(name: str, n: int) -> np.ndarray:

@@ -1,10 +1,10 @@
 """Does ``history check`` find a real slowdown at the run it started, and nowhere else? N real runs measure it.
 
-    .venv/bin/python benchmarks/history_series.py --runs 20 --inject-from 12              # ~10 min on 2 quiet cores
-    .venv/bin/python benchmarks/history_series.py --runs 6 --inject-from 4 --work /tmp/hs # a quick try
-    .venv/bin/python benchmarks/history_series.py --analyze-only --work results/history-series  # re-judge the runs
-    .venv/bin/python benchmarks/history_series.py --runs 20 --inject-from 12 --strategies single,ddp  # a leaner run
-    .venv/bin/python benchmarks/history_series.py --runs 20 --inject-from 8 --fix-from 14  # regressed, then fixed
+    .venv/bin/python -m benchmarks.history_series --runs 20 --inject-from 12              # ~10 min on 2 quiet cores
+    .venv/bin/python -m benchmarks.history_series --runs 6 --inject-from 4 --work /tmp/hs # a quick try
+    .venv/bin/python -m benchmarks.history_series --analyze-only --work results/history-series  # re-judge the runs
+    .venv/bin/python -m benchmarks.history_series --runs 20 --inject-from 12 --strategies single,ddp  # a leaner run
+    .venv/bin/python -m benchmarks.history_series --runs 20 --inject-from 8 --fix-from 14  # regressed, then fixed
 
 Each run is one real ``pytest scaling_tests/test_scaling.py`` session (the CNN, ``single`` on 1x1 as the
 control plus ``ddp`` and ``fsdp`` on 1x2, 10 measured steps after 2 warm-up steps, 10 same-launch pairs for
@@ -41,11 +41,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from scalegate.history import check, store
+from scalegate.plan.hostinfo import commit
 
-from scalegate.history import check, store  # noqa: E402
-from scalegate.plan.hostinfo import commit  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SLOWED = ("efficiency", "local_efficiency", "throughput", "mfu")  # MFU is throughput over a fixed count and peak
 
@@ -92,7 +91,7 @@ def one_run(args: argparse.Namespace, i: int, work: Path) -> dict:
     (work / "logs" / f"{run_id}.log").write_text(done.stdout + done.stderr)
     date = (_dt.datetime(2026, 1, 1, 2, 17, tzinfo=_dt.timezone.utc) + _dt.timedelta(days=i)).isoformat()
     note = (
-        f"synthetic series: commit and date set by benchmarks/history_series.py (all runs from {args.commit}); "
+        f"synthetic series: commit and date set by benchmarks.history_series (all runs from {args.commit}); "
         f"slowdown {slow}"
     )
     added = subprocess.run(

@@ -1,6 +1,6 @@
 """The memory sampler's own cost: step time with and without it, on a real two-rank DDP job.
 
-    .venv/bin/python benchmarks/sampler_overhead.py [--pairs 3] [--steps 30] [--interval-ms 50]
+    .venv/bin/python -m benchmarks.sampler_overhead [--pairs 3] [--steps 30] [--interval-ms 50]
 
 Two measurements, because step times on a shared CPU machine move by about ±4% run to run, far
 more than the effect being measured:
@@ -23,11 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scalegate.contract.spec import CaseSpec  # noqa: E402
-from scalegate.launch import run_case  # noqa: E402
-from scalegate.measure.memory import DEFAULT_INTERVAL_S, MemorySampler  # noqa: E402
+from scalegate.contract.spec import CaseSpec
+from scalegate.launch import run_case
+from scalegate.measure.memory import DEFAULT_INTERVAL_S, MemorySampler
 
 OFF_MS = 3_600_000.0  # one hour: the thread never wakes during the run
 

@@ -10,14 +10,15 @@ the host's own drift cancels within a round), printed beside the same ratio of t
 benchmark's own floor. The window's memory sampler thread (a reading every 50 ms) runs throughout, as in a
 measured window; no wire counter (no namespace).
 
-    .venv/bin/python benchmarks/script_overhead.py                 # 600 rounds of 5 steps each kind, ~30 s
-    .venv/bin/python benchmarks/script_overhead.py --wrapped       # the loss read through wrapped streams
+    .venv/bin/python -m benchmarks.script_overhead                 # 600 rounds of 5 steps each kind, ~30 s
+    .venv/bin/python -m benchmarks.script_overhead --wrapped       # the loss read through wrapped streams
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import os
 import re
@@ -29,16 +30,22 @@ from pathlib import Path
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from scalegate.contract.script import ScriptSpec
+from scalegate.contract.spec import CaseSpec
+from scalegate.worker import script as bootstrap
+from scalegate.worker import script_loss
+from scalegate.worker.loop import rank_context
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples" / "train_script"))
+EXAMPLE = ROOT / "examples" / "train_script" / "train.py"
 
-import train  # noqa: E402  (the example script's data and model)
 
-from scalegate.contract.script import ScriptSpec  # noqa: E402
-from scalegate.contract.spec import CaseSpec  # noqa: E402
-from scalegate.worker import script as bootstrap  # noqa: E402
-from scalegate.worker import script_loss  # noqa: E402
-from scalegate.worker.loop import rank_context  # noqa: E402
+def _example():
+    """The example script as a module (its data and model), loaded from its file: it is no package."""
+    spec = importlib.util.spec_from_file_location("train_script_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _model(dim: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -63,7 +70,7 @@ def make_clock(out_dir: Path) -> bootstrap.StepClock:
         steps=10**9,
         warmup=1,
         script=ScriptSpec(
-            path=str(ROOT / "examples/train_script/train.py"),
+            path=str(EXAMPLE),
             argv=(),
             cwd=str(ROOT),
             loss_pattern=r"step (\d+) loss ([0-9.eE+-]+)",
@@ -114,7 +121,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model, optimizer = _model(args.dim)
-    data = train.batches(0, 32, args.dim)
+    data = _example().batches(0, 32, args.dim)
     clock = make_clock(out)
     with as_rank_log(out / "rank0.log"):  # stdout is a file during the blocks, as torchrun's --redirects make it
         with instrumented(clock, args.wrapped):  # opens the window (sampler thread) once, as a run does

@@ -1,44 +1,37 @@
 """The A/B gate's rounds, replayed: recorded launches through the gate's own judge, in seconds, not relaunches.
 
-``docs/detection-data-ab.jsonl`` holds 32 rounds per canary, collected as ``gate --base`` launches them (base and
-head in alternating order; the head clean, and with every distributed step 11.1% slower: a 10% drop of the local
-efficiency). ``benchmarks/detection_ab.py`` hands each trial's rounds to ``scalegate.judge.judge(head, stored,
-base=base)`` one round at a time, as the gate does, until it decides or the 8-round budget is spent. Here: every
+``experiments/data/detection-data-ab.jsonl`` holds 32 rounds per canary, collected as ``gate --base`` launches them
+when it does not pair steps (base and head in alternating order; the head clean, and with every distributed step
+11.1% slower: a 10% drop of the local efficiency). ``benchmarks/ab_replay.py`` hands each trial's rounds to
+``scalegate.judge.judge(head, stored, base=base)`` one round at a time, as the gate does, until it decides or the
+8-round budget is spent. Here: every
 run of 8 consecutive rounds (the time structure the gate sees), without a stored baseline lending its spread (the
 gate on a machine with no baseline file). The whole command end to end is tests/test_gate.py.
 """
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "docs" / "detection-data-ab.jsonl"
+from benchmarks import ab_replay
+
 BUDGET = 8
 
 
 @pytest.fixture(scope="module")
 def replay():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import detection_ab
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
     from scalegate.judge import estimates
 
-    saved = estimates.local, estimates.classic
-    detection_ab.detection._memoize_estimates()  # the replay's looks re-estimate each launch: once per launch
-    rows = list(detection_ab.detection._rows(DATA))
+    saved = ab_replay.memoize_estimates()  # the replay's looks re-estimate each launch: once per launch
+    rows = ab_replay.rows(ab_replay.DATA)
 
     def verdicts(strategy: str, slowdown: float) -> Counter:
-        rounds = detection_ab._rounds(rows, strategy, slowdown)
+        rounds = ab_replay.rounds(rows, strategy, slowdown)
         assert len(rounds) == 32
         trials = [rounds[start:] for start in range(len(rounds) - BUDGET + 1)]
-        return Counter(detection_ab._one(strategy, trial, None, BUDGET)[0] for trial in trials)
+        return Counter(ab_replay.verdict(strategy, trial, None, BUDGET)[0] for trial in trials)
 
     yield verdicts
     estimates.local, estimates.classic = saved  # the rest of the session judges with the module as shipped

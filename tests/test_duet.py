@@ -13,10 +13,10 @@ import math
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from benchmarks import duet_estimators, duet_timeline
 from scalegate import policy
 from scalegate.judge import duet as paired
 from scalegate.judge.evidence import LaunchRecord
@@ -412,12 +412,9 @@ def test_a_scripts_round_trims_its_units_harder_and_its_se_is_the_trimmed_means(
     assert paired.trim_of(dataclasses.replace(record, key="ddp-cnn-1x2:cpu")) == paired.TRIM
 
 
-def test_the_timeline_splits_a_round_into_turns_waits_and_start_up(monkeypatch):
+def test_the_timeline_splits_a_round_into_turns_waits_and_start_up():
     """benchmarks/duet_timeline.py reads the coordinator's report: a job that starts 0.3 s after its round began
     shows that start-up, and its partner's later start as a wait before its first turn."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import duet_timeline
-
     log: list = []
     with Coordinator(pair_wait_s=30, turn_s=30) as c:
         c.round_started(first="head")
@@ -437,12 +434,9 @@ def test_the_timeline_splits_a_round_into_turns_waits_and_start_up(monkeypatch):
     assert 0.2 < turns <= round_["end"] - round_["start"]  # 2 x 20 steps of 5 ms at least
 
 
-def test_the_estimators_replay_a_round_of_fewer_launches(monkeypatch):
+def test_the_estimators_replay_a_round_of_fewer_launches():
     """benchmarks/duet_estimators.py --launches W,1x1 keeps a round's first launches of each level, as a round of
-    fewer launches would have measured them (docs/duet.md, "fewer launches a round")."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import duet_estimators
-
+    fewer launches would have measured them (docs/evidence/duet.md, "fewer launches a round")."""
     levels = [1.00, 1.02, 1.04, 1.30]  # the fourth launch reads the head 30% slower: dropping it moves the estimate
     base = [0.01] * 40
     head = [0.01 * level for level in levels for _ in range(10)]

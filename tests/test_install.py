@@ -147,6 +147,7 @@ def test_no_code_imports_the_folder_names():
         *ROOT.glob("tests/*.py"),
         *ROOT.glob("scaling_tests/*.py"),
         *ROOT.glob("benchmarks/*.py"),
+        *ROOT.glob("experiments/*.py"),
         *ROOT.glob("examples/**/*.py"),
     ]:
         if "workloads" in path.relative_to(ROOT).parts[:3] and path.parts[-4:-2] == ("harness", "scalegate"):

@@ -43,7 +43,8 @@ def test_without_cuda_the_command_says_so_in_one_line_and_exits_2():
 def test_the_fresh_clone_entry_point_without_nvidia_smi_says_so_in_one_line_and_exits_2(tmp_path):
     env_path = f"{tmp_path}:/usr/bin:/bin"  # no nvidia-smi on this PATH, whatever the machine has
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gpu_acceptance.py"), "--no-setup"],
+        [sys.executable, "-m", "benchmarks.gpu_acceptance", "--no-setup"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,7 +1,8 @@
 """The sequential test over launches (harness/scalegate/judge/sequential.py): decisions and operating characteristics.
 
 The rates are checked by simulation under the normal model the design assumes (seeded, so they repeat);
-what the real launches on this machine give is measured by benchmarks/detection.py, not here.
+what the real launches on this machine give is measured by experiments/detection.py (docs/evidence/detection.md),
+not here.
 """
 
 from __future__ import annotations

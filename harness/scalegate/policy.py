@@ -19,17 +19,18 @@ def _seconds(name: str, default: float) -> float:
 # Same-launch (distributed, local) step pairs after the measured steps: 40 pairs spread ~2% between launches on the
 # 2-core VMs. docs/evidence/detection.md#designing-the-same-launch-reference
 LOCAL_STEPS = 40
-# The sequential test's launch budget per case in a plain pytest run. docs/evidence/detection.md#defaults-chosen-from-it
+# The sequential test's launch budget per case in a plain pytest run.
+# docs/evidence/detection.md#the-launch-budgets-8-in-the-gate-4-in-a-plain-session
 MAX_LAUNCHES = 4
 # The sequential test's error rates: false alarms when nothing changed, misses at the drop it is built for.
 ALPHA, BETA = 0.01, 0.05
 # How far a front end (fabric-ddp, lightning-ddp) may fall below ddp's throughput in the same launch.
 PARITY_TOLERANCE = 0.10
 # The tolerance written into new baselines: a 5% one raised false alarms on shared 2-core VMs.
-# docs/evidence/detection.md#what-this-says
+# docs/evidence/detection.md#the-defaults-it-set-a-10-tolerance-and-a-noisy-band
 RECORDED_TOLERANCE = 0.10
 # A suspected regression of the classic gate is confirmed after this pause, outside the slow phase it fell in.
-# docs/evidence/detection.md#defaults-chosen-from-it
+# docs/evidence/detection.md#relaunches-in-rounds-and-paritys-test
 CONFIRM_PAUSE_S = _seconds("SCALEGATE_CONFIRM_PAUSE_S", 20)
 
 # --- the PR gate (gate/plan.py) ----------------------------------------------------------------------------------
@@ -37,26 +38,27 @@ CONFIRM_PAUSE_S = _seconds("SCALEGATE_CONFIRM_PAUSE_S", 20)
 STORED_GATE_TOLERANCE = 0.10
 # The drop the A/B gate catches by default: the smallest one its recorded A/A rounds catch >= 95% of the time with
 # <= 1% false alarms within the default budget (5% on the canaries and on a team's script).
-# docs/evidence/duet.md#gloos-threads-bound-with-the-rank-by-default-sixteenth-set
+# docs/evidence/duet.md#todays-figures-what-the-default-5-tolerance-catches
 AB_GATE_TOLERANCE = 0.05
-# Rounds (launches) a gate may take to decide a case. docs/evidence/detection.md#part-1-relaunches-in-rounds-paritys-test
+# Rounds (launches) a gate may take to decide a case. docs/evidence/detection.md#relaunches-in-rounds-and-paritys-test
 GATE_MAX_LAUNCHES = 8
 # A training script's duet rounds, unless --scaling-max-launches is named: seven catch a 5% drop ~96% of the time at
-# < 1% false alarms, in ~10 minutes. docs/evidence/duet.md#a-teams-script-where-a-rounds-time-goes-and-a-shorter-1x1-reference-ninth-set-2026-11-26
+# < 1% false alarms, in ~10 minutes.
+# docs/evidence/duet.md#a-teams-script-where-a-rounds-time-goes-and-a-shorter-1x1-reference
 SCRIPT_ROUNDS = 7
 # Seconds between the starts of two rounds that do not pair in time (the rounds mode): launches a minute apart
-# share no slow phase of the host. docs/evidence/detection.md#part-1-relaunches-in-rounds-paritys-test
+# share no slow phase of the host. docs/evidence/detection.md#relaunches-in-rounds-and-paritys-test
 ROUND_GAP_S = _seconds("SCALEGATE_ROUND_GAP_S", 30)
 
 # --- a training script's launches in a paired gate (plan/options.py resolves them) ------------------------------
 # Its 1x1 reference launches this many times a session: each 1x1 launch keeps a level of its own.
-# docs/evidence/duet.md#a-teams-script-four-1x1-launches-a-round-fifth-set-2026-11-26
+# docs/evidence/duet.md#a-teams-script-four-1x1-launches-a-round
 SCRIPT_REFERENCE_LAUNCHES = 4
 # ... and its case at W this many times, pooled into one estimate a round.
-# docs/evidence/duet.md#a-teams-script-four-short-launches-at-w-long-ones-at-1x1-seventh-set-2026-11-26
+# docs/evidence/duet.md#a-teams-script-four-short-launches-at-w-long-ones-at-1x1
 SCRIPT_CASE_LAUNCHES = 4
 # ... each 1x1 launch measuring this share of the case's steps, at least SCRIPT_REFERENCE_MIN_STEPS: a launch's first
-# pairs are its steadiest. docs/evidence/duet.md#a-teams-script-where-a-rounds-time-goes-and-a-shorter-1x1-reference-ninth-set-2026-11-26
+# pairs are its steadiest. docs/evidence/duet.md#a-teams-script-where-a-rounds-time-goes-and-a-shorter-1x1-reference
 SCRIPT_REFERENCE_SHARE = 0.5
 SCRIPT_REFERENCE_MIN_STEPS = 100
 
@@ -74,16 +76,16 @@ ROUND_GRACE_S = _seconds("SCALEGATE_GATE_ROUND_GRACE_S", 60)
 # A round's pairs are trimmed this share at each end: a descheduled step hits one side of one pair.
 TRIM = 0.2
 # A training script's are trimmed 40%: at 1x1 a launch's units carry tails of their own.
-# docs/evidence/duet.md#a-teams-script-a-launchs-own-tails-trimmed-eighth-set-2026-11-26
+# docs/evidence/duet.md#a-teams-script-a-launchs-own-tails-trimmed
 SCRIPT_TRIM = 0.4
 BLOCKS = 5  # a round's standard error from the trimmed means of this many runs of consecutive pairs
 # Pairs per unit: in the ABBA order each side's two turns in a row differ, two pairs hold one of each.
-# docs/evidence/duet.md#neither-side-always-goes-first
+# docs/evidence/duet.md#two-kinds-of-turn-units-of-two-pairs
 UNIT = 2
 MIN_ROUNDS = 2  # either verdict of an A/B gate needs this many rounds
 # Sigma's floor where a profile recorded no A/A rounds of its own (record-baselines --duet-aa N): the spread of a
 # round's efficiency log ratio between recorded A/A rounds on the 2-core CPU VMs, and what it was measured on.
-# docs/evidence/duet.md#a-measured-s
+# docs/evidence/duet.md#the-sigma-floors-and-what-they-were-measured-on
 RECORDED_AA = {
     "workload": (0.0232, "20 A/A duet rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
     "script": (

@@ -1,9 +1,9 @@
 """``python -m scalegate selftest --gpu``: the whole CUDA path in one command, and a report the project keeps.
 
-    python3 benchmarks/gpu_acceptance.py                   # a fresh GPU machine: ./setup.sh (the CUDA wheel), then this
+    python3 -m benchmarks.gpu_acceptance                   # a fresh GPU machine: ./setup.sh (the CUDA wheel), then this
     python -m scalegate selftest --gpu                     # every phase within 10 minutes; docs/gpu/<device>-<date>.md
     python -m scalegate selftest --gpu --dry-run --gpus 2  # the phases' commands for 2 GPUs, nothing run (any machine)
-    python -m scalegate selftest --render docs/gpu/nvidia-h100-80gb-hbm3-2026-12-01.json   # the page again
+    python -m scalegate selftest --render docs/gpu/nvidia-h200-2026-11-26.json   # the page again
 
 On a CUDA machine it runs the phases of harness/scalegate/cli/gpu_phases.py (every strategy at 1x1; 1x2 over NCCL on 2+
 GPUs; torch.compile; a team's script timed by CUDA events; an A/A ``gate --base HEAD``), each a pytest session (or

@@ -3,9 +3,9 @@
 Two unbound ranks on a 2-core host are placed by the scheduler anew in every launch. Binding rank r
 to cores ``[r*t, (r+1)*t)`` of the node's CPU set (t = threads per rank), as ``numactl``/``taskset``
 per rank would, made DDP faster and a little steadier here (measured below), but did not remove the
-spread between launches (docs/detection.md). A node's only rank (the 1x1 reference) is left alone:
-with no rank beside it, binding only stops it from leaving a core that a neighbouring VM slows down
-(bound, the reference's spread between launches was 10% against 4%).
+spread between launches (docs/evidence/detection.md#several-launches-per-verdict-cpu-binding-paired-reference-steps).
+A node's only rank (the 1x1 reference) is left alone: with no rank beside it, binding only stops it from leaving a
+core that a neighbouring VM slows down (bound, the reference's spread between launches was 10% against 4%).
 
 The node's CPU set is ``SCALEGATE_CPUS`` when a launcher sets it (emulated nodes share one machine,
 so each gets its own slice; ``none`` turns binding off), else the process's own affinity (a SLURM
@@ -17,7 +17,7 @@ of both sides then runs on the same cores, so a core that a neighbouring VM slow
 Left to the scheduler, each resident process kept a core of its own and with it a level of its own: two
 processes taking turns on this VM, same training step, B/A step-time medians over 250 steps in 3 rounds each
 (load 0.4-1.5): on different cores -1.2%, -13.8%, +19.8%; on the same core -0.5%, -2.8%, +0.8%
-(15 rounds on one core: |B/A| <= 2.8%; benchmarks/duet_cores.py).
+(15 rounds on one core: |B/A| <= 2.8%; experiments/duet_cores.py).
 
 The worker binds its main thread *after* the process group exists (``sched_setaffinity`` on Linux
 binds the calling thread and what it starts later): gloo's worker threads, started with the group,
@@ -36,7 +36,8 @@ The rank's result says which (``gloo_threads``), and the duet's verdict names it
 Off by default (``--scaling-cpu-binding on``): a process group a strategy creates after the binding
 (Lightning Fabric's) still gets its threads on the rank's core, and fabric-ddp-resnet-1x2 ran at half
 DDP's throughput bound (550 vs 1141 samples/s). DDP itself gains: 33.0 vs 36.6 ms median step and
-5.1% vs 8.0% spread between launches (10 interleaved launches each, docs/detection.md).
+5.1% vs 8.0% spread between launches (10 interleaved launches each,
+docs/evidence/detection.md#several-launches-per-verdict-cpu-binding-paired-reference-steps).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from typing import Sequence
 from scalegate.contract import cards
 
 ENV = "SCALEGATE_CPUS"
-# measured on the 2-core VMs (docs/duet.md, 2026-11-27): the example script's whole A/A gates, free against bound
+# measured on the 2-core VMs (docs/evidence/duet.md#gloos-threads-bound-with-the-rank-by-default): the example script's whole A/A gates, free against bound
 SCRIPT_FREE = (
     "a team's script: bound, the example script's A/A duet rounds spread no less (7 whole gates each way, "
     "interleaved: 2.03% free, 2.90% bound)"

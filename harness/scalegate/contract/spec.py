@@ -29,7 +29,7 @@ class Faults:
     skip_step: int = -1  # this untimed step's optimizer update is skipped on skip_step_rank (a desync)
     skip_step_rank: int = 0
     # sleep this fraction of the step's own measured time inside every step of a multi-rank job:
-    # a relative slowdown, the same size on any machine (benchmarks/detection.py measures the gate with it)
+    # a relative slowdown, the same size on any machine (experiments/detection.py measures the gate with it)
     slowdown: float = 0.0
     # reliability faults (--scaling-inject-fault); -1 = off. Steps count from 0 over every step, warm-up included.
     hang_rank: int = -1  # this rank sleeps forever at hang_step (a collective that never completes)

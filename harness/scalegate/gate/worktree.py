@@ -93,7 +93,7 @@ def remove_left(root: Path, gate_dir: Path) -> list[Path]:
 
 def copy_checkout(root: Path, dest: Path) -> None:
     """The working tree's files (tracked, and untracked ones git does not ignore) copied to ``dest``: a fresh
-    repository for tests and benchmarks that need commits of their own (benchmarks/detection_ab.py, tests)."""
+    repository for tests and benchmarks that need commits of their own (experiments/detection_ab.py, tests)."""
     names = _git(root, "ls-files", "-co", "--exclude-standard").stdout.split()
     for name in names:
         if (root / name).is_symlink():  # the workloads link (harness/scalegate/workloads -> ../../fixtures)

@@ -1,7 +1,7 @@
 """A/B: a pull request's launches judged against its base commit's, measured in the same gate run, same machine.
 
 Why not a stored baseline: on shared machines a case's local efficiency has a level of its own on every VM and
-day, larger than the drops the gate must catch (docs/evidence/detection.md#part-2-each-vm-has-its-own-level).
+day, larger than the drops the gate must catch (docs/evidence/detection.md#each-vm-has-its-own-level).
 Measuring the base commit in the same run removes that level, as ``asv continuous`` and Chromium's pinpoint do. ``python -m scalegate gate --base REF`` launches both commits in alternating order round by round
 (harness/scalegate/gate/rounds.py) and hands each case's two records to ``scalegate.judge.judge(..., base=...)``.
 
@@ -34,7 +34,7 @@ DEFAULT_SIGMA = 0.05  # one launch's spread of ln(local efficiency) where nothin
 OWN_SPREAD_ROUNDS = 2  # the rounds own spread only ever widens sigma, so it may start at two
 # A floor on the paired spread of rounds that do not pair in time: each side's session starts its own agents, so a
 # round's ln(head/base) spreads wider than the recorded launch spreads suggest
-# (docs/evidence/detection.md#part-3-the-ab-gate-replayed-over-real-rounds-set-a).
+# (docs/evidence/detection.md#the-ab-gate-replayed-over-real-rounds).
 SIGMA_FLOOR = 0.05
 # The same floor for rounds compared on the classic efficiency (a training script's): each round's ratio holds two
 # multi-rank launches and two 1x1 launches, each spreading about 4% on these VMs, so about twice the local floor;

@@ -38,7 +38,7 @@ class LaunchRecord:
     analytic_bytes_per_step: float | None = None
     wire_source: str = ""
     checkpoint_s_per_gb: float | None = None  # --scaling-checkpoint: (save + load) s per GB written
-    # the 1x1 reference steps of the session this launch ran in, where the gate merges rounds (gate_rounds.merge):
+    # the 1x1 reference steps of the session this launch ran in, where the gate merges rounds (gate/merge.py):
     # an A/B on the classic efficiency pairs each round with its own reference, not the rounds' pooled one
     reference_step_times_s: tuple[float, ...] = ()
     reference_lengths: tuple[int, ...] = ()  # ... its launches' steps each, in order (a duet pairs launch by launch)

@@ -34,7 +34,7 @@ OK, REGRESSED, IMPROVED, NOISY, NO_BASELINE, NOT_MEANINGFUL, FAILED = (
 )
 
 # A combined relative half-width above this cannot resolve a regression of the default tolerance.
-# Chosen from docs/detection.md.
+# Chosen from docs/evidence/detection.md#the-defaults-it-set-a-10-tolerance-and-a-noisy-band.
 DEFAULT_NOISY_LIMIT = 0.10
 
 

@@ -21,7 +21,7 @@ no baseline to estimate, both front ends ran in the same steps) against a shortf
 standard error from their intervals. The case launches again while undecided, up to
 ``--scaling-max-launches``; a shortfall is confirmed by at least three launches; still undecided at the
 budget is ``noisy`` (reported, failing only under ``--scaling-strict``). A clean launch's ratio spreads about 2.5%
-between launches on the 2-core VMs (docs/evidence/detection.md#part-1-relaunches-in-rounds-paritys-test). An oversubscribed
+between launches on the 2-core VMs (docs/evidence/detection.md#relaunches-in-rounds-and-paritys-test). An oversubscribed
 topology gets no timing verdict; a launch whose losses differ gets none either.
 
 ``verdict`` is pure: the same launches give the same outcome, so ``compare`` re-judges a finished parity case from
@@ -135,7 +135,7 @@ def pooled(ratios: list[stats.Estimate]) -> stats.Estimate:
 
 # A shortfall needs this many launches: parity relaunches follow each other in one session, and back-to-back
 # launches share a phase of the host, so two slow ones in a row are a false alarm under load
-# (docs/evidence/detection.md#part-1-relaunches-in-rounds-paritys-test).
+# (docs/evidence/detection.md#relaunches-in-rounds-and-paritys-test).
 MIN_LAUNCHES_REGRESSED = 3
 
 

@@ -19,7 +19,7 @@ from scalegate.record.baselines import BaselineFile, Reference
 
 EFFICIENCIES = ("efficiency", "local_efficiency")
 # Between hosts of one profile a case's local efficiency has a level of its own (the spread between two 2-core VMs:
-# docs/evidence/detection.md#part-2-each-vm-has-its-own-level). A baseline recorded on another host (or before a
+# docs/evidence/detection.md#each-vm-has-its-own-level). A baseline recorded on another host (or before a
 # reboot) is judged with this spread added, shared by every launch; an entry's own "host_sigma" (measured on a
 # team's nodes) replaces it.
 HOST_SPREAD = 0.095

@@ -14,7 +14,7 @@ After n launches the log-likelihood ratio of H1 to H0, for the mean of the x_i, 
 where sigma is the spread between launches recorded with the baseline (M launches: the baseline's own
 error is shared by every launch judged against it, so it cannot be averaged away), and ``drift`` is a
 floor on how far a case's efficiency moves between sessions on the same kind of machine (measured:
-docs/detection.md). ``regressed`` when llr_n >= ln((1 - beta) / alpha), ``ok`` when
+docs/evidence/detection.md#each-vm-has-its-own-level). ``regressed`` when llr_n >= ln((1 - beta) / alpha), ``ok`` when
 llr_n <= ln(beta / (1 - alpha)), else launch again, up to ``max_launches``; still undecided there is
 ``noisy`` (reported, not failing). Truncation only ever turns a decision into ``noisy``, so the false
 alarm rate over the whole procedure stays below Wald's bound alpha / (1 - beta); ``simulate``

@@ -24,7 +24,7 @@ from scalegate.record.baselines import BaselineFile
 DEFAULT_SIGMA = 0.05  # a local baseline recorded from too few launches to measure its own spread
 MIN_SIGMA_LAUNCHES = 3
 # Between-session movement of a case's local efficiency on the same kind of machine, beyond its spread
-# within a session (docs/evidence/detection.md#part-2-each-vm-has-its-own-level).
+# within a session (docs/evidence/detection.md#each-vm-has-its-own-level).
 DRIFT = 0.01
 
 

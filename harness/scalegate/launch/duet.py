@@ -131,7 +131,7 @@ class Coordinator:
         in ``refused`` ({case id: why}) run solo, one after the other; ``first``: the side whose jobs take the first
         turn of the round's ABBA order. The gate alternates it by round: the side that sets up and steps first ran
         faster at 1x1 by 0.8% (A/A, both sides one tree, 10 rounds each way: -0.85% head first, +0.81% base first;
-        benchmarks/duet_bias.py), a bias no order inside the round removes. It first waits (``settle``) until the
+        experiments/duet_bias.py), a bias no order inside the round removes. It first waits (``settle``) until the
         round before's jobs are gone: their ranks' last ``bye`` may still be unread when the new ranks say hello, and
         a new job would take a partner that is leaving for its own."""
         self.settle()

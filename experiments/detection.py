@@ -1,9 +1,9 @@
 """How often the shipped PR gate catches a slowdown, and how often it cries wolf, with real launches.
 
-    .venv/bin/python benchmarks/detection.py collect --reps 40 --tag A --out results/detection.jsonl
-    .venv/bin/python benchmarks/detection.py collect --reps 20 --tag B --slowdowns 0 --out results/detection.jsonl
-    .venv/bin/python benchmarks/detection.py replay results/detection.jsonl --baseline-tag B --baseline-launches 10
-    .venv/bin/python benchmarks/detection.py gate-runs --runs 5 --out results/gate-runs.jsonl
+    .venv/bin/python -m experiments.detection collect --reps 40 --tag A --out results/detection.jsonl
+    .venv/bin/python -m experiments.detection collect --reps 20 --tag B --slowdowns 0 --out results/detection.jsonl
+    .venv/bin/python -m experiments.detection replay results/detection.jsonl --baseline-tag B --baseline-launches 10
+    .venv/bin/python -m experiments.detection gate-runs --runs 5 --out results/gate-runs.jsonl
 
 ``collect`` launches the canary cases exactly as ``python -m scalegate gate`` builds them (``scalegate.plan.matrix``
 with the gate's options: 20 measured steps after 5 warm-up steps, 40 same-launch pairs, the warm launcher),
@@ -38,54 +38,22 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scalegate import (
-    policy,
-    workloads,  # noqa: E402
-)
-from scalegate.contract.errors import ScalegateError  # noqa: E402
-from scalegate.contract.spec import CaseSpec, Faults  # noqa: E402
+from benchmarks.ab_replay import PARITY, STRATEGIES, memoize_estimates, spec_for
+from benchmarks.ab_replay import rows as read_rows
+from scalegate import policy
+from scalegate.contract.errors import ScalegateError
+from scalegate.contract.spec import CaseSpec
 from scalegate.figures import resources
-from scalegate.judge import CaseRecord, Conduct, LaunchRecord, estimates, judge  # noqa: E402
-from scalegate.judge.evidence import launch_record  # noqa: E402
-from scalegate.launch import run_case, warm  # noqa: E402
-from scalegate.record import update  # noqa: E402
-from scalegate.record.baselines import BaselineFile  # noqa: E402
+from scalegate.judge import CaseRecord, Conduct, LaunchRecord, estimates, judge
+from scalegate.judge.evidence import launch_record
+from scalegate.launch import run_case, warm
+from scalegate.record import update
+from scalegate.record.baselines import BaselineFile
 from tests.repos import SLOW_DDP
 
-STRATEGIES = ("ddp", "fsdp", "deepspeed-zero2")
+ROOT = Path(__file__).resolve().parents[1]
 SLOWDOWNS = (0.0, 0.093, 0.111)
 MAX_LAUNCHES = policy.GATE_MAX_LAUNCHES
-
-
-PARITY = "parity"  # parity-fabric-ddp-vs-ddp-cnn-1x2: fabric-ddp with ddp as its companion (scalegate/parity.py)
-
-
-def spec_for(strategy: str, slowdown: float) -> CaseSpec:
-    """The case as the gate builds it on this machine (tiny preset, 1x2, or 1x1 for the reference)."""
-    preset = workloads.preset("cnn", "tiny")
-    topology = "1x1" if strategy == "single" else "1x2"
-    if strategy == PARITY:  # the slowdown reaches the candidate (Fabric) only, never its companion
-        return CaseSpec(
-            strategy="fabric-ddp",
-            companion="ddp",
-            model="cnn",
-            preset="tiny",
-            topology="1x2",
-            micro_batch=preset.micro_batch,
-            faults=Faults(slowdown=slowdown),
-        )
-    return CaseSpec(
-        strategy=strategy,
-        model="cnn",
-        preset="tiny",
-        topology=topology,
-        micro_batch=preset.micro_batch,
-        local_steps=0 if strategy == "single" else policy.LOCAL_STEPS,
-        faults=Faults(slowdown=slowdown),
-    )
 
 
 def collect(args: argparse.Namespace) -> None:
@@ -171,16 +139,6 @@ def _ab_order(args: argparse.Namespace, rep: int, rng: random.Random) -> list[tu
     return base + head if rep % 2 == 0 else head + base
 
 
-def _rows(path: Path) -> list[dict]:
-    rows = []
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
-        row["launch"] = LaunchRecord(**{k: tuple(v) if isinstance(v, list) else v for k, v in row["launch"].items()})
-        row.setdefault("side", "head")
-        rows.append(row)
-    return rows
-
-
 def _record(
     strategy: str,
     launches: list[LaunchRecord],
@@ -240,36 +198,9 @@ def _first_pairs(rows: list[dict], pairs: int) -> None:
             )
 
 
-def _memoize_estimates() -> None:
-    """The judge re-estimates every launch (a bootstrap each) at every look; a replay makes millions of looks.
-    Same functions, same values, computed once per launch (and reference)."""
-    local, classic = estimates.local, estimates.classic
-    seen_local: dict = {}
-    seen_classic: dict = {}
-
-    def local_once(launch: LaunchRecord):
-        if launch not in seen_local:
-            seen_local[launch] = local(launch)
-        return seen_local[launch]
-
-    def classic_once(record: CaseRecord, launch: LaunchRecord):
-        key = (
-            launch,
-            record.reference_step_times_s,
-            record.global_batch,
-            record.reference_global_batch,
-            record.world_size,
-        )
-        if key not in seen_classic:
-            seen_classic[key] = classic(record, launch)
-        return seen_classic[key]
-
-    estimates.local, estimates.classic = local_once, classic_once
-
-
 def replay(args: argparse.Namespace) -> None:
-    _memoize_estimates()
-    rows = _rows(Path(args.data))
+    memoize_estimates()
+    rows = read_rows(Path(args.data))
     if args.pairs:
         _first_pairs(rows, args.pairs)
     budget = args.max_launches or MAX_LAUNCHES

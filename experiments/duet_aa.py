@@ -1,12 +1,12 @@
 """The duet's A/A and slowed-head runs, whole commands (issue 34; docs/duet.md, docs/detection.md).
 
-    python benchmarks/duet_aa.py --kind canary --runs 10            # gate --base HEAD on ddp-cnn-1x2, 10 times
-    python benchmarks/duet_aa.py --kind script --runs 10            # the example script in its own repository
-    python benchmarks/duet_aa.py --kind canary --slow-ms 1.5        # the head's DDP forward slowed (SLOW_COMMIT)
-    python benchmarks/duet_aa.py --kind script --script-steps 150 --slowdown 0.0527   # a 5% drop, injected at W
-    python benchmarks/duet_aa.py --kind script --extra-forward 8 -- --scaling-step-time-tolerance 0.05
-    python benchmarks/duet_aa.py --strategy fsdp --runs 5 --layouts worktree,same   # base in a worktree / one tree
-    python benchmarks/duet_aa.py --read results/gate/gate-...       # one gate run's rounds, as the table reads them
+    python -m experiments.duet_aa --kind canary --runs 10            # gate --base HEAD on ddp-cnn-1x2, 10 times
+    python -m experiments.duet_aa --kind script --runs 10            # the example script in its own repository
+    python -m experiments.duet_aa --kind canary --slow-ms 1.5        # the head's DDP forward slowed (SLOW_COMMIT)
+    python -m experiments.duet_aa --kind script --script-steps 150 --slowdown 0.0527   # a 5% drop, injected at W
+    python -m experiments.duet_aa --kind script --extra-forward 8 -- --scaling-step-time-tolerance 0.05
+    python -m experiments.duet_aa --strategy fsdp --runs 5 --layouts worktree,same   # base in a worktree / one tree
+    python -m experiments.duet_aa --read results/gate/gate-...       # one gate run's rounds, as the table reads them
 
 Each run is one real ``python -m scalegate gate --base ...`` in a throwaway repository (tests/repos.py); every
 round of every case is written to ``--out`` (JSON lines: the per-round paired estimate at W and at 1x1, their
@@ -27,15 +27,13 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import duet_timeline
+from benchmarks.duet_estimators import raw_row
+from scalegate.judge import ab, duet
+from scalegate.judge.evidence import CaseRecord
+from scalegate.record import runfiles
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from duet_bias import raw_row  # noqa: E402
-
-from scalegate.judge import ab, duet  # noqa: E402
-from scalegate.judge.evidence import CaseRecord  # noqa: E402
-from scalegate.record import runfiles  # noqa: E402
 
 
 def canary(strategy: str) -> list[str]:
@@ -153,8 +151,6 @@ def run_gate(
 
 def walls(gate_dir: Path) -> list[dict]:
     """Each duet round's wall, its turns' time, and its launches' median start-up (benchmarks/duet_timeline.py)."""
-    import duet_timeline
-
     duet_file = gate_dir / "merged" / "duet.json"
     data = json.loads(duet_file.read_text()) if duet_file.is_file() else {}
     if not data.get("rounds_s"):
@@ -190,7 +186,7 @@ def main() -> int:
     p.add_argument("--slow-ms", type=float, default=0.0, help="the head's DDP forward slower by this (canary: ddp)")
     p.add_argument("--strategy", default="ddp", help="the canary's strategy: ddp, fsdp, deepspeed-zero2")
     p.add_argument("--read", type=Path, help="only read this gate run's directory")
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "detection-data-duet.jsonl")
+    p.add_argument("--out", type=Path, default=ROOT / "experiments" / "data" / "detection-data-duet.jsonl")
     p.add_argument("--script-steps", type=int, default=30, help="script: measured steps (pairs) per launch")
     p.add_argument("--slowdown", type=float, default=0.0, help="script: the head's steps at W slower (injected)")
     p.add_argument("--extra-forward", type=int, default=0, help="script: the head adds a forward of N samples")

@@ -1,6 +1,6 @@
 """How the same-launch estimate was chosen: its spread between launches, per variant and estimator.
 
-    .venv/bin/python benchmarks/local_design.py docs/detection-data-local-design.jsonl
+    .venv/bin/python -m experiments.local_design experiments/data/detection-data-local-design.jsonl
 
 The data (docs/detection.md, fifth set) are launches of ddp-cnn-1x2 (and, in set2, fsdp and
 deepspeed-zero2) with 20 or 40 same-launch pairs, clean and with every distributed step made slower,
@@ -65,4 +65,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "docs/detection-data-local-design.jsonl")
+    main(sys.argv[1] if len(sys.argv) > 1 else "experiments/data/detection-data-local-design.jsonl")

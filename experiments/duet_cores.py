@@ -1,6 +1,6 @@
 """Why a duet binds both sides' rank r to the same cores (harness/scalegate/contract/affinity.py).
 
-    python benchmarks/duet_cores.py free,same0,same1,split 1      # variants, torch threads per process
+    python -m experiments.duet_cores free,same0,same1,split 1      # variants, torch threads per process
 
 Two resident processes take turns one training step at a time (the example script's MLP step; a token over
 pipes, as the duet's coordinator passes one), 300 steps each; printed per variant: each process's median step time

@@ -1,6 +1,6 @@
 """What a duet turn costs (issue 34): the hand-off between two jobs, measured with real rank processes.
 
-    python benchmarks/duet_turn_overhead.py --world 2 --turns 2000 --step-ms 0 5
+    python -m experiments.duet_turn_overhead --world 2 --turns 2000 --step-ms 0 5
 
 Two jobs (head and base) of ``--world`` rank processes each take ``--turns`` turns through a real coordinator
 (launch/duet.py) and the ranks' real client (measure/turns.py) over its unix socket, each step a busy loop of
@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "harness"))
+from scalegate.launch.duet import Coordinator
+from scalegate.measure.turns import Turns
 
-from scalegate.launch.duet import Coordinator  # noqa: E402
-from scalegate.measure.turns import Turns  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def rank(address: str, side: str, r: int, world: int, turns: int, step_s: float, out) -> None:

@@ -1,11 +1,11 @@
 """Where an A/A duet's mean log ratio comes from (issue 34: it must lie within ±0.5%; the canaries read about -1%).
 
-    python benchmarks/duet_bias.py --rounds 8 --layout gate      # as the gate runs: base in a worktree, head here
-    python benchmarks/duet_bias.py --rounds 8 --layout swapped   # the worktree's side called "head"
-    python benchmarks/duet_bias.py --rounds 8 --layout same      # both sides run in one tree
-    python benchmarks/duet_bias.py --rounds 8 --kind script --steps 600   # the example script in its own repo
-    python benchmarks/duet_bias.py --extra "--scaling-duet-threads free"   # gloo's threads free (auto binds them)
-    python benchmarks/duet_bias.py --kind script --steps 600 --extra "--scaling-reference-launches 4"
+    python -m experiments.duet_bias --rounds 8 --layout gate      # as the gate runs: base in a worktree, head here
+    python -m experiments.duet_bias --rounds 8 --layout swapped   # the worktree's side called "head"
+    python -m experiments.duet_bias --rounds 8 --layout same      # both sides run in one tree
+    python -m experiments.duet_bias --rounds 8 --kind script --steps 600   # the example script in its own repo
+    python -m experiments.duet_bias --extra "--scaling-duet-threads free"   # gloo's threads free (auto binds them)
+    python -m experiments.duet_bias --kind script --steps 600 --extra "--scaling-reference-launches 4"
 
 One A/A duet of ``ddp-cnn-1x2`` (and its 1x1 reference) for a fixed number of rounds, driven by the gate's own
 ``gate.rounds.run`` and coordinator, in a throwaway copy of this checkout. Where the head's step time at W and at
@@ -27,17 +27,19 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.duet_estimators import raw_row
+from experiments.duet_aa import canary as with_single  # as the whole gates select: single-cnn-1x1 in round 1 too
+from experiments.duet_aa import script_repo
+from scalegate import policy
+from scalegate.gate import rounds, worktree
+from scalegate.gate.project import Project
+from scalegate.gate.sides import Side, session_command
+from scalegate.judge import duet
+from scalegate.judge.evidence import CaseRecord
+from scalegate.launch.duet import Coordinator
+from tests.repos import checkout_repo
 
-from scalegate import policy  # noqa: E402
-from scalegate.gate import rounds, worktree  # noqa: E402
-from scalegate.gate.project import Project  # noqa: E402
-from scalegate.gate.sides import Side, session_command  # noqa: E402
-from scalegate.judge import duet  # noqa: E402
-from scalegate.judge.evidence import CaseRecord  # noqa: E402
-from scalegate.launch.duet import Coordinator  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def canary(strategy: str, model: str = "cnn", topology: str = "1x2") -> list[str]:
@@ -47,13 +49,6 @@ def canary(strategy: str, model: str = "cnn", topology: str = "1x2") -> list[str
         ["--scaling-models", model, "--scaling-topologies", topology] if (model, topology) != ("cnn", "1x2") else []
     )
     return ["-k", f"{strategy}-{model}-{topology} and not parity", "--scaling-strategies", strategy, *picked]
-
-
-def raw_row(case_id: str, n: int, head, base) -> dict:
-    """Round ``n`` of a case, every step of both sides (benchmarks/duet_estimators.py reads it)."""
-    fields = ("step_times_s", "lengths", "reference_step_times_s", "reference_lengths")
-    row = {"case": case_id, "round": n}
-    return row | {f"{s}_{k}": list(getattr(x, k)) for s, x in (("head", head), ("base", base)) for k in fields}
 
 
 def rounds_of(merged: dict[str, list[dict]], raw: Path | None = None) -> list[dict]:
@@ -103,17 +98,11 @@ def one_run(a: argparse.Namespace) -> list[dict]:
     """``a.rounds`` rounds under one coordinator, in a fresh throwaway repository and base worktree."""
     with tempfile.TemporaryDirectory() as tmp:
         if a.kind == "canary":
-            from tests.repos import checkout_repo
-
             repo = Path(tmp) / "repo"
             checkout_repo(repo)
-            from duet_aa import canary as with_single  # as the whole gates select: single-cnn-1x1 in round 1 too
-
             chosen = with_single(a.strategy) if a.with_single else canary(a.strategy, a.model, a.topology)
             select, case = [*chosen, "--scaling-steps", str(a.steps)], f"[{a.strategy}-{a.model}-{a.topology}]"
         else:
-            from duet_aa import script_repo
-
             repo, _ = script_repo(Path(tmp), a.steps, 0.0, 0)
             select, case = ["-k", "ddp", "--scaling-steps", str(a.steps), "--scaling-warmup", "3"], "[ddp-mlp-1x2]"
         project = Project.find(repo)

@@ -1,0 +1,102 @@
+"""The benchmarks are tools and the experiments stay apart (docs/testing.md): every module of benchmarks/ imports as
+``benchmarks.<name>`` and answers ``--help``, none puts a path on ``sys.path`` or imports another in a cycle, and
+neither benchmarks/ nor tests/ imports an experiment. Nothing here is timed."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import inspect
+import io
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from tests.conftest import ROOT
+
+TOOLS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem != "__init__")
+RUN_BY_PYTEST = {"gpu_script_cases"}  # a test file: selftest --gpu runs it with pytest
+
+
+def _imports(path: Path) -> set[str]:
+    """The modules a file imports, by their full dotted names (``from a import b`` gives ``a`` and ``a.b``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_no_benchmark_or_experiment_puts_a_path_on_sys_path():
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in ("benchmarks", "experiments")
+        for path in sorted((ROOT / folder).glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "sys.path.insert" in line or "sys.path.append" in line or "syspath_prepend" in line
+    ]
+    assert not offenders, f"run them as python -m benchmarks.<name> and import normally: {offenders}"
+
+
+def test_the_tools_import_each_other_without_a_cycle():
+    graph = {
+        name: {m.split(".")[1] for m in _imports(ROOT / "benchmarks" / f"{name}.py") if m.startswith("benchmarks.")}
+        for name in TOOLS
+    }
+
+    def reaches(start: str, seen: tuple[str, ...]) -> None:
+        for nxt in graph[start] & set(TOOLS):
+            assert nxt not in seen, f"import cycle: {' -> '.join((*seen, nxt))}"
+            reaches(nxt, (*seen, nxt))
+
+    for name in TOOLS:
+        reaches(name, (name,))
+
+
+def test_nothing_in_benchmarks_or_tests_imports_an_experiment():
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("benchmarks", "tests")
+        for path in sorted((ROOT / folder).glob("*.py"))
+        if any(m == "experiments" or m.startswith("experiments.") for m in _imports(path))
+    ]
+    assert not offenders, f"an experiment is no dependency: move what they need into a tool ({offenders})"
+
+
+@pytest.mark.parametrize("name", [t for t in TOOLS if t not in RUN_BY_PYTEST])
+def test_every_tool_imports_as_a_module_and_answers_help(name):
+    module = importlib.import_module(f"benchmarks.{name}")
+    assert module.__doc__, f"benchmarks/{name}.py says in its docstring what it measures and how to run it"
+    takes_argv = bool(inspect.signature(module.main).parameters)
+    out = io.StringIO()
+    with mock.patch.object(sys, "argv", [f"benchmarks.{name}", "--help"]), contextlib.redirect_stdout(out):
+        with pytest.raises(SystemExit) as done:
+            module.main(["--help"]) if takes_argv else module.main()
+    assert done.value.code == 0 and "usage:" in out.getvalue()
+
+
+def test_the_duet_replay_reads_the_recorded_rounds_and_the_canaries_raise_no_false_alarm():
+    """benchmarks.duet_replay over experiments/data's default-binding canary gates: the figures docs/detection.md
+    quotes (no false alarm, a 5% drop caught) come out of the recorded rounds, not a constant."""
+    from benchmarks import duet_replay
+
+    out = io.StringIO()
+    argv = [
+        "benchmarks.duet_replay",
+        "--gates",
+        "200",
+        "--only",
+        "sixteenth set whole gate (A/A): gloo's threads bound",
+    ]
+    with mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(out):
+        duet_replay.main()
+    rows = [line for line in out.getvalue().splitlines() if line.startswith(("| ddp A/A", "| deepspeed-zero2 A/A"))]
+    assert len(rows) == 2, out.getvalue()
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[4] == "0.0%" and float(cells[6].rstrip("%")) >= 95.0, row
