@@ -172,12 +172,15 @@ def test_the_page_says_what_was_verified_and_what_was_not_and_lists_the_failures
 
 
 def test_the_report_is_written_as_device_date_md_and_json_and_rendered_again_by_the_command(tmp_path, capsys):
+    """The page goes to docs/gpu, its raw JSON beside the lab's other data (experiments/data/gpu): --render makes the
+    page again from the JSON, into the pages' folder."""
     report = acceptance_page.load(RECORDED)
-    md, raw = acceptance_page.write(report, tmp_path)
+    md, raw = acceptance_page.write(report, tmp_path / "pages", tmp_path / "data")
+    assert (md.parent.name, raw.parent.name) == ("pages", "data")
     assert (md.name, raw.name) == ("nvidia-h100-80gb-hbm3-2026-11-24.md", "nvidia-h100-80gb-hbm3-2026-11-24.json")
     assert json.loads(raw.read_text()) == report
     md.unlink()
-    assert main(["selftest", "--render", str(raw)]) == 0
+    assert main(["selftest", "--render", str(raw), "--out", str(tmp_path / "pages")]) == 0
     assert md.read_text() == acceptance_page.markdown(report)
 
 

@@ -3,13 +3,13 @@
     python3 -m benchmarks.gpu_acceptance                   # a fresh GPU machine: ./setup.sh (the CUDA wheel), then this
     python -m scalegate selftest --gpu                     # every phase within 10 minutes; docs/gpu/<device>-<date>.md
     python -m scalegate selftest --gpu --dry-run --gpus 2  # the phases' commands for 2 GPUs, nothing run (any machine)
-    python -m scalegate selftest --render docs/gpu/nvidia-h200-2026-11-26.json   # the page again
+    python -m scalegate selftest --render experiments/data/gpu/nvidia-h200-2026-11-26.json   # the page again
 
 On a CUDA machine it runs the phases of harness/scalegate/cli/gpu_phases.py (every strategy at 1x1; 1x2 over NCCL on 2+
 GPUs; torch.compile; a team's script timed by CUDA events; an A/A ``gate --base HEAD``), each a pytest session (or
 the gate) with its share of ``--budget-s``, checks what only a GPU shows (harness/scalegate/report/acceptance.py: NVML peak
 per rank against ``torch.cuda.max_memory_allocated``, MFU against the datasheet peak), and writes
-``docs/gpu/<device>-<date>.md`` with the raw JSON beside it. Exit codes: 0 every case passed or skipped for a
+``docs/gpu/<device>-<date>.md`` with its raw JSON in ``experiments/data/gpu/``. Exit codes: 0 every case passed or skipped for a
 reason this machine explains; 1 a failure (listed at the end and in the page); 2 no CUDA device (one line), or
 bad arguments.
 """
@@ -31,6 +31,7 @@ from scalegate.plan import option_types as t
 from scalegate.report import acceptance_page, acceptance_run
 
 EXIT_OK, EXIT_FAILED, EXIT_NO_GPU = 0, 1, 2
+RAW_DIR = Path("experiments") / "data" / "gpu"  # where each report's raw JSON goes, beside the lab's other data
 NO_GPU = "selftest --gpu: no CUDA device here (torch {torch}: torch.cuda.is_available() is False); nothing to verify"
 
 
@@ -57,7 +58,9 @@ def add_parser(sub) -> None:
     )
     s.add_argument("--steps", type=t.whole("--steps", 1, 1000), default=20, help="measured steps (default: 20)")
     s.add_argument("--warmup", type=t.whole("--warmup", 0, 100), default=3, help="warm-up steps (default: 3)")
-    s.add_argument("--out", help="where the page and its JSON go (default: docs/gpu of this checkout)")
+    s.add_argument(
+        "--out", help="where the page goes (default: docs/gpu of this checkout; its JSON: experiments/data/gpu)"
+    )
     s.add_argument("--work-dir", help="where the phases' results go (default: results/gpu-acceptance)")
     s.add_argument("--dry-run", action="store_true", help="print the phases' commands and budgets; run nothing")
     s.add_argument("--gpus", type=t.whole("--gpus", 1, 64), help="with --dry-run: plan for this many GPUs")
@@ -94,13 +97,14 @@ def check_args(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     check_args(args)
+    root = Project.find().root
+    pages = Path(args.out or root / "docs" / "gpu").resolve()
     if args.render:
         report = acceptance_page.load(Path(args.render))
-        md, _ = acceptance_page.paths(Path(args.render).parent, report)
+        md, _ = acceptance_page.paths(pages, report, Path(args.render).parent)
         md.write_text(acceptance_page.markdown(report))
         print(f"selftest: {md}")
         return EXIT_OK
-    root = Project.find().root
     settings = gpu_phases.Settings(
         budget_s=args.budget_s,
         models=args.models,
@@ -119,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
     phases = gpu_phases.plan(host.devices_per_node, settings, in_git(root))
     if args.dry_run:
         return dry_run(phases, settings)
-    return acceptance_run.run(phases, settings, host, root, Path(args.out or root / "docs" / "gpu").resolve())
+    return acceptance_run.run(phases, settings, host, root, pages, root / RAW_DIR)
 
 
 def in_git(root: Path) -> bool:

@@ -1,7 +1,8 @@
-"""The GPU acceptance report: ``docs/gpu/<device>-<date>.md`` and the raw JSON beside it, which it is made from.
+"""The GPU acceptance report: ``docs/gpu/<device>-<date>.md`` and the raw JSON it is made from
+(``experiments/data/gpu/<device>-<date>.json``).
 
 The JSON is the record (``schema``, the host, the phases as run, one row per case: harness/scalegate/report/acceptance.py);
-the page is a pure function of it, so ``python -m scalegate selftest --render docs/gpu/<file>.json`` writes the
+the page is a pure function of it, so ``python -m scalegate selftest --render experiments/data/gpu/<file>.json`` writes the
 page again from a recorded run, and the tests check the page on recorded JSON without a GPU.
 """
 
@@ -46,17 +47,18 @@ def slug(device: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "unknown-gpu"
 
 
-def paths(out_dir: Path, report: dict[str, Any]) -> tuple[Path, Path]:
-    """The device and the date name a run's page; a second run on the same device and day (the H100's of
-    2026-11-26 had overwritten the first's committed page) takes the next free ``-2``, ``-3``: a page whose JSON
-    records this run's own work_dir is this run's, written again."""
+def paths(out_dir: Path, report: dict[str, Any], raw_dir: Path | None = None) -> tuple[Path, Path]:
+    """The device and the date name a run's page (in ``out_dir``) and its raw JSON (in ``raw_dir``, else beside the
+    page); a second run on the same device and day takes the next free ``-2``, ``-3``: a page whose JSON records
+    this run's own work_dir is this run's, written again."""
     base = f"{slug(report['device'])}-{report['date']}"
+    raw_dir = raw_dir or out_dir
     for n in range(1, 100):
         stem = base if n == 1 else f"{base}-{n}"
-        raw = out_dir / f"{stem}.json"
+        raw = raw_dir / f"{stem}.json"
         if not raw.exists() or _same_run(raw, report):
             return out_dir / f"{stem}.md", raw
-    raise ScalegateError(f"{out_dir}: 99 acceptance reports for {base}", "move older reports out of that folder")
+    raise ScalegateError(f"{raw_dir}: 99 acceptance reports for {base}", "move older reports out of that folder")
 
 
 def _same_run(raw: Path, report: dict[str, Any]) -> bool:
@@ -203,10 +205,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def write(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    """The page and its raw JSON under ``out_dir``, named after the device and the date."""
-    md, raw = paths(out_dir, report)
+def write(report: dict[str, Any], out_dir: Path, raw_dir: Path | None = None) -> tuple[Path, Path]:
+    """The page under ``out_dir`` and its raw JSON under ``raw_dir`` (else beside it), named after the device and the
+    date."""
+    md, raw = paths(out_dir, report, raw_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text(json.dumps(report, indent=1) + "\n")
     md.write_text(markdown(report))
     return md, raw
@@ -217,7 +221,9 @@ def load(path: Path) -> dict[str, Any]:
     try:
         report = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ScalegateError(f"report {path} cannot be read: {exc}", "pass a docs/gpu/<device>-<date>.json") from None
+        raise ScalegateError(
+            f"report {path} cannot be read: {exc}", "pass an experiments/data/gpu/<device>-<date>.json"
+        ) from None
     missing = [
         k for k in ("schema", "device", "date", "phases", "cases") if not isinstance(report, dict) or k not in report
     ]

@@ -19,8 +19,14 @@ if TYPE_CHECKING:
 
 
 def run(
-    phases: list[gpu_phases.Phase], settings: gpu_phases.Settings, host: hostinfo.HostInfo, root: Path, out: Path
+    phases: list[gpu_phases.Phase],
+    settings: gpu_phases.Settings,
+    host: hostinfo.HostInfo,
+    root: Path,
+    out: Path,
+    raw_dir: Path | None = None,
 ) -> int:
+    """Every phase in turn within the budget; the page in ``out``, its raw JSON in ``raw_dir`` (else beside it)."""
     started = time.monotonic()
     runs: list[acceptance.PhaseRun] = []
     rows: list[acceptance.CaseRow] = []
@@ -34,7 +40,7 @@ def run(
         runs.append(done)
         rows += rows_of(phase)
     report = record(host, settings, runs, rows, time.monotonic() - started)
-    md, raw = acceptance_page.write(report, out)
+    md, raw = acceptance_page.write(report, out, raw_dir)
     for item, text in acceptance_page.coverage(report):
         print(f"selftest: {item}: {text}")
     failed = acceptance_page.failures(report)
