@@ -1,4 +1,4 @@
-"""CPU binding of ranks (harness/scalegate/contract/affinity.py): the plan, and real ranks on cores of their own."""
+"""CPU binding of ranks (contract/affinity.py, measure/binding.py): the plan, and real ranks on cores of their own."""
 
 import os
 import subprocess
@@ -11,6 +11,7 @@ from scalegate.contract import affinity
 from scalegate.contract.errors import SpecError
 from scalegate.contract.spec import CaseSpec
 from scalegate.launch import run_case
+from scalegate.measure import binding
 
 
 def test_each_local_rank_gets_its_own_slice():
@@ -32,12 +33,12 @@ def test_emulated_nodes_on_one_machine_get_disjoint_slices():
 
 def test_a_launcher_can_turn_binding_off():
     assert affinity.parse("none") is None and affinity.parse("2,3") == [2, 3]
-    done = affinity.bind(1, env={affinity.ENV: "none", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
+    done = binding.bind(1, env={affinity.ENV: "none", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     assert done == {"cpus": None, "why": "SCALEGATE_CPUS='none': the launcher turned binding off"}
 
 
 def test_a_nodes_only_rank_is_left_to_the_scheduler():
-    assert affinity.bind(1, env={"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}) == {
+    assert binding.bind(1, env={"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}) == {
         "cpus": None,
         "why": "the node's only rank: left to the scheduler",
     }
@@ -46,8 +47,8 @@ def test_a_nodes_only_rank_is_left_to_the_scheduler():
 def test_bind_sets_this_process_affinity():
     first = sorted(os.sched_getaffinity(0))[0]
     code = (
-        "import os; from scalegate.contract import affinity; "
-        f"print(affinity.bind(1, env={{'SCALEGATE_CPUS': '{first}', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}), "
+        "import os; from scalegate.measure import binding; "
+        f"print(binding.bind(1, env={{'SCALEGATE_CPUS': '{first}', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}), "
         "sorted(os.sched_getaffinity(0)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -101,11 +102,11 @@ def test_a_duet_binds_the_threads_the_process_already_has_or_leaves_them_free(bo
     only where the duet binds gloo's threads; the rank's own thread is bound either way."""
     first, every = sorted(os.sched_getaffinity(0))[0], sorted(os.sched_getaffinity(0))
     code = (
-        "import os, threading; from scalegate.contract import affinity\n"
+        "import os, threading; from scalegate.measure import binding\n"
         "go, ids = threading.Event(), []\n"
         "t = threading.Thread(target=lambda: (ids.append(threading.get_native_id()), go.wait())); t.start()\n"
         "while not ids: pass\n"
-        f"done = affinity.bind(1, env={{'SCALEGATE_CPUS': '{first}', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}, "
+        f"done = binding.bind(1, env={{'SCALEGATE_CPUS': '{first}', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}, "
         f"duet=True, duet_threads=({bound}, 'why'))\n"
         "print(done['gloo_threads'], sorted(os.sched_getaffinity(0)), sorted(os.sched_getaffinity(ids[0])))\n"
         "go.set(); t.join()\n"

@@ -23,7 +23,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from scalegate.contract import affinity, atomic, heartbeat
 from scalegate.contract.spec import CaseSpec
-from scalegate.measure import turns
+from scalegate.measure import binding, turns
 from scalegate.worker import script
 from scalegate.worker.loop import rank_context, train
 
@@ -89,17 +89,17 @@ def main(argv: list[str] | None = None) -> int:
                 backend="nccl" if ctx.device.type == "cuda" else "gloo",
                 device_id=ctx.device if ctx.device.type == "cuda" else None,
             )
-        binding: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
+        bound: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
         if ctx.device.type == "cpu":  # after the process group: gloo's own threads stay free, outside a duet
             paired = turns.ACTIVE.paired  # a duet binds both sides' rank r alike, and gloo's threads by its choice
             threads = affinity.gloo_threads(spec.duet_threads, spec.strategy)
-            binding = (
-                affinity.bind(spec.cpu_threads, duet=paired, duet_threads=threads)
+            bound = (
+                binding.bind(spec.cpu_threads, duet=paired, duet_threads=threads)
                 if spec.cpu_binding or paired
                 else {"cpus": None, "why": "off"}
             )
         result = train(spec, ctx, os.environ.get("SCALEGATE_DATA_DIR") or None, beats.beat)
-        result.extra["cpu_binding"] = binding
+        result.extra["cpu_binding"] = bound
         _write_result(spec, ctx.rank, out_dir / f"rank{ctx.rank}.json", result.__dict__)
         turns.ACTIVE.leave(-1)  # after the result: its last turn holds every window after the steps
     finally:

@@ -46,7 +46,7 @@ from scalegate.contract import affinity, atomic, heartbeat
 from scalegate.contract.errors import SpecError
 from scalegate.contract.results import RankResult
 from scalegate.contract.spec import CaseSpec
-from scalegate.measure import turns
+from scalegate.measure import binding, turns
 from scalegate.measure.memory import cuda_peaks
 from scalegate.strategies.base import RankContext
 from scalegate.worker import script_loss
@@ -140,7 +140,7 @@ class StepClock:
         if paired and step == 0 and self.ctx.device.type == "cpu":
             # after the script's first step its process group exists: gloo's threads stay free unless the user binds them
             threads = affinity.gloo_threads(self.spec.duet_threads, self.spec.strategy, script=True)
-            self.binding = affinity.bind(self.spec.cpu_threads, duet=True, duet_threads=threads)
+            self.binding = binding.bind(self.spec.cpu_threads, duet=True, duet_threads=threads)
         if paired and self.first - 1 <= step < self.last:
             self.starts.append(self._now())
         self.step_started = time.perf_counter()  # the host clock of the next step's start (its turn's grant)
