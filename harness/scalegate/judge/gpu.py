@@ -20,10 +20,12 @@ def pool(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
         why = next((s["unavailable"] for s in states if s and "unavailable" in s), "")
         return {"unavailable": why} if why else {}
     clocks = [c for s in found for c in (s.get("sm_clock_mhz") or [])]
+    memory = [c for s in found for c in (s.get("mem_clock_mhz") or [])]
     return {
         "capped": sorted({r for s in found for r in s.get("capped") or ()}),
         "reasons": sorted({r for s in found for r in s.get("reasons") or ()}),
         "sm_clock_mhz": [min(clocks), max(clocks)] if clocks else None,
+        "mem_clock_mhz": [min(memory), max(memory)] if memory else None,
         "temperature_c_max": max((s["temperature_c_max"] for s in found if s.get("temperature_c_max")), default=None),
         "power_w_max": max((s["power_w_max"] for s in found if s.get("power_w_max")), default=None),
         "persistence": _all(s.get("persistence") for s in found),

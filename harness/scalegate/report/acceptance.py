@@ -48,6 +48,7 @@ class CaseRow:
     local_efficiency: float | None = None
     compile_s: float | None = None
     problems: list[str] = field(default_factory=list)
+    gpu_rounds: list[dict[str, Any]] = field(default_factory=list)  # each launch's (a gate's: round's) GPU state
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,6 +148,9 @@ def skip_problem(reason: str) -> list[str]:
 def judged(phase: str, case_id: str, outcome: str, reason: str, case: dict[str, Any] | None, compiled: bool) -> CaseRow:
     """One row: pytest's outcome, the case file's figures, and the GPU checks (which fail a passed case)."""
     figures = measures(case) if case else {}
+    figures["gpu_rounds"] = [
+        launch.get("gpu_state") or {} for launch in ((case or {}).get("record") or {}).get("launches", [])
+    ]
     figures["strategy"] = figures.get("strategy") or strategy_of(case_id)
     figures["world_size"] = figures.get("world_size") or world_of(case_id)
     row = CaseRow(phase=phase, case_id=case_id, outcome=outcome, reason=reason, **figures)

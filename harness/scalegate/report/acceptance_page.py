@@ -172,9 +172,39 @@ def markdown(report: dict[str, Any]) -> str:
         *(_case_line(r) for r in rows_of(report)),
         "",
     ]
+    lines += gpu_state_lines(rows_of(report))
     if failed:
         lines += ["## Failures", "", *(f"- {_cell(f)}" for f in failed), ""]
     return "\n".join(lines)
+
+
+def gpu_state_lines(rows: list[CaseRow]) -> list[str]:
+    """Each case's GPU state, launch by launch (a gate's: round by round): what drives a GPU's step time besides
+    the code (measure/gpu_state.py); nothing where no case recorded any."""
+    found = [(r, n, s) for r in rows for n, s in enumerate(r.gpu_rounds, 1) if s and "unavailable" not in s]
+    if not found:
+        return []
+    lines = [
+        "## GPU state",
+        "",
+        "Per launch (a gate's cases: per round, the head side's), from NVML through the measured window.",
+        "",
+        "| phase | case | launch | SM MHz | memory MHz | max °C | max W | capped by | persistence | clocks locked |",
+        "|---|---|--:|---|---|--:|--:|---|---|---|",
+    ]
+    for row, n, s in found:
+        span = "–".join(str(v) for v in s.get("sm_clock_mhz") or []) or "–"
+        mem = "–".join(str(v) for v in s.get("mem_clock_mhz") or []) or "–"
+        lines.append(
+            f"| {row.phase} | `{row.case_id}` | {n} | {span} | {mem} | {s.get('temperature_c_max') or '–'} | "
+            f"{s.get('power_w_max') or '–'} | {', '.join(s.get('capped') or []) or 'nothing'} | "
+            f"{_yes(s.get('persistence'))} | {_yes(s.get('clocks_locked'))} |"
+        )
+    return [*lines, ""]
+
+
+def _yes(value: Any) -> str:
+    return "–" if value is None else ("yes" if value else "no")
 
 
 def _phase_line(p: PhaseRun) -> str:
