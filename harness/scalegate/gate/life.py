@@ -22,7 +22,7 @@ from scalegate.contract import atomic
 from scalegate.contract.errors import ScalegateError
 from scalegate.gate import environments, merge, nodes, pairing, rounds, verdict, worktree
 from scalegate.gate.plan import GatePlan
-from scalegate.gate.sides import Side, session_command
+from scalegate.gate.sides import Side, pytest_argv, session_command
 from scalegate.plan import hostinfo
 from scalegate.record import baselines
 from scalegate.report import compare
@@ -80,8 +80,12 @@ class Gate:
 
     def _stored_in_session(self) -> Verdict:
         """One pytest session on every node; its sequential relaunches follow each other; node 0 judges."""
-        plan = self.plan
-        code = rounds.finish(rounds.start(self._command(sys.executable, empty=None)([], plan.gate_dir), _here(plan)))
+        plan, project = self.plan, self.plan.project
+        here = Side(name="head", tree=project.root, argv=lambda extra, where: [])
+        tests = [*project.tests, *project.parity]
+        argv = pytest_argv(project, plan.user_args, plan.gate_dir, tests, plan.settings, sys.executable)
+        with rounds.ending_sessions():
+            code = rounds.finish(rounds.start(argv, here))
         if plan.node != 0:
             return Verdict(code=0 if code == 0 else 1, text="", data={}, node=plan.node, follower=True)
         return self._judged(rounds.check_run(code, plan.gate_dir, "the gate"), None, [code])
@@ -183,10 +187,6 @@ class Gate:
         if 1 in codes and code == verdict.EXIT_OK:
             code = verdict.EXIT_REGRESSION
         return Verdict(code=code, text=text, data=data)
-
-
-def _here(plan: GatePlan) -> Side:
-    return Side(name="head", tree=plan.project.root, argv=lambda extra, where: [])
 
 
 def _stored_undecided(baseline_dir: Path):
