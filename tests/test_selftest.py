@@ -17,7 +17,7 @@ import pytest
 
 from scalegate.cli import gpu_phases, selftest
 from scalegate.cli.main import main
-from scalegate.report import acceptance_page, acceptance_run
+from scalegate.report import acceptance, acceptance_page, acceptance_run
 from scalegate.report.acceptance import FAILED, PASSED
 from tests.test_gpu_report import gpu_case
 
@@ -106,7 +106,9 @@ def _settings(tmp_path: Path) -> gpu_phases.Settings:
 
 def test_one_gpu_runs_every_strategy_at_1x1_and_says_why_not_1x2(tmp_path):
     phases = {p.name: p for p in gpu_phases.plan(1, _settings(tmp_path))}
-    assert list(phases) == ["matrix-1x1", "matrix-1x2-nccl", "compile", "script", "ab-gate"]
+    assert list(phases) == ["matrix-1x1", "matrix-1x2-nccl", "compile", "script", "ab-gate", "aa-rounds"]
+    aa = list(phases["aa-rounds"].argv)  # a step of 20 ms or more: resnet at 1x1, A/A duet rounds
+    assert aa[aa.index("--duet-aa") + 1] == "6" and aa[aa.index("--scaling-models") + 1] == "resnet"
     assert phases["matrix-1x2-nccl"].skip == "needs 2 GPUs on one node, this node has 1"
     matrix = phases["matrix-1x1"].argv
     strategies = matrix[matrix.index("--scaling-strategies") + 1].split(",")
@@ -144,8 +146,9 @@ def test_the_matrix_phases_select_every_strategy_on_the_models_and_every_referen
 
 
 def test_outside_git_the_gate_phase_says_why_it_does_not_run(tmp_path):
-    gate = gpu_phases.plan(1, _settings(tmp_path), in_git=False)[-1]
+    gate, rounds = gpu_phases.plan(1, _settings(tmp_path), in_git=False)[-2:]
     assert gate.name == "ab-gate" and "not a git checkout" in gate.skip
+    assert rounds.name == "aa-rounds" and rounds.skip == gate.skip
 
 
 def test_each_phase_gets_its_weights_share_of_the_time_left(tmp_path):
@@ -242,3 +245,20 @@ def test_the_gpu_gate_phase_runs_enough_pairs_to_decide_an_aa_duet():
     gate, matrix = list(phases["ab-gate"].argv), list(phases["matrix-1x1"].argv)
     assert gate[gate.index("--scaling-steps") + 1] == str(gpu_phases.GATE_STEPS) == "200"
     assert matrix[matrix.index("--scaling-steps") + 1] == "20"
+
+
+def test_the_aa_rounds_phase_reads_each_cases_spread_and_every_rounds_gpu_state(tmp_path):
+    """What ``record-baselines --duet-aa`` leaves (a baseline file with the spread; each round's head result, here
+    with a made-up GPU state: no GPU on this machine) becomes the phase's rows."""
+    base = tmp_path / "baselines"
+    base.mkdir()
+    entry = {"duet_aa": {"sigma": 0.021, "sigma_step_w": 0.012, "rounds": 6}}
+    (base / "cuda-x.json").write_text(json.dumps({"cases": {"ddp-resnet-1x1:small": entry}}))
+    for n in (1, 2):
+        where = tmp_path / "duet-aa-1" / f"round-0{n}" / "head" / "latest"
+        where.mkdir(parents=True)
+        state = {"sm_clock_mhz": [1980, 1980], "capped": ["sw_power_cap"] if n == 2 else []}
+        (where / "ddp-resnet-1x1.json").write_text(json.dumps({"record": {"launches": [{"gpu_state": state}]}}))
+    [row] = acceptance.spread_rows("aa-rounds", tmp_path)
+    assert row.case_id == "ddp-resnet-1x1" and row.reason.startswith("A/A duet spread 2.10% over 6 rounds")
+    assert [s["capped"] for s in row.gpu_rounds] == [[], ["sw_power_cap"]]

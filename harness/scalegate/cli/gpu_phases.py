@@ -10,6 +10,7 @@ others', and each leaves its own results directory and JUnit file for the report
 | ``compile`` | ``--scaling-compile`` for single, ddp and fsdp | 1 |
 | ``script`` | a team's script (examples/train_script) timed by CUDA events | 1 |
 | ``ab-gate`` | ``gate --base HEAD`` (an A/A): the worktree, the rounds and the A/B judge, once | 1 |
+| ``aa-rounds`` | A/A duet rounds of ``ddp-resnet-1x1`` (a step of 20 ms or more) and its reference: each round's spread, the GPU's clocks, temperature, power and throttle reasons round by round (``record-baselines --duet-aa``) | 1 |
 
 The matrix phases run every strategy on ``--models`` (default cnn) and every workload's single reference, so
 the whole strategy list fits the budget; ``--models all --budget-s 1200`` runs every strategy on every workload.
@@ -55,6 +56,7 @@ class Phase:
     skip: str = ""  # why it does not run on this machine
     junit: Path | None = None  # where its JUnit XML goes (pytest phases)
     gate_json: Path | None = None  # where its verdicts go (the gate)
+    spread: bool = False  # A/A duet rounds (record-baselines --duet-aa): its rows are the spreads it prints
 
     def timeout_for(self, later: list["Phase"], remaining_s: float) -> float:
         """This phase's share of the time left: its weight over its own and the later running phases' weights."""
@@ -151,8 +153,10 @@ def plan(gpus: int, s: Settings, in_git: bool = True) -> list[Phase]:
             s,
         ),
         gate_phase(per_node, s),
+        aa_phase(s),
     ]
     skips = {"matrix-1x2-nccl": two, "ab-gate": "" if in_git else "not a git checkout: the A/B gate's base is HEAD"}
+    skips["aa-rounds"] = skips["ab-gate"]
     return [replace(p, skip=skips.get(p.name, "")) for p in phases]
 
 
@@ -170,4 +174,26 @@ def gate_phase(per_node: str, s: Settings) -> Phase:
         weight=2.6,  # two rounds of single and ddp, each side a pytest session: 134 s on the H100, 73 s on the H200
         results_dir=results,
         gate_json=verdicts,
+    )
+
+
+AA_ROUNDS = 6  # enough rounds to state a spread (its own uncertainty about 1/sqrt(2(N-1)): 32% at six)
+
+
+def aa_phase(s: Settings) -> Phase:
+    """A/A duet rounds of a case whose step takes 20 ms or more on a GPU: the spread of a round, and the GPU's state in
+    every round (its rounds' results keep it), recorded into a baseline file of the run's own."""
+    results = s.work_dir / "aa-rounds"
+    argv = [s.python, "-m", "scalegate", "record-baselines", "--duet-aa", str(AA_ROUNDS)]
+    argv += ["--results-dir", str(results), "--baseline-dir", str(results / "baselines")]
+    argv += ["-k", "(ddp-resnet-1x1 or single-resnet-1x1) and not parity", *common(s, GATE_STEPS)[:-2]]
+    argv += ["--scaling-models", "resnet", "--scaling-strategies", "single,ddp"]
+    argv += ["--scaling-matrix", "full", "--scaling-topologies", "1x1"]
+    return Phase(
+        name="aa-rounds",
+        proves=f"{AA_ROUNDS} A/A duet rounds of ddp-resnet-1x1: a round's spread, with the GPU's clocks round by round",
+        argv=tuple(argv),
+        weight=2.0,
+        results_dir=results,
+        spread=True,
     )

@@ -59,8 +59,8 @@ def spread(record: CaseRecord, base: CaseRecord) -> tuple[float, float, int, flo
 
 
 def entries(head: list[dict[str, Any]], base: list[dict[str, Any]], commit: str) -> tuple[dict[str, dict], list[str]]:
-    """The ``duet_aa`` value of every case at W >= 2 that both sides ran as a duet in every round; a line for each
-    (the 1x1 references are judged by no duet: they are left out)."""
+    """The ``duet_aa`` value of every case that both sides ran as a duet in every round; a line for each (a case's
+    single-process reference is its own 1x1: it is left out; on one GPU, ddp at 1x1 against it is a case)."""
     theirs = {c["key"]: c for c in base}
     values, lines = {}, []
     for case in head:
@@ -68,7 +68,7 @@ def entries(head: list[dict[str, Any]], base: list[dict[str, Any]], commit: str)
             lines.append(f"- {case['key']}: not recorded: a side has no measurement ({case.get('status', '?')})")
             continue
         record = compare.record_of(case)
-        if record.reference_itself or record.world_size < 2:
+        if record.reference_itself:
             continue
         found = spread(record, compare.record_of(theirs[case["key"]]))
         if isinstance(found, str):

@@ -199,6 +199,41 @@ def gate_rows(phase: str, verdicts: Path, results_dir: Path) -> list[CaseRow]:
     return rows
 
 
+def spread_rows(phase: str, results_dir: Path) -> list[CaseRow]:
+    """A/A duet rounds' phase (``record-baselines --duet-aa``): a row per case it recorded, its spread from the
+    baseline file it wrote, and the GPU's state in every round (the head side's launch of each round)."""
+    rows = []
+    for path in sorted((results_dir / "baselines").glob("*.json")):
+        for key, entry in (json.loads(path.read_text()).get("cases") or {}).items():
+            aa = entry.get("duet_aa") or {}
+            if not aa:
+                continue
+            case_id = key.split(":")[0]
+            rounds = sorted(results_dir.glob(f"duet-aa-*/round-*/head/latest/{case_id}.json"))
+            states = [
+                (launch.get("gpu_state") or {})
+                for r in rounds
+                for launch in (json.loads(r.read_text()).get("record") or {}).get("launches", [])[:1]
+            ]
+            said = (
+                f"A/A duet spread {aa['sigma']:.2%} over {aa['rounds']} rounds; step time at W "
+                f"{aa.get('sigma_step_w', float('nan')):.2%}"
+            )
+            rows.append(
+                CaseRow(
+                    phase=phase,
+                    case_id=case_id,
+                    outcome=PASSED,
+                    reason=said,
+                    strategy=strategy_of(case_id),
+                    world_size=world_of(case_id),
+                    verdict="recorded",
+                    gpu_rounds=states,
+                )
+            )
+    return rows
+
+
 def strategy_of(case_id: str) -> str:
     """The strategy of a case id (``fabric-ddp-cnn-1x2`` -> ``fabric-ddp``): the longest card name it starts with,
     else its first word (a script's own strategy word, ``parity``)."""

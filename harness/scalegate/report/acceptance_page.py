@@ -39,6 +39,11 @@ COVERAGE: tuple[tuple[str, str, Check], ...] = (
     ),
     ("CUDA-event step timing (a team's script)", "script", lambda r: r.phase == "script"),
     ("the A/B gate (gate --base HEAD, an A/A)", "ab-gate", lambda r: r.phase == "ab-gate"),
+    (
+        "a round's A/A spread on a step of 20 ms or more, with the GPU's clocks and throttle reasons per round",
+        "aa-rounds",
+        lambda r: r.phase == "aa-rounds" and bool(r.gpu_rounds),
+    ),
 )
 
 

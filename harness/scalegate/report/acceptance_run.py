@@ -83,6 +83,8 @@ def run_phase(phase: gpu_phases.Phase, timeout_s: float, root: Path) -> acceptan
 def rows_of(phase: gpu_phases.Phase) -> list[acceptance.CaseRow]:
     if phase.gate_json is not None:
         return acceptance.gate_rows(phase.name, phase.gate_json, phase.results_dir)
+    if phase.spread:
+        return acceptance.spread_rows(phase.name, phase.results_dir)
     junit = phase.junit or phase.results_dir / "junit.xml"  # every other phase is a pytest session
     return acceptance.pytest_rows(phase.name, junit, phase.results_dir, compiled="--scaling-compile" in phase.argv)
 
