@@ -141,18 +141,16 @@ def test_the_argument_that_fixes_a_scripts_steps_is_found(argv, fixed):
 
 
 def test_a_marker_that_fixes_fewer_steps_than_a_case_needs_is_refused_naming_steps(tmp_path):
-    import dataclasses
-
     (tmp_path / "train.py").write_text("")
     decl = plan_script.declared(("train.py", "--max-steps=40"), {"strategies": ["ddp"]}, tmp_path, "t.py::test")
-    plan_script.check_steps(decl, dataclasses.replace(_options(), steps=38), "t.py::test")  # 2 + 38: fits
+    plan_script.check_steps(decl, _options("--scaling-steps=38"), "t.py::test")  # 2 + 38: fits
     with pytest.raises(SpecError) as err:
-        plan_script.check_steps(decl, dataclasses.replace(_options(), steps=300), "t.py::test")
+        plan_script.check_steps(decl, _options("--scaling-steps=300"), "t.py::test")
     said = str(err.value)
     assert "t.py::test: scaling_script's argument '--max-steps=40' stops the script after 40 optimizer steps" in said
     assert "a case needs 302 (2 before the window, 300 measured" in said
     assert 'HINT: write "--max-steps={steps}" in the marker' in said
-    longer_reference = dataclasses.replace(_options(), steps=5, reference_steps=100)
+    longer_reference = _options("--scaling-reference-steps=100")
     with pytest.raises(SpecError, match="a case needs 102"):
         plan_script.check_steps(decl, longer_reference, "t.py::test")
 

@@ -129,8 +129,8 @@ def check_steps(decl: Declared, options: Options, where: str) -> None:
     """A script whose marker fixes its steps below what a case needs would stop inside the window of every launch:
     refused now, before any, with the placeholder that gives each case its steps."""
     fixed = fixed_steps(decl.template)
-    steps = max(options.steps, options.reference_steps or 0)
-    need = needed_steps(steps, options.warmup)
+    steps = max(options.run.steps, options.reference_steps(True, options.run.steps))
+    need = needed_steps(steps, options.run.warmup)
     if fixed is None or fixed[1] >= need:
         return
     arg, count = fixed
