@@ -74,6 +74,38 @@ def agents(tmp_path_factory):
     pools.close()
 
 
+LIGHTNING_PROBE = """
+import lightning.pytorch as pl
+from lightning.fabric import Fabric
+
+# the Trainer refuses FSDP when it is built, DeepSpeed when its strategy sets up (the start of fit)
+for name in ("fsdp", "deepspeed"):
+    try:
+        pl.Trainer(accelerator="cpu", devices=1, strategy=name, logger=False).strategy.setup_environment()
+    except (ValueError, RuntimeError) as exc:
+        print("REFUSED trainer", exc)
+for name in ("fsdp", "deepspeed"):
+    try:
+        Fabric(accelerator="cpu", devices=1, strategy=name).launch()
+    except (ValueError, RuntimeError) as exc:
+        print("REFUSED fabric", exc)
+"""
+
+
+@pytest.fixture(scope="session")
+def lightning_refusals() -> dict[str, list[str]]:
+    """What Lightning itself says when the Trainer and Fabric are asked for FSDP and DeepSpeed on CPU, in that order,
+    by front end (``said``: the child's whole output). One child process for both front ends: Fabric.launch() sets
+    distributed environment variables in its process, and importing Lightning costs seconds."""
+    done = subprocess.run([sys.executable, "-c", LIGHTNING_PROBE], capture_output=True, text=True, timeout=180)
+    found: dict[str, list[str]] = {"trainer": [], "fabric": []}
+    for line in done.stdout.splitlines():
+        if line.startswith("REFUSED "):
+            front, said = line.removeprefix("REFUSED ").split(" ", 1)
+            found[front].append(said)
+    return {**found, "said": [done.stdout + done.stderr[-2000:]]}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that close the session's warm agents (``without_agents``) run last, in their order: each closed the
     agents of every key, and the next test launching through them paid their start again (a DeepSpeed or Lightning
