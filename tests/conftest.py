@@ -107,10 +107,17 @@ def lightning_refusals() -> dict[str, list[str]]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that close the session's warm agents (``without_agents``) run last, in their order: each closed the
-    agents of every key, and the next test launching through them paid their start again (a DeepSpeed or Lightning
-    server 5-10 s, plain torch 3-5 s)."""
-    items.sort(key=lambda item: "without_agents" in getattr(item, "fixturenames", ()))
+    """The tests that close the session's warm agents (``without_agents``) run after this directory's others, in their
+    order: each closed the agents of every key, and the next test launching through them paid their start again (a
+    DeepSpeed or Lightning server 5-10 s, plain torch 3-5 s). They still run before the scaling suite, whose own warm
+    agent (the plugin's, named by this process too) lives until the session ends and would count as their leftover."""
+
+    def order(item: pytest.Item) -> int:
+        if "without_agents" in getattr(item, "fixturenames", ()):
+            return 1
+        return 0 if Path(item.path).is_relative_to(ROOT / "tests") else 2
+
+    items.sort(key=order)
 
 
 @pytest.fixture
