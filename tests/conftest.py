@@ -74,6 +74,72 @@ def agents(tmp_path_factory):
     pools.close()
 
 
+LIGHTNING_PROBE = """
+import lightning.pytorch as pl
+from lightning.fabric import Fabric
+
+# the Trainer refuses FSDP when it is built, DeepSpeed when its strategy sets up (the start of fit)
+for name in ("fsdp", "deepspeed"):
+    try:
+        pl.Trainer(accelerator="cpu", devices=1, strategy=name, logger=False).strategy.setup_environment()
+    except (ValueError, RuntimeError) as exc:
+        print("REFUSED trainer", exc)
+for name in ("fsdp", "deepspeed"):
+    try:
+        Fabric(accelerator="cpu", devices=1, strategy=name).launch()
+    except (ValueError, RuntimeError) as exc:
+        print("REFUSED fabric", exc)
+"""
+
+
+@pytest.fixture(scope="session")
+def lightning_refusals() -> dict[str, list[str]]:
+    """What Lightning itself says when the Trainer and Fabric are asked for FSDP and DeepSpeed on CPU, in that order,
+    by front end (``said``: the child's whole output). One child process for both front ends: Fabric.launch() sets
+    distributed environment variables in its process, and importing Lightning costs seconds."""
+    done = subprocess.run([sys.executable, "-c", LIGHTNING_PROBE], capture_output=True, text=True, timeout=180)
+    found: dict[str, list[str]] = {"trainer": [], "fabric": []}
+    for line in done.stdout.splitlines():
+        if line.startswith("REFUSED "):
+            front, said = line.removeprefix("REFUSED ").split(" ", 1)
+            found[front].append(said)
+    return {**found, "said": [done.stdout + done.stderr[-2000:]]}
+
+
+# tests/test_gate.py's timing verdicts (the gate's end-to-end failures of a slower head), marked here by name: that
+# file is being changed on another branch
+GATE_TIMING = (
+    "test_the_ab_gate_fails_a_commit_that_slows_ddp",
+    "test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_slower_head",
+    "test_baseline_then_injected_delay_fails",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In an xdist worker, its variables (``PYTEST_XDIST_WORKER``, ...) stay its own: a suite a test starts in a
+    subprocess inherited them, took itself for a worker and turned its benchmarks off."""
+    if hasattr(config, "workerinput"):
+        for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
+            del os.environ[name]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that close the session's warm agents (``without_agents``) run after this directory's others, in their
+    order: each closed the agents of every key, and the next test launching through them paid their start again (a
+    DeepSpeed or Lightning server 5-10 s, plain torch 3-5 s). They still run before the scaling suite, whose own warm
+    agent (the plugin's, named by this process too) lives until the session ends and would count as their leftover."""
+
+    def order(item: pytest.Item) -> int:
+        if "without_agents" in getattr(item, "fixturenames", ()):
+            return 1
+        return 0 if Path(item.path).is_relative_to(ROOT / "tests") else 2
+
+    items.sort(key=order)
+    for item in items:
+        if Path(item.path).name == "test_gate.py" and getattr(item, "originalname", item.name) in GATE_TIMING:
+            item.add_marker(pytest.mark.timing)
+
+
 @pytest.fixture
 def without_agents(agents):
     """For a test that counts what this process left behind (namespaces named by its pid, worker processes under

@@ -1,11 +1,14 @@
 """The regression gate's commands on synthetic run directories in the session's result format.
 
-``python -m scalegate compare|report|update-baselines`` run as real subprocesses; the verdict and the
-bootstrap are checked as properties with hypothesis.
+``python -m scalegate compare|report|update-baselines`` through ``main()`` in this process (``cli``), and once each as
+a real subprocess (``real_cli``: what a second interpreter adds, its exit code and its piped output, costs ~2 s of
+importing torch a call); the verdict and the bootstrap are checked as properties with hypothesis.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import subprocess
@@ -16,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scalegate.cli.main import main
 from scalegate.contract.errors import ScalegateError
 from scalegate.figures import stats
 from scalegate.judge import CaseRecord, LaunchRecord
@@ -140,10 +144,23 @@ def write_run(directory: Path, *cases: dict) -> Path:
     return directory
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
+def real_cli(*args: str) -> subprocess.CompletedProcess:
+    """``python -m scalegate ARGS`` in a subprocess, as a user or a CI job runs it."""
     return subprocess.run(
         [sys.executable, "-m", "scalegate", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """``python -m scalegate ARGS`` in this process, from the repository's root: ``main()`` as ``__main__`` calls it,
+    its output captured, and argparse's own exit (a usage error) taken as the exit code it would give."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture
@@ -159,7 +176,7 @@ def baseline_dir(tmp_path: Path) -> Path:
 
 def test_compare_passes_a_clean_run_with_a_markdown_table(tmp_path, baseline_dir):
     run = write_run(tmp_path / "run", make_case(bytes_per_step=10e6), make_case("ddp-cnn-1x4", world=4, step_s=0.04))
-    done = cli("compare", run, "--baseline-dir", baseline_dir, "--json", tmp_path / "out.json")
+    done = real_cli("compare", run, "--baseline-dir", baseline_dir, "--json", tmp_path / "out.json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "**PASS**" in done.stdout
     assert "| `ddp-cnn-1x2:tiny` | 2 |" in done.stdout and "✅ ok |" in done.stdout
@@ -261,7 +278,7 @@ def test_update_writes_atomically_and_prints_a_diff(tmp_path, baseline_dir):
     assert before["cases"]["ddp-cnn-1x2:tiny"]["efficiency"] == {"value": 0.7, "tolerance": 0.05}
     assert before["cases"]["ddp-cnn-1x2:tiny"]["provenance"]["commit"] == "abc123"
     run = write_run(tmp_path / "again", make_case(step_s=0.035))
-    done = cli("update-baselines", run, "--baseline-dir", baseline_dir)
+    done = real_cli("update-baselines", run, "--baseline-dir", baseline_dir)
     assert done.returncode == 0, done.stderr
     assert "~ ddp-cnn-1x2:tiny: efficiency 0.7 -> 0.6" in done.stdout
     assert sorted(p.name for p in baseline_dir.iterdir()) == [path.name, path.name + ".lock"]  # no temp left
@@ -270,7 +287,7 @@ def test_update_writes_atomically_and_prints_a_diff(tmp_path, baseline_dir):
 
 def test_report_writes_plots_a_page_and_a_projection(tmp_path, baseline_dir):
     run = write_run(tmp_path / "run", make_case(bytes_per_step=10e6), make_case("ddp-cnn-1x4", world=4, step_s=0.04))
-    done = cli("report", run, "--out", tmp_path / "report", "--baseline-dir", baseline_dir)
+    done = real_cli("report", run, "--out", tmp_path / "report", "--baseline-dir", baseline_dir)
     assert done.returncode == 0, done.stderr
     pngs = sorted(p.name for p in (tmp_path / "report").glob("*.png"))
     assert pngs == ["bytes.png", "efficiency.png", "memory.png", "speedup.png"]

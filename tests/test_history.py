@@ -1,7 +1,8 @@
 """``python -m scalegate history``: the store, the check's verdicts and exit codes, quarantine, the page.
 
 Run directories are synthetic, in the session's result format (one as tests/test_cli.py's make_case writes it,
-the rest minimal); the commands run as real subprocesses, as a nightly job runs them. The tests of what a store
+the rest minimal); the commands run through ``main()`` in this process, and as real subprocesses where a nightly job
+runs them (``test_the_nightly_sbatch_adds_its_run_and_fails_on_a_new_regression``). The tests of what a store
 keeps run on both stores (``history_db``: a SQLite file, and a database on a real PostgreSQL server, tests/stores.py).
 """
 
@@ -30,7 +31,7 @@ history_db = stores.fixture()
 
 
 def run(*args) -> subprocess.CompletedProcess:
-    """``python -m scalegate ARGS`` in this process (the subprocess start costs ~1 s; ``cli`` is the real one)."""
+    """``python -m scalegate ARGS`` in this process, from where the test stands (``cli``: from the repository's root)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = harness_main.main([str(a) for a in args])

@@ -3,7 +3,6 @@ file and on a database of a real PostgreSQL server (tests/stores.py)."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -43,22 +42,17 @@ def test_a_url_of_a_kind_the_history_cannot_open_is_bad_input_and_makes_no_file(
     _nothing_made_but(tmp_path, {"nightly-1"})
 
 
-def test_a_postgresql_server_out_of_reach_is_an_error_naming_it_never_a_file(tmp_path):
-    """The issue's reproduction: SCALEGATE_HISTORY_DB a server URL, from a fresh directory, as a new user would."""
+def test_a_postgresql_server_out_of_reach_is_an_error_naming_it_never_a_file(tmp_path, monkeypatch):
+    """The issue's reproduction: SCALEGATE_HISTORY_DB a server URL, from a fresh directory, as a new user would (the
+    command in this process: a real subprocess of it runs in tests/test_history.py's nightly)."""
     nightly = write_run(tmp_path / "nightly-1", case("ddp-cnn-1x2", 0.8))
     work = tmp_path / "work"
     work.mkdir()
     url = "postgresql://postgres:s3cret@127.0.0.1:1/postgres"  # port 1: nothing listens, refused at once
-    env = {**os.environ, "SCALEGATE_HISTORY_DB": url, "PYTHONPATH": str(ROOT)}
+    monkeypatch.setenv("SCALEGATE_HISTORY_DB", url)
+    monkeypatch.chdir(work)
     for command in (("add", str(nightly)), ("list",), ("report", "--out", "page")):
-        done = subprocess.run(
-            [sys.executable, "-m", "scalegate", "history", *command],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run("history", *command)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert "history database postgresql://postgres:***@127.0.0.1:1/postgres cannot be reached" in done.stderr
         assert "HINT: check that the server runs" in done.stderr and "Traceback" not in done.stderr

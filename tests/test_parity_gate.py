@@ -131,6 +131,7 @@ def test_a_clean_parity_case_passes_with_both_front_ends_in_one_launch(suite, tm
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # a throughput verdict
 def test_a_slowed_candidate_fails_throughput_parity_naming_both_and_the_tolerance(tmp_path, agents):
     slowed = runner(tmp_path, Faults(slowdown=0.6), agents)  # the candidate's steps only: the companion is clean
     if slowed.case.oversubscribed:

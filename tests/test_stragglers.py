@@ -74,6 +74,7 @@ def test_the_straggler_fault_parses_and_sleeps_only_its_rank():
     assert len(clock.times) == 1 and clock.times[0] > 0
 
 
+@pytest.mark.timing  # the excess it names is the injected sleep, within 25 ms
 def test_a_real_rank_sleeping_in_its_forward_is_named(tmp_path, agents):
     result = run_case(spec(faults=Faults(straggler_rank=1, straggler_ms=40)), tmp_path / "case", agents=agents)
     found = stragglers.attribute(result)
@@ -110,6 +111,7 @@ def test_the_breakdown_splits_each_ranks_step_into_compute_and_exposed_communica
 
 
 @pytest.mark.slow  # two launches: not the fast tier's single ones
+@pytest.mark.timing  # exposed communication, measured in both launches
 def test_an_extra_blocking_all_reduce_shows_as_exposed_communication(tmp_path, agents):
     from scalegate.figures import breakdown
 

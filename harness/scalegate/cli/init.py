@@ -17,10 +17,14 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from scalegate.cli import init_files, init_marker, init_probe, init_script
+from scalegate.cli import init_files
 from scalegate.contract.errors import ScalegateError
 from scalegate.gate.project import Project
+
+if TYPE_CHECKING:
+    from scalegate.cli import init_marker, init_script
 
 CI_KINDS = tuple(init_files.CI)
 
@@ -93,6 +97,10 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # init's parts plan cases (plan/script.py: the workloads, so torch): imported when init runs, not for its parser,
+    # so that no other command starts by importing torch (~1.2 s a command)
+    from scalegate.cli import init_marker, init_probe, init_script
+
     project = Project.find()
     root = project.root
     if project.own:
@@ -136,6 +144,8 @@ def _summary(
     notes: list[str],
 ) -> None:
     """What init read, what it wrote, and the commands to run next."""
+    from scalegate.cli import init_marker
+
     print(f"init: {marker.script}'s flags, from {found.source}: {', '.join(marker.argv)}")
     pattern = init_marker.pattern_literal(marker.loss_pattern)
     print(f"init: the loss, read by {pattern} from {len(read)} lines of the run, e.g. {read[0].strip()!r}")

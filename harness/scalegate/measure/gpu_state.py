@@ -58,8 +58,10 @@ class GpuState:
 
     def read(self) -> None:
         n, h = self.nvml, self.handle
-        reasons = (
-            getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
+        # the reasons' name changed in nvidia-ml-py 12.535; a library with neither gives no reasons, as a GPU that
+        # does not report them (a reading must not end the memory sampler's thread)
+        reasons = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            n, "nvmlDeviceGetCurrentClocksThrottleReasons", None
         )
         self.readings.append(
             {
