@@ -106,15 +106,6 @@ def lightning_refusals() -> dict[str, list[str]]:
     return {**found, "said": [done.stdout + done.stderr[-2000:]]}
 
 
-# tests/test_gate.py's timing verdicts (the gate's end-to-end failures of a slower head), marked here by name: that
-# file is being changed on another branch
-GATE_TIMING = (
-    "test_the_ab_gate_fails_a_commit_that_slows_ddp",
-    "test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_slower_head",
-    "test_baseline_then_injected_delay_fails",
-)
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """In an xdist worker, its variables (``PYTEST_XDIST_WORKER``, ...) stay its own: a suite a test starts in a
     subprocess inherited them, took itself for a worker and turned its benchmarks off."""
@@ -135,9 +126,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 0 if Path(item.path).is_relative_to(ROOT / "tests") else 2
 
     items.sort(key=order)
-    for item in items:
-        if Path(item.path).name == "test_gate.py" and getattr(item, "originalname", item.name) in GATE_TIMING:
-            item.add_marker(pytest.mark.timing)
 
 
 @pytest.fixture

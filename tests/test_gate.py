@@ -58,6 +58,7 @@ def _record(tmp_path, suite) -> list[str]:
     return common
 
 
+@pytest.mark.timing
 def test_baseline_then_injected_delay_fails(tmp_path, suite, monkeypatch):
     monkeypatch.setenv("SCALEGATE_CONFIRM_PAUSE_S", "1")  # the injected delay is far beyond a slow phase of the host
     common = _record(tmp_path, suite)
@@ -231,6 +232,7 @@ def _ab(repo, tmp_path, base: str, *extra: str, gap_s: str = "30") -> subprocess
     return gate(tmp_path, "--base", base, *AB_ARGS, *extra, env={"SCALEGATE_ROUND_GAP_S": gap_s}, cwd=repo)
 
 
+@pytest.mark.timing
 def test_the_ab_gate_fails_a_commit_that_slows_ddp(tmp_path):
     """The one real end-to-end A/B run of the default tier: the smallest case, few steps, rounds 5 s apart (the
     injected drop is far beyond the host's slow phases). The A/B verdicts' statistics replay recorded rounds
@@ -386,6 +388,7 @@ EMULATED_CASE = [
 @pytest.mark.skipif(
     netns.available() is not None, reason=f"emulated nodes need network namespaces: {netns.available()}"
 )
+@pytest.mark.timing
 def test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_slower_head(tmp_path):
     """Emulated 2x1 (two network namespaces on this machine, a capped link between them) in a real duet: the head's
     DDP step waits 25 ms on the host in every rank (a synchronous check). The ranks inside the namespaces reach the
