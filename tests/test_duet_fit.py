@@ -73,6 +73,33 @@ def test_a_refused_cases_two_jobs_alternate_whole_one_after_the_other_and_say_wh
     assert all(j["alternate"] and j["solo"].startswith(why) for j in report.values())
 
 
+def test_the_alternate_pairing_runs_a_job_whole_only_while_the_other_sides_session_is_parked():
+    """A job runs whole only while the other side's session is idle: a job of it waits for its first turn, or it
+    has ended. Its imports, rank spawns and result writing between jobs made the job running beside them slower."""
+    log: list = []
+    with Coordinator(pair_wait_s=30, turn_s=30, alternate=True) as c:
+        c.round_started({}, first="head")
+        head = Ranks(c, "head", "ddp-x-1x2", 2, 3, log).start()
+        time.sleep(0.6)
+        assert not log, "the head's job ran while the base's session had no job waiting"
+        joined = time.monotonic()
+        base = Ranks(c, "base", "ddp-x-1x2", 2, 3, log).start()
+        head.join()
+        time.sleep(0.6)
+        assert {side for _, side, *_ in log} == {"head"}, "the base's job ran while the head's session was busy"
+        ended = time.monotonic()
+        c.side_ended("head")
+        base.join()
+        report = c.report()
+    assert not head.errors and not base.errors, head.errors + base.errors
+    assert min(t for t, side, *_ in log if side == "head") > joined
+    assert min(t for t, side, *_ in log if side == "base") > ended > max(t for t, side, *_ in log if side == "head")
+    assert sorted(j["solo"] for j in report.values()) == [
+        "alternate pairing: after the head job",
+        "alternate pairing: before the base job",
+    ]
+
+
 def test_a_job_without_a_partner_reads_as_rounds_with_the_reason_in_the_verdict_and_the_pr_table():
     why = f"solo: {WHY}: GPU 0 has 1.0 GiB free, the case's two jobs peak at 1.2 GiB (+15%)"
 

@@ -305,20 +305,30 @@ class Coordinator:
 
     def _whole_if_due(self, job: Job, partner: Job | None) -> bool:
         """The alternate pairing: ``job`` runs whole now if it is its pair's turn in the round's ABBA order (its
-        partner has left, or it is the side due first), or if its partner has not joined while the host was idle for
-        ``pair_wait_s``."""
+        partner has left, or it is the side due first) and the other side is parked (``_parked``), or if its partner
+        has not joined while the host was idle for ``pair_wait_s``."""
         other = "base" if job.side == "head" else "head"
         why = self.refused.get(job.name) or "alternate pairing"
+        waited = time.monotonic() - max(job.since, self.idle_since)
         if partner is not None and (partner.gone or partner.turns):
-            return partner.gone and self._whole(job, f"{why}: after the {other} job")
+            return partner.gone and self._parked(other, waited) and self._whole(job, f"{why}: after the {other} job")
         index = self.pair_order.setdefault(job.name, len(self.pair_order))
         order = (self.first, "base" if self.first == "head" else "head")
         if duet.first_side(index, order) == job.side:
-            return self._whole(job, f"{why}: before the {other} job")
-        waited = time.monotonic() - max(job.since, self.idle_since)
+            return self._parked(other, waited) and self._whole(job, f"{why}: before the {other} job")
         if partner is None and (other in self.ended_sides or waited >= self.pair_wait_s):
             return self._alone(job, f"no {other} job {job.name} joined in {waited:.0f} s")
         return False
+
+    def _parked(self, side: str, waited: float) -> bool:
+        """Whether ``side``'s session is idle, so a job of the other side may run whole: it has ended, or a job of
+        it has joined and every rank waits for its first turn (before it touches the device). Between its jobs a
+        session imports, spawns ranks and writes results: on a 2-core VM a 1x1 job run beside that read up to 13%
+        slower (docs/evidence/duet.md#the-alternate-pairing-measured). Past ``pair_wait_s`` of waiting it counts as
+        parked, so a session that died without a word stops nothing."""
+        if side in self.ended_sides or waited >= self.pair_wait_s:
+            return True
+        return any(j.side == side and j.ready and not j.turns for j in self.jobs.values())
 
     def _whole(self, job: Job, why: str) -> bool:
         job.alternate = True
