@@ -77,7 +77,9 @@ def rounds_of(gate_dir: Path, raw: Path | None = None) -> list[dict]:
                     "paired": True,
                     "d_w": found.at_w.mean,
                     "d_1": found.at_1.mean,
-                    "eff_log": found.efficiency_log,
+                    "eff_log": found.efficiency_log,  # the local efficiencies' where the alternate pairing read them
+                    "local": found.local is not None,
+                    "eff_alternated": found.at_1.mean - found.at_w.mean,
                     "se": found.se,
                     "se_w": found.at_w.se,
                     "pairs": found.at_w.pairs,

@@ -104,15 +104,17 @@ RECORDED_AA_STEP_W = {
     ),
 }
 # The alternate pairing's floors (whole jobs one after the other: a launch's level is all of a round's spread), the
-# efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs.
-# docs/evidence/duet.md#the-alternate-pairing-measured
+# efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs; a script's are the
+# workload's until its own are recorded. docs/evidence/duet.md#the-alternate-pairing-measured
 RECORDED_AA_ALTERNATE = {
     "workload": (
-        (0.04, "A/A alternate rounds of the cnn canaries recorded on the 2-core VMs"),
-        (0.03, "A/A alternate rounds of the cnn canaries' step time at W recorded on the 2-core VMs"),
+        (0.0804, "12 A/A alternate rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
+        (0.0542, "12 A/A alternate rounds of ddp-cnn-1x2's step time at W recorded on the 2-core VMs"),
     ),
     "script": (
-        (0.04, "A/A alternate rounds of the example script recorded on the 2-core VMs"),
-        (0.03, "A/A alternate rounds of the example script's step time at W recorded on the 2-core VMs"),
+        (0.0804, "12 A/A alternate rounds of ddp-cnn-1x2 recorded on the 2-core VMs (a script's own: not yet)"),
+        (0.0542, "12 A/A alternate rounds of ddp-cnn-1x2's step time at W recorded on the 2-core VMs"),
     ),
+    # the efficiency read from each launch's same-launch local steps (a workload's; a script has none)
+    "local": (0.038, "two launches' local efficiencies, 2.7% each between launches on the 2-core VMs"),
 }

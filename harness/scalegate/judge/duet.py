@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from scalegate.judge import gpu, sequential
+from scalegate.judge import estimates, gpu, sequential
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import ALTERNATE, PAIRED, CaseRecord, LaunchRecord
 from scalegate.judge.outcome import AB, Overrides
@@ -59,8 +59,11 @@ def measured_floor(kind: str, step_w: bool = False) -> tuple[float, str]:
     return (RECORDED_AA_STEP_W if step_w else RECORDED_AA)[kind]
 
 
-def alternate_floor(record: CaseRecord, step_w: bool = False) -> tuple[float, str]:
-    """Sigma's floor in the alternate pairing: the spread of its recorded A/A rounds (``RECORDED_AA_ALTERNATE``)."""
+def alternate_floor(record: CaseRecord, step_w: bool = False, local: bool = False) -> tuple[float, str]:
+    """Sigma's floor in the alternate pairing: the spread of its recorded A/A rounds (``RECORDED_AA_ALTERNATE``);
+    ``local``: of the efficiency read from each launch's same-launch local steps."""
+    if local and not step_w:
+        return RECORDED_AA_ALTERNATE["local"]
     found = RECORDED_AA_ALTERNATE["script" if is_script(record) else "workload"]
     return found[1] if step_w else found[0]
 
@@ -106,17 +109,24 @@ class RoundEstimate:
     at_w: Paired
     at_1: Paired
     pairing: str = PAIRED  # PAIRED (step by step) or ALTERNATE (whole launches, one after the other)
+    # the alternate pairing's efficiency from each launch's own local steps (``local_alternated``), where both have them
+    local: Paired | None = None
 
     @property
     def efficiency_log(self) -> float:
-        """ln(efficiency head / base) = ln(t1 ratio) - ln(tW ratio)."""
-        return self.at_1.mean - self.at_w.mean
+        """ln(efficiency head / base) = ln(t1 ratio) - ln(tW ratio); the local efficiencies' log ratio where read."""
+        return self.local.mean if self.local is not None else self.at_1.mean - self.at_w.mean
 
     @property
     def se(self) -> float:
-        return math.hypot(self.at_w.se, self.at_1.se)
+        return self.local.se if self.local is not None else math.hypot(self.at_w.se, self.at_1.se)
 
     def describe(self) -> str:
+        if self.local is not None:
+            return (
+                f"step time {math.exp(self.at_w.mean) - 1:+.1%} at W, local efficiency "
+                f"{math.exp(self.efficiency_log) - 1:+.1%} ±{self.se:.1%} ({self.local.pairs} same-launch pairs a side)"
+            )
         return (
             f"step time {math.exp(self.at_w.mean) - 1:+.1%} at W, {math.exp(self.at_1.mean) - 1:+.1%} at 1x1, "
             f"efficiency {math.exp(self.efficiency_log) - 1:+.1%} ±{self.se:.1%} ({self.at_w.pairs} "
@@ -197,7 +207,9 @@ def round_estimate(head: LaunchRecord, base: LaunchRecord, trim: float = TRIM) -
         at_w = alternated(head.step_times_s, base.step_times_s, (head.lengths, base.lengths), trim)
         lengths = (head.reference_lengths, base.reference_lengths)
         at_1 = alternated(head.reference_step_times_s, base.reference_step_times_s, lengths, trim)
-        return None if at_w is None or at_1 is None else RoundEstimate(at_w=at_w, at_1=at_1, pairing=ALTERNATE)
+        if at_w is None or at_1 is None:
+            return None
+        return RoundEstimate(at_w=at_w, at_1=at_1, pairing=ALTERNATE, local=local_alternated(head, base))
     if not (head.duet == base.duet == PAIRED and head.reference_duet == base.reference_duet == PAIRED):
         return None
     at_w = paired(head.step_times_s, base.step_times_s, (head.lengths, base.lengths), trim=trim)
@@ -224,6 +236,19 @@ def alternated(
         return None
     se = math.sqrt(sum(variances)) / len(logs)
     return Paired(mean=statistics.fmean(logs), se=se, pairs=min(len(head), len(base)))
+
+
+def local_alternated(head: LaunchRecord, base: LaunchRecord) -> Paired | None:
+    """Whole launches one after the other, each judged against its own same-launch reference: the log ratio of the
+    two launches' local efficiencies (``estimates.local``: local over distributed steps, pair by pair, within each
+    launch), so a launch's own level cancels inside it. Its standard error from the two bootstrap intervals. None
+    where either launch has no local pairs (a script; a replica that did not fit on the device)."""
+    found = [estimates.local(launch) for launch in (head, base)]
+    if found[0] is None or found[1] is None:
+        return None
+    ses = [(math.log(e.high) - math.log(e.low)) / (2 * 1.96) for e in found]  # type: ignore[union-attr]
+    pairs = min(len(head.pair_step_times_s), len(base.pair_step_times_s))
+    return Paired(mean=math.log(found[0].value / found[1].value), se=math.hypot(*ses), pairs=pairs)
 
 
 def split(steps: Sequence[float], lengths: Sequence[int]) -> list[Sequence[float]]:
@@ -286,12 +311,15 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     rounds: list[RoundEstimate] = found_rounds  # type: ignore[assignment]
     design = rounds_design(record, baseline, overrides, sigma_floor=0.0)  # no floor from arithmetic: sigma is measured
     alternate = rounds[0].pairing == ALTERNATE
+    local = alternate and all(r.local is not None for r in rounds)
+    if alternate and not local:  # every round read alike: the local efficiencies only where each round has them
+        rounds = [dataclasses.replace(r, local=None) for r in rounds]
     kind = "alternate" if alternate else "duet"
     over = f"{len(rounds)} {kind} round{'s' if len(rounds) > 1 else ''} ({'; '.join(r.describe() for r in rounds)})"
     how = "whole jobs alternating with the base commit's" if alternate else "duet against the base commit"
     capped = gpu.capped_rounds([h.gpu_state for h in record.launches], [b.gpu_state for b in base.launches])
     where = f"[{record.where}, {how}{threads_said(record, base)}{capped}]"
-    floor = alternate_floor(record) if alternate else aa_floor(record, baseline)
+    floor = alternate_floor(record, local=local) if alternate else aa_floor(record, baseline)
     verdicts = [_decided([r.efficiency_log for r in rounds], [r.se for r in rounds], floor, design, over, where)]
     step_time = record.conduct.step_time_tolerance
     if step_time:  # speed at W, base/head: a step time ``step_time`` slower is a drop of 1 - 1/(1 + step_time)
