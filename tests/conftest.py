@@ -118,15 +118,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that close the session's warm agents (``without_agents``) run after this directory's others, in their
     order: each closed the agents of every key, and the next test launching through them paid their start again (a
     DeepSpeed or Lightning server 5-10 s, plain torch 3-5 s). They still run before the scaling suite, whose own warm
-    agent (the plugin's, named by this process too) lives until the session ends and would count as their leftover.
-    Within each group the ``slow`` tests come first: run two at a time (pytest-xdist, .ci/run), a minute-long test
-    handed out last kept one worker busy while the other sat idle."""
+    agent (the plugin's, named by this process too) lives until the session ends and would count as their leftover."""
 
-    def order(item: pytest.Item) -> tuple[int, int]:
-        slow = 0 if item.get_closest_marker("slow") else 1
+    def order(item: pytest.Item) -> int:
         if "without_agents" in getattr(item, "fixturenames", ()):
-            return 1, slow
-        return (0 if Path(item.path).is_relative_to(ROOT / "tests") else 2), slow
+            return 1
+        return 0 if Path(item.path).is_relative_to(ROOT / "tests") else 2
 
     items.sort(key=order)
 
