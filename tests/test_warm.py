@@ -9,6 +9,7 @@ every process the pools start (server, forkserver, ranks) and by this process's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -99,14 +100,21 @@ def eventually_none(token: str, creator_pid: int | None = None, namespaces: bool
     return found
 
 
-def forkserver_cmdline(pool: warm.AgentPool) -> str:
-    """The command line of the server's forkserver: it lists the modules every rank is forked with."""
+def forkserver_cmdline(pool: warm.AgentPool, wait_s: float = 5.0) -> str:
+    """The command line of the server's forkserver: it lists the modules every rank is forked with. Looked for under
+    the server's whole tree (a namespace's exec wrapper may sit between) for up to ``wait_s``: on a loaded machine the
+    forkserver's process may not be listed yet the moment the server says it is ready."""
     assert pool.server is not None
-    for child in psutil.Process(pool.server.proc.pid).children():
-        line = " ".join(child.cmdline())
-        if "multiprocessing.forkserver" in line:
-            return line
-    raise AssertionError("the server has no forkserver")
+    deadline = time.monotonic() + wait_s
+    while True:
+        for child in psutil.Process(pool.server.proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                line = " ".join(child.cmdline())
+                if "multiprocessing.forkserver" in line:
+                    return line
+        if time.monotonic() >= deadline:
+            raise AssertionError("the server has no forkserver")
+        time.sleep(0.1)
 
 
 # --- the same measurements as a cold launch --------------------------------------------------------
@@ -286,7 +294,7 @@ def test_a_scripts_server_imports_torchruns_agent_alone_and_starts_no_forkserver
     server = pool._server_for(case)
     assert server.key.fresh
     with pytest.raises(AssertionError, match="no forkserver"):
-        forkserver_cmdline(pool)
+        forkserver_cmdline(pool, wait_s=1.0)
     ready = [line for line in server.log.read_text().splitlines() if line.startswith("agentserver ready:")][-1]
     assert json.loads(ready.split(":", 1)[1])["modules"] == list(agent.FRESH_PRELOAD)
     built_in = pool._server_for(spec())
