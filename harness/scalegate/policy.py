@@ -115,8 +115,7 @@ RECORDED_AA_ALTERNATE = {
         (0.0804, "12 A/A alternate rounds of ddp-cnn-1x2 recorded on the 2-core VMs (a script's own: not yet)"),
         (0.0542, "12 A/A alternate rounds of ddp-cnn-1x2's step time at W recorded on the 2-core VMs"),
     ),
-    # the efficiency read from each launch's same-launch local steps (a workload's; a script has none): two launches'
-    # spread of 2.7% each; 15 A/A alternate rounds read 4.3% (7.4% with one first round at -23%), and replayed at
-    # this floor they raised 0.4% false alarms
-    "local": (0.038, "two launches' local efficiencies, 2.7% each between launches on the 2-core VMs"),
 }
+# The same where a round's efficiency is read from each launch's own local steps (a workload's; a script has none):
+# two launches of the local efficiency's spread between launches. docs/evidence/duet.md#the-alternate-pairing-measured
+RECORDED_AA_ALTERNATE_LOCAL = (0.038, "two launches' local efficiencies, 2.7% each between launches on the 2-core VMs")

@@ -37,6 +37,13 @@ class Estimate:
         return max(self.value - self.low, self.high - self.value) / self.value
 
 
+def log_standard_error(estimate: Estimate) -> float | None:
+    """The standard error of ln(value), from its bootstrap 95% interval; None where nothing bounds it."""
+    if not (0 < estimate.low <= estimate.high < math.inf):
+        return None
+    return (math.log(estimate.high) - math.log(estimate.low)) / (2 * 1.96)
+
+
 def _medians(values: Sequence[float], rng: np.random.Generator, resamples: int) -> np.ndarray:
     data = np.asarray(values, dtype=float)
     picks = rng.integers(0, len(data), size=(resamples, len(data)))

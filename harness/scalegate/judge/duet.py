@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from scalegate.figures import stats
 from scalegate.judge import estimates, gpu, sequential
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import ALTERNATE, PAIRED, CaseRecord, LaunchRecord
@@ -26,6 +27,7 @@ from scalegate.policy import (
     MIN_ROUNDS,
     RECORDED_AA,
     RECORDED_AA_ALTERNATE,
+    RECORDED_AA_ALTERNATE_LOCAL,
     RECORDED_AA_STEP_W,
     SCRIPT_TRIM,
     TRIM,
@@ -61,9 +63,9 @@ def measured_floor(kind: str, step_w: bool = False) -> tuple[float, str]:
 
 def alternate_floor(record: CaseRecord, step_w: bool = False, local: bool = False) -> tuple[float, str]:
     """Sigma's floor in the alternate pairing: the spread of its recorded A/A rounds (``RECORDED_AA_ALTERNATE``);
-    ``local``: of the efficiency read from each launch's same-launch local steps."""
+    ``local``: of the efficiency read from each launch's same-launch local steps (``RECORDED_AA_ALTERNATE_LOCAL``)."""
     if local and not step_w:
-        return RECORDED_AA_ALTERNATE["local"]
+        return RECORDED_AA_ALTERNATE_LOCAL
     found = RECORDED_AA_ALTERNATE["script" if is_script(record) else "workload"]
     return found[1] if step_w else found[0]
 
@@ -242,11 +244,13 @@ def local_alternated(head: LaunchRecord, base: LaunchRecord) -> Paired | None:
     """Whole launches one after the other, each judged against its own same-launch reference: the log ratio of the
     two launches' local efficiencies (``estimates.local``: local over distributed steps, pair by pair, within each
     launch), so a launch's own level cancels inside it. Its standard error from the two bootstrap intervals. None
-    where either launch has no local pairs (a script; a replica that did not fit on the device)."""
+    where either launch has no local pairs (a script; a replica that did not fit on the device) or no interval."""
     found = [estimates.local(launch) for launch in (head, base)]
     if found[0] is None or found[1] is None:
         return None
-    ses = [(math.log(e.high) - math.log(e.low)) / (2 * 1.96) for e in found]  # type: ignore[union-attr]
+    ses = [stats.log_standard_error(e) for e in found]
+    if ses[0] is None or ses[1] is None:
+        return None
     pairs = min(len(head.pair_step_times_s), len(base.pair_step_times_s))
     return Paired(mean=math.log(found[0].value / found[1].value), se=math.hypot(*ses), pairs=pairs)
 

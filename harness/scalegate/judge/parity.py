@@ -113,19 +113,12 @@ def baseline_throughput(result: CaseResult) -> float:
     return metrics.throughput(result.spec.global_batch_size, metrics.median(result.companion_step_times_s))
 
 
-def standard_error(ratio: stats.Estimate) -> float | None:
-    """A launch's own standard error of ln(ratio), from its bootstrap 95% interval; None without one."""
-    if not (0 < ratio.low <= ratio.high < math.inf):
-        return None
-    return (math.log(ratio.high) - math.log(ratio.low)) / (2 * 1.96)
-
-
 def pooled(ratios: list[stats.Estimate]) -> stats.Estimate:
     """The launches' ratios as one: geometric mean, 95% interval from their standard errors (one launch: its own)."""
     if len(ratios) == 1:
         return ratios[0]
     logs = [math.log(r.value) for r in ratios]
-    errors = [standard_error(r) for r in ratios]
+    errors = [stats.log_standard_error(r) for r in ratios]
     centre = math.exp(sum(logs) / len(logs))
     if any(e is None for e in errors):
         return stats.Estimate(value=centre, low=0.0, high=math.inf)
@@ -146,7 +139,7 @@ def decide(ratios: list[stats.Estimate], tolerance: float, design: sequential.De
     on one workload (fabric-ddp on resnet read 0.915-0.961 in CI) failed half the time. The reference is exact
     (``math.inf`` launches: no error of its own); sigma pools the launches' standard errors, or, from three
     launches on, their own spread between launches where that is wider."""
-    errors = [e for e in map(standard_error, ratios) if e is not None]
+    errors = [e for e in map(stats.log_standard_error, ratios) if e is not None]
     sigma = math.sqrt(sum(e * e for e in errors) / len(errors)) if errors else 0.05
     if len(ratios) >= 3:
         sigma = max(sigma, statistics.stdev(math.log(r.value) for r in ratios))

@@ -323,8 +323,8 @@ class Coordinator:
     def _parked(self, side: str, waited: float) -> bool:
         """Whether ``side``'s session is idle, so a job of the other side may run whole: it has ended, or a job of
         it has joined and every rank waits for its first turn (before it touches the device). Between its jobs a
-        session imports, spawns ranks and writes results: on a 2-core VM a 1x1 job run beside that read up to 13%
-        slower (docs/evidence/duet.md#the-alternate-pairing-measured). Past ``pair_wait_s`` of waiting it counts as
+        session imports, spawns ranks and writes results, which slows a job beside it
+        (docs/evidence/duet.md#the-alternate-pairing-measured). Past ``pair_wait_s`` of waiting it counts as
         parked, so a session that died without a word stops nothing."""
         if side in self.ended_sides or waited >= self.pair_wait_s:
             return True
