@@ -294,7 +294,7 @@ def test_a_scripts_server_imports_torchruns_agent_alone_and_starts_no_forkserver
     server = pool._server_for(case)
     assert server.key.fresh
     with pytest.raises(AssertionError, match="no forkserver"):
-        forkserver_cmdline(pool, wait_s=1.0)
+        forkserver_cmdline(pool, wait_s=0.0)
     ready = [line for line in server.log.read_text().splitlines() if line.startswith("agentserver ready:")][-1]
     assert json.loads(ready.split(":", 1)[1])["modules"] == list(agent.FRESH_PRELOAD)
     built_in = pool._server_for(spec())
