@@ -232,11 +232,11 @@ def _ab(repo, tmp_path, base: str, *extra: str, gap_s: str = "30") -> subprocess
     return gate(tmp_path, "--base", base, *AB_ARGS, *extra, env={"SCALEGATE_ROUND_GAP_S": gap_s}, cwd=repo)
 
 
-@pytest.mark.timing
+@pytest.mark.nightly  # the default tier's A/B gate is the emulated 2x1 one below, asserting the same table and files
 def test_the_ab_gate_fails_a_commit_that_slows_ddp(tmp_path):
-    """The one real end-to-end A/B run of the default tier: the smallest case, few steps, rounds 5 s apart (the
-    injected drop is far beyond the host's slow phases). The A/B verdicts' statistics replay recorded rounds
-    (tests/test_ab_replay.py); the A/A run of the whole command is nightly (below)."""
+    """A/B on one node's 1x2: the smallest case, few steps, rounds 5 s apart (the injected drop is far beyond the
+    host's slow phases). The A/B verdicts' statistics replay recorded rounds (tests/test_ab_replay.py); the A/A run of
+    the whole command is nightly (below)."""
     repo = throwaway_repo(tmp_path / "repo")
     slow = _ab(repo, tmp_path, "HEAD~1", gap_s="5")
     assert slow.returncode == 1, slow.stdout[-4000:] + slow.stderr[-4000:]
@@ -390,11 +390,12 @@ EMULATED_CASE = [
 )
 @pytest.mark.timing
 def test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_slower_head(tmp_path):
-    """Emulated 2x1 (two network namespaces on this machine, a capped link between them) in a real duet: the head's
-    DDP step waits 25 ms on the host in every rank (a synchronous check). The ranks inside the namespaces reach the
-    gate's coordinator at its unix socket path, both sides' fabrics run side by side, every launch took turns, and the
-    duet's timing verdict fails the case (a head that doubles the bytes between the nodes fails it on its bytes
-    first: tests/test_gate_nodes.py)."""
+    """The default tier's end-to-end A/B gate. Emulated 2x1 (two network namespaces on this machine, a capped link
+    between them) in a real duet: the head's DDP step waits 25 ms on the host in every rank (a synchronous check). The
+    ranks inside the namespaces reach the gate's coordinator at its unix socket path, both sides' fabrics run side by
+    side, every launch took turns, and the duet's timing verdict fails the case (a head that doubles the bytes between
+    the nodes fails it on its bytes first: tests/test_gate_nodes.py). The A/B verdicts' statistics replay recorded
+    rounds (tests/test_ab_replay.py); the same gate on one node's 1x2 and the A/A run of the command are nightly."""
     repo = tmp_path / "repo"
     checkout_repo(repo)
     commit_change(repo, "head: a synchronous check in DDP's step", slow_commit(25))
@@ -402,7 +403,32 @@ def test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_slower_head(
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
     table = (tmp_path / "gate.md").read_text()
     assert "❌ regressed" in table and "`ddp-cnn-2x1:tiny`" in table, table
+    assert table.startswith("### scalegate: PR gate (A/B):") and "against HEAD~1 (" in table and "**FAIL**" in table
+    assert "| a/b |" in table and "(base commit)" in table
+    # base and head took turns step by step (docs/duet.md): the verdict is the duet's paired efficiency ratio
+    assert "below 1.000 (the base commit, step by step)" in table and "a 5% drop explains it better" in table
+    assert "Cost: " in table and "device-minutes" in table  # the gate's wall and nodes x devices x wall
+    assert "gloo's threads bound with each rank" in table  # contract/affinity.py: --scaling-duet-threads auto
+    assert "gate: A/B," in run.stdout and "gate: round 2 done" in run.stdout  # a drop is confirmed by a second round
     latest = tmp_path / "gate" / "latest"
+    # both commits ran in every round; the base's checkout is gone afterwards
+    assert (
+        json.loads((latest / "ddp-cnn-2x1.json").read_text())["launches"]
+        == len(json.loads((latest / "base" / "ddp-cnn-2x1.json").read_text())["record"]["launches"])
+        >= 2
+    )
+    assert (
+        not list((tmp_path / "gate").glob("gate-*/base-tree*"))
+        and "base-tree"
+        not in subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    )
+    again = subprocess.run(
+        [sys.executable, "-m", "scalegate", "compare", str(latest), "--base-run", str(latest / "base")],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 1 and "❌ regressed" in again.stdout and "(A/B)" in again.stdout  # the same judge
     duet = json.loads((latest / "duet.json").read_text())
     assert duet["duet"] and not any(j["solo"] or j["failed"] for j in duet["jobs"].values()), duet
     assert {j["job"] for j in duet["jobs"].values()} == {"ddp-cnn-2x1", "single-cnn-1x1"}
