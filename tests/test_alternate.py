@@ -6,11 +6,14 @@ between launches, which these records set by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+from scalegate import policy
+from scalegate.gate import merge
 from scalegate.judge import duet
 from scalegate.judge import metric as V
-from scalegate.judge.evidence import ALTERNATE, CaseRecord, LaunchRecord
+from scalegate.judge.evidence import ALTERNATE, PAIRED, CaseRecord, LaunchRecord
 from scalegate.judge.outcome import Overrides
 
 KEY = "ddp-cnn-1x2:tiny"
@@ -77,3 +80,27 @@ def test_a_round_without_local_pairs_makes_every_round_read_launch_against_launc
     found = duet.timing(*_records(rounds), None, Overrides())
     assert "local efficiency" not in found.message and "at 1x1" in found.message
     assert "12 A/A alternate rounds of ddp-cnn-1x2 recorded" in found.message  # the launch-against-launch floor
+
+
+def test_a_case_whose_jobs_alternate_whole_gets_the_alternate_rounds_budget_and_the_rest_the_gates():
+    """The gate's rounds reach the alternate pairing's budget where a case's jobs alternated whole (its own recorded
+    spread needs more rounds); a case paired step by step keeps the gate's budget, as a deadline cuts both."""
+
+    def files(duet_kind: str, case_id: str) -> list[dict]:
+        head, _ = _records([(_launch(1.0), _launch(1.0))])
+        launch = dataclasses.replace(head.launches[0], duet=duet_kind)
+        record = dataclasses.replace(head, case_id=case_id, key=f"{case_id}:tiny", launches=(launch,))
+        return [{"key": record.key, "case_id": case_id, "record": record.to_dict()}]
+
+    rounds = [files(ALTERNATE, "ddp-cnn-1x2") + files(PAIRED, "fsdp-cnn-1x2")] * 2
+    budgets = merge.Budgets(8, script=7, alternate=policy.ALTERNATE_ROUNDS)
+    assert budgets.most == policy.ALTERNATE_ROUNDS > 8
+    by_case = {
+        c["case_id"]: CaseRecord.from_dict(c["record"]).conduct.max_launches for c in merge.merge(rounds, budgets)
+    }
+    assert by_case == {"ddp-cnn-1x2": policy.ALTERNATE_ROUNDS, "fsdp-cnn-1x2": 8}
+    cut = {
+        c["case_id"]: CaseRecord.from_dict(c["record"]).conduct.max_launches
+        for c in merge.merge(rounds, merge.Budgets(3))
+    }
+    assert cut == {"ddp-cnn-1x2": 3, "fsdp-cnn-1x2": 3}

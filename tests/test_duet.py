@@ -337,6 +337,7 @@ def test_a_scripts_paired_gate_decides_within_its_own_budget_unless_one_is_named
     assert (plan().budget, plan().script_budget) == (policy.GATE_MAX_LAUNCHES, policy.SCRIPT_ROUNDS)
     assert plan("--scaling-max-launches", "4").script_budget == 4  # never above the gate's
     assert plan("--scaling-max-launches=8").script_budget == 8  # named: the user's
+    assert plan().alternate_budget == policy.ALTERNATE_ROUNDS and plan("--scaling-max-launches=6").alternate_budget == 6
     assert plan().tolerance == policy.AB_GATE_TOLERANCE and plan("--scaling-tolerance", "0.1").tolerance == 0.1
 
 
@@ -355,7 +356,7 @@ def _round_file(launches, reference=(0.004,) * 8):
 def test_a_duet_rounds_launches_of_a_case_pool_into_one_round():
     """Two launches of a case in one duet round are one round for the judge, paired launch by launch (the head's
     first measured a step fewer), so the round's one 1x1 reference counts once; today's rounds keep them apart."""
-    from scalegate.gate.merge import merge
+    from scalegate.gate.merge import Budgets, merge
     from scalegate.judge.evidence import CaseRecord
 
     def launch(steps, duet="paired", peak=(1, 2)):
@@ -364,7 +365,7 @@ def test_a_duet_rounds_launches_of_a_case_pool_into_one_round():
     head = [launch([0.010 * 1.05] * 9, peak=(5, 1)), launch([0.020 * 1.05] * 10)]
     base = [launch([0.010] * 10), launch([0.020] * 10)]
     rounds = {
-        side: CaseRecord.from_dict(merge([[_round_file(launches)], [_round_file(launches)]], 8)[0]["record"])
+        side: CaseRecord.from_dict(merge([[_round_file(launches)], [_round_file(launches)]], Budgets(8))[0]["record"])
         for side, launches in (("head", head), ("base", base))
     }
     assert [len(r.launches) for r in rounds.values()] == [2, 2]  # one launch a round, each pooling two
@@ -374,19 +375,21 @@ def test_a_duet_rounds_launches_of_a_case_pool_into_one_round():
     assert found.at_w.mean == pytest.approx(math.log(1.05)) and found.at_w.pairs == 18 and found.at_w.se < 1e-9
     assert found.at_1.mean == pytest.approx(0.0)
     unpaired = [launch([0.01] * 10, duet=""), launch([0.01] * 10, duet="")]  # today's rounds: launches stay apart
-    assert len(CaseRecord.from_dict(merge([[_round_file(unpaired)]], 8)[0]["record"]).launches) == 2
+    assert len(CaseRecord.from_dict(merge([[_round_file(unpaired)]], Budgets(8))[0]["record"]).launches) == 2
     half = [launch([0.01] * 10), launch([0.01] * 10, duet="solo: no head job joined in 120 s")]
-    assert CaseRecord.from_dict(merge([[_round_file(half)]], 8)[0]["record"]).launches[0].duet.startswith("solo")
+    assert (
+        CaseRecord.from_dict(merge([[_round_file(half)]], Budgets(8))[0]["record"]).launches[0].duet.startswith("solo")
+    )
 
 
 def test_a_scripts_duet_rounds_take_the_scripts_budget_and_todays_rounds_the_gates():
-    from scalegate.gate.merge import merge
+    from scalegate.gate.merge import Budgets, merge
     from scalegate.judge.evidence import CaseRecord
 
     def budget(duet, script_budget):
         launches = [LaunchRecord(step_times_s=(0.01,) * 10, duet=duet)]
         return CaseRecord.from_dict(
-            merge([[_round_file(launches)]], 8, script_budget)[0]["record"]
+            merge([[_round_file(launches)]], Budgets(8, script_budget))[0]["record"]
         ).conduct.max_launches
 
     assert budget("paired", 6) == 6  # the case is a script's (_round_file: ...:script)

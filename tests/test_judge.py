@@ -244,7 +244,7 @@ def test_gate_rounds_merge_into_one_record_in_launch_order(baseline):
         ]
         for i, v in enumerate((0.66, 0.665))
     ]
-    [case] = merge.merge(rounds, budget=8)
+    [case] = merge.merge(rounds, merge.Budgets(8))
     merged = CaseRecord.from_dict(case["record"])
     assert [round(launch.local_step_times_s[0] / launch.pair_step_times_s[0], 3) for launch in merged.launches] == [
         0.66,

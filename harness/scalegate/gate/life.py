@@ -166,6 +166,7 @@ class Gate:
                 plan.budget,
                 paired=paired,
                 script_budget=plan.script_budget if paired is not None else None,
+                alternate_budget=plan.alternate_budget if paired is not None else None,
                 deadline=plan.deadline,
                 followers=followers,
                 on_round=lambda n: setattr(self, "round_now", n),

@@ -17,13 +17,32 @@ from typing import Any, Sequence
 from scalegate.contract import atomic
 from scalegate.judge import CaseRecord, gpu
 from scalegate.judge import duet as judge_duet
-from scalegate.judge.evidence import PAIRED, LaunchRecord, threads_of
+from scalegate.judge.evidence import ALTERNATE, PAIRED, LaunchRecord, threads_of
 
 
-def merge(rounds: list[list[dict[str, Any]]], budget: int, script_budget: int | None = None) -> list[dict[str, Any]]:
+@dataclasses.dataclass(frozen=True)
+class Budgets:
+    """The rounds a case may take (``GatePlan``): the gate's, a training script's in a paired gate, and a case's
+    whose two jobs alternate whole (None: the gate's)."""
+
+    rounds: int
+    script: int | None = None
+    alternate: int | None = None
+
+    @property
+    def most(self) -> int:
+        return max(self.rounds, self.alternate or 0)
+
+    def of(self, first: CaseRecord, in_duet: bool, alternate: bool) -> int:
+        if self.script and in_duet and judge_duet.is_script(first):
+            return self.script
+        return self.alternate if self.alternate and alternate else self.rounds
+
+
+def merge(rounds: list[list[dict[str, Any]]], budgets: Budgets) -> list[dict[str, Any]]:
     """Every case's result files of all rounds as one: launches and reference steps in round order (a duet round's
-    launches pooled into one: ``pooled``), the judge's budget the gate's (a round's own session ran with a budget of
-    one launch), a training script's in a paired gate ``script_budget`` where given (``GatePlan.script_budget``)."""
+    launches pooled into one: ``pooled``), the judge's budget the case's own of ``budgets`` (a round's own session
+    ran with a budget of one launch)."""
     by_key: dict[str, list[dict[str, Any]]] = {}
     for cases in rounds:
         for case in cases:
@@ -35,7 +54,8 @@ def merge(rounds: list[list[dict[str, Any]]], budget: int, script_budget: int | 
         ]
         first = records[0]
         in_duet = any(launch.duet for r in records for launch in r.launches)
-        own = script_budget if script_budget and in_duet and judge_duet.is_script(first) else budget
+        alternate = any(launch.duet == ALTERNATE for r in records for launch in r.launches)
+        own = budgets.of(first, in_duet, alternate)
         record = dataclasses.replace(
             first,
             launches=tuple(

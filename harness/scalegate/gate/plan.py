@@ -33,6 +33,7 @@ class GatePlan:
     tolerance: float  # the efficiency drop to catch
     budget: int  # rounds a case may take
     script_budget: int | None  # a training script's rounds in a paired gate (None: as ``budget``)
+    alternate_budget: int  # the rounds of a case whose two jobs alternate whole (the alternate pairing)
     deadline: float | None  # time.monotonic() past which no round ends (--max-minutes)
     baseline_dir: Path
     nodes: cluster.SlurmEnv | None  # a multi-node allocation: one gate process per node, node 0 judges
@@ -86,6 +87,7 @@ class GatePlan:
             tolerance=named["scaling_tolerance"] if "scaling_tolerance" in named else default_tolerance,
             budget=budget,
             script_budget=budget if "scaling_max_launches" in named else min(budget, policy.SCRIPT_ROUNDS),
+            alternate_budget=budget if "scaling_max_launches" in named else policy.ALTERNATE_ROUNDS,
             deadline=_deadline(args.max_minutes),
             baseline_dir=Path(named.get("scaling_baseline_dir") or project.baselines),
             nodes=nodes,

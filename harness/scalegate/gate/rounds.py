@@ -88,24 +88,28 @@ def run(
     *,
     paired: Paired | None = None,
     script_budget: int | None = None,
+    alternate_budget: int | None = None,
     deadline: float | None = None,
     followers: Followers | None = None,
     on_round: Callable[[int], None] = lambda n: None,
 ) -> Outcome:
-    """Rounds until no case is undecided or the budget is spent. ``deadline`` (``time.monotonic()``, from
+    """Rounds until no case is undecided or its budget is spent (``merge.merge``: a case whose jobs alternate
+    whole has ``alternate_budget``, a training script's in a paired gate ``script_budget``). ``deadline`` (``time.monotonic()``, from
     ``gate --max-minutes``): no round starts that would end past it by the longest round so far; the cases still
     undecided are then judged on the rounds they had, and why goes to the notes. Neither side always runs first:
     the order alternates by round. ``undecided(merged)`` names the case ids that want another round."""
     with ending_sessions():
-        return _run(sides, args, gate_dir, undecided, budget, paired, script_budget, deadline, followers, on_round)
+        budgets = merge.Budgets(budget, script_budget, alternate_budget)
+        return _run(sides, args, gate_dir, undecided, budgets, paired, deadline, followers, on_round)
 
 
-def _run(sides, args, gate_dir, undecided, budget, paired, script_budget, deadline, followers, on_round) -> Outcome:
+def _run(sides, args, gate_dir, undecided, budgets, paired, deadline, followers, on_round) -> Outcome:
     found: dict[str, list[Path]] = {side.name: [] for side in sides}
     out = Outcome(merged={}, codes=[], runs=found)
     selection: list[str] = []
     walls: list[float] = []
-    for n in range(1, budget + 1):
+    last = budgets.most
+    for n in range(1, last + 1):
         started = time.monotonic()
         on_round(n)
         round_args = [*args, "-k", " or ".join(selection)] if n > 1 else list(args)  # later: the undecided only
@@ -124,11 +128,11 @@ def _run(sides, args, gate_dir, undecided, budget, paired, script_budget, deadli
             found[side.name].append(check_run(codes[side.name], where, what))
         out.codes.append(codes[sides[-1].name])  # the commit under test; the base's failures show as missing cases
         rounds = {name: [runfiles.load_run(p) for p in paths] for name, paths in found.items()}
-        out.merged = {name: merge.merge(r, budget, script_budget) for name, r in rounds.items()}
+        out.merged = {name: merge.merge(r, budgets) for name, r in rounds.items()}
         selection = undecided(out.merged)
         left = f"undecided: {', '.join(selection)}" if selection else "every case decided"
         print(f"gate: round {n} done in {time.monotonic() - started:.0f}s; {left}", flush=True)
-        if not selection or n == budget:
+        if not selection or n == last:
             break
         walls.append(time.monotonic() - started)
         gap = 0.0 if paired is not None else max(0.0, policy.ROUND_GAP_S - walls[-1])  # paired rounds follow at once
@@ -140,7 +144,7 @@ def _run(sides, args, gate_dir, undecided, budget, paired, script_budget, deadli
             print(f"gate: {note}", flush=True)
             out.notes.append(note)
             # the budget spent at n rounds, a script's too: the judge reads the undecided cases as noisy
-            out.merged = {name: merge.merge(r, n) for name, r in rounds.items()}
+            out.merged = {name: merge.merge(r, merge.Budgets(n)) for name, r in rounds.items()}
             break
         time.sleep(gap)
     return out

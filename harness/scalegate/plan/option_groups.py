@@ -240,7 +240,8 @@ class Sequential:
     max_launches: int = option(
         policy.MAX_LAUNCHES,
         "launch a case again while its verdict is undecided, up to this many launches (default: %(default)s; "
-        f"the gate's: {policy.GATE_MAX_LAUNCHES} rounds, a training script's {policy.SCRIPT_ROUNDS} unless named)",
+        f"the gate's: {policy.GATE_MAX_LAUNCHES} rounds, a training script's {policy.SCRIPT_ROUNDS} and an alternate "
+        f"pairing's {policy.ALTERNATE_ROUNDS} unless named)",
         check=lambda n: t.whole(n, 1, 20, "pass 1 to 20"),
     )
     alpha: float = option(
