@@ -47,8 +47,9 @@ GATE_MAX_LAUNCHES = 8
 # docs/evidence/duet.md#a-teams-script-where-a-rounds-time-goes-and-a-shorter-1x1-reference
 SCRIPT_ROUNDS = 7
 # An alternate pairing's rounds (a case whose two jobs run whole, one after the other), unless
-# --scaling-max-launches is named: ten catch a 10% drop ~98% of the time at < 1% false alarms (replayed over its
-# recorded A/A rounds), in under 10 minutes on the canaries. docs/evidence/duet.md#the-alternate-pairing-measured
+# --scaling-max-launches is named: ten catch a 10% drop ~97% of the time at < 1% false alarms (replayed over its
+# recorded A/A rounds; eight ~91%), an undecided canary gate taking ~6.5 minutes.
+# docs/evidence/duet.md#ten-rounds-for-the-alternate-pairing
 ALTERNATE_ROUNDS = 10
 # Seconds between the starts of two rounds that do not pair in time (the rounds mode): launches a minute apart
 # share no slow phase of the host. docs/evidence/detection.md#relaunches-in-rounds-and-paritys-test
