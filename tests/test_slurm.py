@@ -225,13 +225,21 @@ def two_nodes():
         subprocess.run([script, "stop"], capture_output=True, text=True, timeout=120)
 
 
-def _srun_gate(script: str, repo: Path, base: str, out: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
+def _srun_gate_command(script: str, repo: Path, base: str, out: Path, steps: int = 40) -> list[str]:
     gate = [str(ROOT / ".venv/bin/python"), "-m", "scalegate", "gate", "--base", base, "--results-dir", str(out)]
     gate += ["--markdown", f"{out}.md", "-k", "ddp-cnn-2x1 or single-cnn-1x1", "--scaling-models", "cnn"]
-    gate += ["--scaling-strategies", "single,ddp", "--scaling-topologies", "1x1,2x1", "--scaling-steps", "40"]
+    gate += ["--scaling-strategies", "single,ddp", "--scaling-topologies", "1x1,2x1", "--scaling-steps", str(steps)]
     wrapper = f"cd {shlex.quote(str(repo))} && exec srun -N2 --ntasks-per-node=1 -l {shlex.join(gate)}"
-    return subprocess.run([script, "run", "bash", "-c", wrapper], capture_output=True, text=True, timeout=900, env=env)
+    return [script, "run", "bash", "-c", wrapper]
+
+
+def _outside_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
+
+
+def _srun_gate(script: str, repo: Path, base: str, out: Path) -> subprocess.CompletedProcess:
+    command = _srun_gate_command(script, repo, base, out)
+    return subprocess.run(command, capture_output=True, text=True, timeout=900, env=_outside_env())
 
 
 @pytest.mark.slow
@@ -254,3 +262,43 @@ def test_the_ab_gate_across_two_slurm_nodes_passes_a_commit_against_itself_and_f
     assert "❌ regressed" in table and "duet against the base commit" in table and "on 2 node(s)" in table
     trees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     assert "base-tree" not in trees
+
+
+@pytest.mark.slow
+@pytest.mark.nightly  # one two-node gate, cancelled in its first round: ~1-2 minutes here
+def test_scancel_of_a_two_node_gate_mid_round_stops_both_nodes_and_leaves_nothing(two_nodes, tmp_path):
+    """``scancel JOB`` while both nodes' gates are in round 1 (SLURM sends SIGTERM to the step's task on every node):
+    each node's gate ends in one line naming the round, its sessions, ranks and base worktree removed, and nothing of
+    the gate is left on either node."""
+    import re
+    import time
+
+    from tests.repos import checkout_repo
+
+    repo, out = tmp_path / "repo", tmp_path / "cut"
+    checkout_repo(repo)
+    command = _srun_gate_command(two_nodes, repo, "HEAD", out, steps=400)
+    gate = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_outside_env())
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.glob("gate-slurm-*/round-01/**/session.log")) and time.monotonic() < deadline:
+            assert gate.poll() is None, gate.communicate()[0][-4000:]
+            time.sleep(1)
+        time.sleep(8)  # mid-round: the sessions' ranks are stepping on both nodes
+        [run_dir] = out.glob("gate-slurm-*")
+        job = re.fullmatch(r"gate-slurm-(\d+)\.\d+", run_dir.name).group(1)
+        cancel = subprocess.run([two_nodes, "run", "scancel", job], capture_output=True, text=True, timeout=60)
+        assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+        said = gate.communicate(timeout=180)[0]
+    finally:
+        if gate.poll() is None:
+            gate.kill()
+    stopped = "gate: stopped by SIGTERM in round 1; its sessions, ranks and base worktree were removed"
+    for node in (0, 1):
+        assert f"{node}: {stopped}" in said, said[-4000:]
+    assert "Traceback" not in said, said[-4000:]
+    time.sleep(3)  # the sessions end with their gate (PR_SET_PDEATHSIG)
+    procs = subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True, text=True).stdout.splitlines()
+    assert not [p for p in procs if "pgrep" not in p], procs
+    trees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    assert "base-tree" not in trees and not list(out.glob("gate-*/**/base-tree*")), trees

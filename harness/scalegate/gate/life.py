@@ -148,7 +148,7 @@ class Gate:
 
     def _followed(self, sides: list[Side], paired: rounds.Paired | None) -> Verdict:
         """A node other than 0: run each round node 0 names, on this node, until node 0 ends the gate."""
-        code = nodes.follow(self.plan, sides, paired)
+        code = nodes.follow(self.plan, sides, paired, on_round=lambda n: setattr(self, "round_now", n))
         return Verdict(code=code, text="", data={}, node=self.plan.node, follower=True)
 
     # --- the phases every gate shares ----------------------------------------------------------------------------

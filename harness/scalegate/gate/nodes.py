@@ -21,7 +21,7 @@ import queue
 import select
 import socket
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 from scalegate import policy
 from scalegate.contract import duet
@@ -131,21 +131,25 @@ def lead(plan: GatePlan, paired: rounds.Paired | None) -> Iterator[Leader | None
         leader.end(code)  # node 0 reports the verdict; a follower exits 0 unless told of bad input
 
 
-def follow(plan: GatePlan, sides: list[Side], paired: rounds.Paired | None) -> int:
+def follow(
+    plan: GatePlan, sides: list[Side], paired: rounds.Paired | None, on_round: Callable[[int], None] = lambda n: None
+) -> int:
     """A node other than 0: run every round node 0 names, both sides' sessions on this node, until it ends the gate;
-    the exit code node 0 sends."""
+    the exit code node 0 sends. ``on_round(n)`` as each round starts (the gate names it if a signal stops it)."""
     assert paired is not None and plan.nodes is not None
     sock = _connect(paired.coordinator.tcp_address, policy.NODE_WAIT_S)
     lines = duet.Lines(sock)
     duet.send(sock, {"op": "follow", "v": duet.VERSION, "node": plan.node})
     try:
         with rounds.ending_sessions():
-            return _follow(plan, sides, paired, sock, lines)
+            return _follow(plan, sides, paired, sock, lines, on_round)
     finally:
         sock.close()
 
 
-def _follow(plan: GatePlan, sides: list[Side], paired: rounds.Paired, sock: socket.socket, lines: duet.Lines) -> int:
+def _follow(
+    plan: GatePlan, sides: list[Side], paired: rounds.Paired, sock: socket.socket, lines: duet.Lines, on_round
+) -> int:
     while True:
         message = lines.read()
         if message is None:
@@ -157,6 +161,7 @@ def _follow(plan: GatePlan, sides: list[Side], paired: rounds.Paired, sock: sock
             return int(message.get("code", 0))
         if message["op"] == "round":
             n = int(message["n"])
+            on_round(n)
             ordered = sides if sides[-1].name == message["first"] else sides[::-1]
             codes = _run_round(ordered, list(message["args"]), plan, n, paired, sock, lines)
             duet.send(sock, {"op": "ran", "n": n, "codes": codes})
