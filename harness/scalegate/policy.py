@@ -109,16 +109,16 @@ RECORDED_AA_STEP_W = {
     ),
 }
 # The alternate pairing's floors (whole jobs one after the other: a launch's level is all of a round's spread), the
-# efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs; a script's are the
-# workload's until its own are recorded. docs/evidence/duet.md#the-alternate-pairing-measured
+# efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs, a workload's and a
+# training script's. docs/evidence/duet.md#the-alternate-pairing-measured
 RECORDED_AA_ALTERNATE = {
     "workload": (
         (0.0804, "12 A/A alternate rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
         (0.0542, "12 A/A alternate rounds of ddp-cnn-1x2's step time at W recorded on the 2-core VMs"),
     ),
     "script": (
-        (0.0804, "12 A/A alternate rounds of ddp-cnn-1x2 recorded on the 2-core VMs (a script's own: not yet)"),
-        (0.0542, "12 A/A alternate rounds of ddp-cnn-1x2's step time at W recorded on the 2-core VMs"),
+        (0.0863, "10 A/A alternate rounds of the example script (150 steps) recorded on the 2-core VMs"),
+        (0.0672, "10 A/A alternate rounds of the example script's step time at W recorded on the 2-core VMs"),
     ),
 }
 # The same where a round's efficiency is read from each launch's own local steps (a workload's; a script has none):
