@@ -9,6 +9,7 @@ checks that nothing is left behind: processes, the base worktrees, registered wo
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -153,7 +154,8 @@ def test_a_gate_stopped_by_sigterm_ends_its_sessions_and_removes_its_base_worktr
 @pytest.mark.nightly  # ~2 min
 def test_a_rank_that_hangs_on_node_1_stops_the_gate_naming_node_side_and_rank(tmp_path):
     """Rank 1 (node 1) of the 2x1 job hangs at step 4 on both sides: the coordinator's turn limit (shortened here)
-    stops both jobs, naming the side, the rank and its node; both nodes end their sessions."""
+    stops both jobs, naming the side and every rank still in the turn with its node (rank 0 waits in the step's first
+    collective, which rank 1 never joins), and the last step each finished; both nodes end their sessions."""
     repo = tmp_path / "repo"
     checkout_repo(repo)
     fault = ["--scaling-inject-fault", "hang:rank=1,step=4", "--scaling-timeout", "60"]
@@ -162,6 +164,7 @@ def test_a_rank_that_hangs_on_node_1_stops_the_gate_naming_node_side_and_rank(tm
     outs = _finish(nodes, 600)
     assert nodes[0].returncode == 1, outs[0][-3000:]
     table = (tmp_path / "gate0.md").read_text()
-    assert "did not give its turn back in 15 s: rank(s) 1 (node 1) still in the turn" in table, table[-3000:]
+    said = r"the (base|head) side's job ddp-cnn-2x1 did not give its turn back in 15 s: rank\(s\) 0 \(node 0\), 1 \(node 1\)"
+    assert re.search(said + " still in the turn; last steps done: rank 0 3, rank 1 3", table), table[-3000:]
     assert "❌ failed" in table
     assert not _left_behind(repo)
