@@ -169,6 +169,58 @@ def test_every_template_renders_every_token_and_parses(tmp_path):
     assert "merge_requests/$CI_MERGE_REQUEST_IID/notes" in outputs[1].text
 
 
+# GitHub and GitLab are out of reach from here: these stand-ins for their command-line clients answer with an earlier
+# comment list, or an empty one, and record every call; the templates' own shell runs unchanged.
+FAKE_GH = """#!/bin/bash
+if [ "$1 $2" = "pr comment" ]; then echo "POST $*" >> calls; exit 0; fi
+if [ "$2" = "--method" ]; then echo "$3 $4 $(cat)" >> calls; exit 0; fi
+if [ -n "$EARLIER" ]; then printf '%s\\n' 7 "$EARLIER"; fi  # the ids --jq selected: the last is the newest
+"""
+FAKE_CURL = """#!/bin/bash
+case "$*" in
+  *--request*) echo "${@: -1} $*" >> calls ;;
+  *) if [ -n "$EARLIER" ]; then echo '[{"id": 7, "body": "LGTM"}, {"id": '$EARLIER', "body": "### scalegate: PR gate"}]';
+     else echo '[{"id": 7, "body": "LGTM"}]'; fi ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("earlier", ["42", ""], ids=["edited", "posted"])
+def test_the_pr_templates_edit_the_gates_earlier_comment_and_post_one_where_there_is_none(tmp_path, earlier):
+    """On every push the gate's table replaces its own earlier comment (GitHub) or note (GitLab), found by the
+    table's title, instead of adding one more; the first push posts it."""
+    github, gitlab = init_files.ci_files(["github", "gitlab"], "scalegate")
+    post = next(s for s in yaml.safe_load(github.text)["jobs"]["gate"]["steps"] if "gh pr comment" in s.get("run", ""))
+    scripts = {
+        "gh": (FAKE_GH, post["run"]),
+        "curl": (FAKE_CURL, yaml.safe_load(gitlab.text)["scalegate"]["after_script"][0]),
+    }
+    for name, (fake, script) in scripts.items():
+        where = tmp_path / name
+        (where / "bin").mkdir(parents=True)
+        (where / "bin" / name).write_text(fake)
+        (where / "bin" / name).chmod(0o755)
+        (where / "scalegate-gate.md").write_text("### scalegate: PR gate (A/B): x against y\n")
+        env = {
+            "PATH": f"{where / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin", "EARLIER": earlier, "PR": "5",
+            "GITHUB_REPOSITORY": "team/repo", "GITHUB_STEP_SUMMARY": str(where / "summary"),
+            "SCALEGATE_GITLAB_TOKEN": "t", "CI_API_V4_URL": "https://gl/api/v4", "CI_PROJECT_ID": "1",
+            "CI_MERGE_REQUEST_IID": "5",
+        }  # fmt: skip
+        done = subprocess.run(["bash", "-ec", script], cwd=where, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        [call] = (where / "calls").read_text().splitlines()
+        notes = "https://gl/api/v4/projects/1/merge_requests/5/notes"
+        if name == "gh" and earlier:
+            assert call.startswith("PATCH repos/team/repo/issues/comments/42 ") and '"body": "### scalegate' in call
+        elif name == "gh":
+            assert call.startswith("POST pr comment 5 --body-file scalegate-gate.md")
+        elif earlier:
+            assert call.startswith(f"{notes}/42 ") and "--request PUT" in call
+        else:
+            assert call.startswith(f"{notes} ") and "--request POST" in call
+
+
 def test_a_repository_configuring_pytest_elsewhere_gets_a_note_not_a_pytest_ini(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\ntestpaths = ['tests']\n")
     config, note = init_files.pytest_config(tmp_path)
