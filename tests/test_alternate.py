@@ -92,15 +92,11 @@ def test_a_case_whose_jobs_alternate_whole_gets_the_alternate_rounds_budget_and_
         record = dataclasses.replace(head, case_id=case_id, key=f"{case_id}:tiny", launches=(launch,))
         return [{"key": record.key, "case_id": case_id, "record": record.to_dict()}]
 
-    rounds = [files(ALTERNATE, "ddp-cnn-1x2") + files(PAIRED, "fsdp-cnn-1x2")] * 2
+    def judged_within(budgets: merge.Budgets) -> dict[str, int]:
+        merged = merge.merge([files(ALTERNATE, "ddp-cnn-1x2") + files(PAIRED, "fsdp-cnn-1x2")] * 2, budgets)
+        return {c["case_id"]: CaseRecord.from_dict(c["record"]).conduct.max_launches for c in merged}
+
     budgets = merge.Budgets(8, script=7, alternate=policy.ALTERNATE_ROUNDS)
     assert budgets.most == policy.ALTERNATE_ROUNDS > 8
-    by_case = {
-        c["case_id"]: CaseRecord.from_dict(c["record"]).conduct.max_launches for c in merge.merge(rounds, budgets)
-    }
-    assert by_case == {"ddp-cnn-1x2": policy.ALTERNATE_ROUNDS, "fsdp-cnn-1x2": 8}
-    cut = {
-        c["case_id"]: CaseRecord.from_dict(c["record"]).conduct.max_launches
-        for c in merge.merge(rounds, merge.Budgets(3))
-    }
-    assert cut == {"ddp-cnn-1x2": 3, "fsdp-cnn-1x2": 3}
+    assert judged_within(budgets) == {"ddp-cnn-1x2": policy.ALTERNATE_ROUNDS, "fsdp-cnn-1x2": 8}
+    assert judged_within(merge.Budgets(3)) == {"ddp-cnn-1x2": 3, "fsdp-cnn-1x2": 3}

@@ -338,6 +338,9 @@ def test_a_scripts_paired_gate_decides_within_its_own_budget_unless_one_is_named
     assert plan("--scaling-max-launches", "4").script_budget == 4  # never above the gate's
     assert plan("--scaling-max-launches=8").script_budget == 8  # named: the user's
     assert plan().alternate_budget == policy.ALTERNATE_ROUNDS and plan("--scaling-max-launches=6").alternate_budget == 6
+    paired, alone = plan().budgets(paired=True), plan().budgets(paired=False)
+    assert (paired.script, paired.alternate, paired.most) == (policy.SCRIPT_ROUNDS, *[policy.ALTERNATE_ROUNDS] * 2)
+    assert (alone.script, alone.alternate, alone.most) == (None, None, policy.GATE_MAX_LAUNCHES)  # unpaired rounds
     assert plan().tolerance == policy.AB_GATE_TOLERANCE and plan("--scaling-tolerance", "0.1").tolerance == 0.1
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -270,9 +272,6 @@ def test_scancel_of_a_two_node_gate_mid_round_stops_both_nodes_and_leaves_nothin
     """``scancel JOB`` while both nodes' gates are in round 1 (SLURM sends SIGTERM to the step's task on every node):
     each node's gate ends in one line naming the round, its sessions, ranks and base worktree removed, and nothing of
     the gate is left on either node."""
-    import re
-    import time
-
     from tests.repos import checkout_repo
 
     repo, out = tmp_path / "repo", tmp_path / "cut"

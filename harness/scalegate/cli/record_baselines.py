@@ -26,7 +26,7 @@ from pathlib import Path
 
 from scalegate.cli import forward
 from scalegate.contract.errors import ScalegateError
-from scalegate.gate import rounds
+from scalegate.gate import merge, rounds
 from scalegate.gate.project import Project
 from scalegate.gate.sides import Side
 from scalegate.plan import declare
@@ -64,7 +64,7 @@ def run_rounds(count: int, user_args: list[str], results_dir: Path) -> list[Path
         return [f"[{c['case_id']}]" for c in merged["head"]]
 
     print(f"record-baselines: {count} rounds of the selection", flush=True)
-    return rounds.run([side], user_args, results_dir, every_case, count).runs["head"]
+    return rounds.run([side], user_args, results_dir, every_case, merge.Budgets(count)).runs["head"]
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:

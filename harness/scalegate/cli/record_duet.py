@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract.errors import ScalegateError
-from scalegate.gate import rounds
+from scalegate.gate import merge, rounds
 from scalegate.gate.project import Project
 from scalegate.gate.sides import Side, session_command
 from scalegate.judge import duet
@@ -111,7 +111,7 @@ def record(count: int, user_args: list[str], results_dir: Path, baseline_dir: Pa
     print(f"record-baselines: {count} A/A duet rounds of {project.root} against itself (docs/duet.md)", flush=True)
     with Coordinator() as coordinator:
         paired = rounds.Paired(coordinator=coordinator, pairing="duet")
-        merged = rounds.run(sides, user_args, gate_dir, every_case, count, paired=paired).merged
+        merged = rounds.run(sides, user_args, gate_dir, every_case, merge.Budgets(count), paired=paired).merged
     update.refuse_unsound([*merged["head"], *merged["base"]])
     values, lines = entries(merged["head"], merged["base"], hostinfo.commit(project.root))
     if not values:

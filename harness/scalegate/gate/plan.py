@@ -15,6 +15,7 @@ from typing import Any
 
 from scalegate import policy
 from scalegate.contract.errors import ScalegateError
+from scalegate.gate import merge
 from scalegate.gate.project import Project
 from scalegate.plan import cluster
 
@@ -47,6 +48,12 @@ class GatePlan:
     @property
     def node(self) -> int:
         return self.nodes.node_id if self.nodes is not None else 0
+
+    def budgets(self, paired: bool) -> merge.Budgets:
+        """The rounds each case may take: a training script's and an alternating case's own only in a paired gate."""
+        if not paired:
+            return merge.Budgets(self.budget)
+        return merge.Budgets(self.budget, script=self.script_budget, alternate=self.alternate_budget)
 
     @property
     def settings(self) -> list[str]:

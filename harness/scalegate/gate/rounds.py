@@ -84,22 +84,18 @@ def run(
     args: list[str],
     gate_dir: Path,
     undecided: Callable[[Merged], list[str]],
-    budget: int,
+    budgets: merge.Budgets,
     *,
     paired: Paired | None = None,
-    script_budget: int | None = None,
-    alternate_budget: int | None = None,
     deadline: float | None = None,
     followers: Followers | None = None,
     on_round: Callable[[int], None] = lambda n: None,
 ) -> Outcome:
-    """Rounds until no case is undecided or its budget is spent (``merge.merge``: a case whose jobs alternate
-    whole has ``alternate_budget``, a training script's in a paired gate ``script_budget``). ``deadline`` (``time.monotonic()``, from
-    ``gate --max-minutes``): no round starts that would end past it by the longest round so far; the cases still
+    """Rounds until no case is undecided or its budget of ``budgets`` is spent (``merge.Budgets.of``). ``deadline``
+    (``time.monotonic()``, from ``gate --max-minutes``): no round starts that would end past it by the longest round so far; the cases still
     undecided are then judged on the rounds they had, and why goes to the notes. Neither side always runs first:
     the order alternates by round. ``undecided(merged)`` names the case ids that want another round."""
     with ending_sessions():
-        budgets = merge.Budgets(budget, script_budget, alternate_budget)
         return _run(sides, args, gate_dir, undecided, budgets, paired, deadline, followers, on_round)
 
 
