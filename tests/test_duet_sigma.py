@@ -231,7 +231,7 @@ def test_record_baselines_duet_aa_writes_each_cases_spread_with_its_provenance(t
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "gate: round 1 done" in done.stdout and "gate: round 2 done" in done.stdout
+    assert "record-baselines: round 1/2 done" in done.stdout and "record-baselines: round 2/2 done" in done.stdout
     assert "~ ddp-cnn-1x2:tiny: A/A duet spread" in done.stdout and "over 2 rounds" in done.stdout
     (written,) = bases.glob("*.json")
     entry = json.loads(written.read_text())["cases"]["ddp-cnn-1x2:tiny"]

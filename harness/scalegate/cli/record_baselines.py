@@ -64,7 +64,8 @@ def run_rounds(count: int, user_args: list[str], results_dir: Path) -> list[Path
         return [f"[{c['case_id']}]" for c in merged["head"]]
 
     print(f"record-baselines: {count} rounds of the selection", flush=True)
-    return rounds.run([side], user_args, results_dir, every_case, merge.Budgets(count)).runs["head"]
+    said = rounds.counted("record-baselines", count)
+    return rounds.run([side], user_args, results_dir, every_case, merge.Budgets(count), progress=said).runs["head"]
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:

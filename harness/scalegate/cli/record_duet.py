@@ -111,7 +111,8 @@ def record(count: int, user_args: list[str], results_dir: Path, baseline_dir: Pa
     print(f"record-baselines: {count} A/A duet rounds of {project.root} against itself (docs/duet.md)", flush=True)
     with Coordinator() as coordinator:
         paired = rounds.Paired(coordinator=coordinator, pairing="duet")
-        merged = rounds.run(sides, user_args, gate_dir, every_case, merge.Budgets(count), paired=paired).merged
+        budgets, said = merge.Budgets(count), rounds.counted("record-baselines", count)
+        merged = rounds.run(sides, user_args, gate_dir, every_case, budgets, paired=paired, progress=said).merged
     update.refuse_unsound([*merged["head"], *merged["base"]])
     values, lines = entries(merged["head"], merged["base"], hostinfo.commit(project.root))
     if not values:

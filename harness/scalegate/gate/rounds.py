@@ -79,6 +79,17 @@ def _end_with_gate() -> None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def gate_progress(n: int, seconds: float, undecided: list[str]) -> str:
+    """The gate's line as round ``n`` ends: its time and the cases still undecided."""
+    left = f"undecided: {', '.join(undecided)}" if undecided else "every case decided"
+    return f"gate: round {n} done in {seconds:.0f}s; {left}"
+
+
+def counted(name: str, count: int) -> Callable[[int, float, list[str]], str]:
+    """The line of a command that runs all its ``count`` rounds, as each ends: ``name: round n/count done in Ns``."""
+    return lambda n, seconds, _: f"{name}: round {n}/{count} done in {seconds:.0f}s"
+
+
 def run(
     sides: list[Side],
     args: list[str],
@@ -90,16 +101,18 @@ def run(
     deadline: float | None = None,
     followers: Followers | None = None,
     on_round: Callable[[int], None] = lambda n: None,
+    progress: Callable[[int, float, list[str]], str] = gate_progress,
 ) -> Outcome:
     """Rounds until no case is undecided or its budget of ``budgets`` is spent (``merge.Budgets.of``). ``deadline``
-    (``time.monotonic()``, from ``gate --max-minutes``): no round starts that would end past it by the longest round so far; the cases still
-    undecided are then judged on the rounds they had, and why goes to the notes. Neither side always runs first:
-    the order alternates by round. ``undecided(merged)`` names the case ids that want another round."""
+    (``time.monotonic()``, from ``gate --max-minutes``): no round starts that would end past it by the longest round
+    so far; the cases still undecided are then judged on the rounds they had, and why goes to the notes. Neither side
+    always runs first: the order alternates by round. ``undecided(merged)`` names the case ids that want another
+    round; ``progress(n, seconds, undecided)`` is the line printed as round ``n`` ends."""
     with ending_sessions():
-        return _run(sides, args, gate_dir, undecided, budgets, paired, deadline, followers, on_round)
+        return _run(sides, args, gate_dir, undecided, budgets, paired, deadline, followers, on_round, progress)
 
 
-def _run(sides, args, gate_dir, undecided, budgets, paired, deadline, followers, on_round) -> Outcome:
+def _run(sides, args, gate_dir, undecided, budgets, paired, deadline, followers, on_round, progress) -> Outcome:
     found: dict[str, list[Path]] = {side.name: [] for side in sides}
     out = Outcome(merged={}, codes=[], runs=found)
     selection: list[str] = []
@@ -126,8 +139,7 @@ def _run(sides, args, gate_dir, undecided, budgets, paired, deadline, followers,
         rounds = {name: [runfiles.load_run(p) for p in paths] for name, paths in found.items()}
         out.merged = {name: merge.merge(r, budgets) for name, r in rounds.items()}
         selection = undecided(out.merged)
-        left = f"undecided: {', '.join(selection)}" if selection else "every case decided"
-        print(f"gate: round {n} done in {time.monotonic() - started:.0f}s; {left}", flush=True)
+        print(progress(n, time.monotonic() - started, selection), flush=True)
         if not selection or n == last:
             break
         walls.append(time.monotonic() - started)
