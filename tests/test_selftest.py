@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,8 @@ def test_a_combination_argparse_cannot_refuse_is_one_error_and_a_hint(capsys, ar
         (["--steps", "0"], "--steps=0 is not in 1..1000"),
         (["--gpus", "two", "--dry-run"], "--gpus='two' is not a whole number"),
         (["--models", "hf:gpt2"], "--models='hf:gpt2' is not 'all' or comma-separated workload names"),
+        (["--phases", "ab-gate,gate"], "--phases='ab-gate,gate': 'gate' is not a phase"),
+        (["--aa-rounds", "1"], "--aa-rounds=1 is not in 2..20"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_option_with_a_hint(capsys, args, expected):
@@ -149,6 +152,18 @@ def test_outside_git_the_gate_phase_says_why_it_does_not_run(tmp_path):
     gate, rounds = gpu_phases.plan(1, _settings(tmp_path), in_git=False)[-2:]
     assert gate.name == "ab-gate" and "not a git checkout" in gate.skip
     assert rounds.name == "aa-rounds" and rounds.skip == gate.skip
+
+
+def test_phases_chosen_run_alone_and_the_page_names_the_others(tmp_path, capsys):
+    settings = replace(_settings(tmp_path), phases=("ab-gate", "aa-rounds"), aa_rounds=4)
+    phases = {p.name: p for p in gpu_phases.plan(2, settings)}
+    assert [n for n, p in phases.items() if not p.skip] == ["ab-gate", "aa-rounds"]
+    assert phases["matrix-1x1"].skip == "not chosen (--phases ab-gate,aa-rounds)"
+    aa = list(phases["aa-rounds"].argv)
+    assert aa[aa.index("--duet-aa") + 1] == "4"
+    # the first phase that runs states its share of the whole budget
+    assert main(["selftest", "--gpu", "--dry-run", "--gpus", "1", "--phases", "aa-rounds", "--budget-s", "300"]) == 0
+    assert "aa-rounds (300 s): 6 A/A duet rounds" in capsys.readouterr().out
 
 
 def test_each_phase_gets_its_weights_share_of_the_time_left(tmp_path):

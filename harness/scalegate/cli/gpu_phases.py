@@ -44,6 +44,8 @@ class Settings:
     case_timeout_s: float = 120.0
     work_dir: Path = Path("results/gpu-acceptance")
     python: str = sys.executable
+    phases: tuple[str, ...] = ()  # the phases to run (``--phases``); empty: every one this machine can run
+    aa_rounds: int = 6  # enough rounds to state a spread (its own uncertainty about 1/sqrt(2(N-1)): 32% at six)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,7 +159,13 @@ def plan(gpus: int, s: Settings, in_git: bool = True) -> list[Phase]:
     ]
     skips = {"matrix-1x2-nccl": two, "ab-gate": "" if in_git else "not a git checkout: the A/B gate's base is HEAD"}
     skips["aa-rounds"] = skips["ab-gate"]
+    if s.phases:
+        chosen = f"not chosen (--phases {','.join(s.phases)})"
+        skips.update({p.name: chosen for p in phases if p.name not in s.phases})
     return [replace(p, skip=skips.get(p.name, "")) for p in phases]
+
+
+NAMES = ("matrix-1x1", "matrix-1x2-nccl", "compile", "script", "ab-gate", "aa-rounds")  # plan's order
 
 
 def gate_phase(per_node: str, s: Settings) -> Phase:
@@ -177,21 +185,18 @@ def gate_phase(per_node: str, s: Settings) -> Phase:
     )
 
 
-AA_ROUNDS = 6  # enough rounds to state a spread (its own uncertainty about 1/sqrt(2(N-1)): 32% at six)
-
-
 def aa_phase(s: Settings) -> Phase:
     """A/A duet rounds of a case whose step takes 20 ms or more on a GPU: the spread of a round, and the GPU's state in
     every round (its rounds' results keep it), recorded into a baseline file of the run's own."""
     results = s.work_dir / "aa-rounds"
-    argv = [s.python, "-m", "scalegate", "record-baselines", "--duet-aa", str(AA_ROUNDS)]
+    argv = [s.python, "-m", "scalegate", "record-baselines", "--duet-aa", str(s.aa_rounds)]
     argv += ["--results-dir", str(results), "--baseline-dir", str(results / "baselines")]
     argv += ["-k", "(ddp-resnet-1x1 or single-resnet-1x1) and not parity", *common(s, GATE_STEPS)[:-2]]
     argv += ["--scaling-models", "resnet", "--scaling-strategies", "single,ddp"]
     argv += ["--scaling-matrix", "full", "--scaling-topologies", "1x1"]
     return Phase(
         name="aa-rounds",
-        proves=f"{AA_ROUNDS} A/A duet rounds of ddp-resnet-1x1: a round's spread, with the GPU's clocks round by round",
+        proves=f"{s.aa_rounds} A/A duet rounds of ddp-resnet-1x1: a round's spread, with the GPU's clocks round by round",
         argv=tuple(argv),
         weight=2.0,
         results_dir=results,

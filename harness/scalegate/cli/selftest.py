@@ -56,6 +56,19 @@ def add_parser(sub) -> None:
         help="workloads every strategy runs on, comma-separated, or all; every workload's single reference runs "
         "anyway (default: %(default)s)",
     )
+    s.add_argument(
+        "--phases",
+        type=phases,
+        default=(),
+        help="run only these phases, comma-separated (" + ", ".join(gpu_phases.NAMES) + "); the page names the "
+        "others as not chosen (default: every phase this machine can run)",
+    )
+    s.add_argument(
+        "--aa-rounds",
+        type=t.whole("--aa-rounds", 2, 20),
+        default=6,
+        help="A/A duet rounds of the aa-rounds phase; six state a spread to about 32%% of itself (default: 6)",
+    )
     s.add_argument("--steps", type=t.whole("--steps", 1, 1000), default=20, help="measured steps (default: 20)")
     s.add_argument("--warmup", type=t.whole("--warmup", 0, 100), default=3, help="warm-up steps (default: 3)")
     s.add_argument(
@@ -77,6 +90,18 @@ def models(text: str) -> str:
             "e.g. --models cnn,bert_qa (a workload class or hf:<type>: run pytest scaling_tests with --scaling-models)",
         )
     return text
+
+
+def phases(text: str) -> tuple[str, ...]:
+    """Phase names of harness/scalegate/cli/gpu_phases.py, comma-separated: they run in the plan's order."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in gpu_phases.NAMES]
+    if unknown or not names:
+        raise t.usage(
+            f"--phases={text!r}: {unknown[0]!r} is not a phase" if unknown else f"--phases={text!r} names no phase",
+            "e.g. --phases ab-gate,aa-rounds (the phases: " + ", ".join(gpu_phases.NAMES) + ")",
+        )
+    return names
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -110,6 +135,8 @@ def main(args: argparse.Namespace) -> int:
         models=args.models,
         steps=args.steps,
         warmup=args.warmup,
+        phases=args.phases,
+        aa_rounds=args.aa_rounds,
         work_dir=Path(args.work_dir or root / "results" / "gpu-acceptance").resolve() / time.strftime("%Y%m%d-%H%M%S"),
     )
     if args.dry_run and args.gpus:
@@ -131,11 +158,12 @@ def in_git(root: Path) -> bool:
 
 
 def dry_run(phases: list[gpu_phases.Phase], settings: gpu_phases.Settings) -> int:
+    first = next((i for i, p in enumerate(phases) if not p.skip), None)
     for i, phase in enumerate(phases):
         if phase.skip:
             print(f"{phase.name}: not run here: {phase.skip}")
             continue
-        share = phase.timeout_for(phases[i + 1 :], settings.budget_s) if i == 0 else None
+        share = phase.timeout_for(phases[i + 1 :], settings.budget_s) if i == first else None
         budget = f"{share:.0f} s" if share is not None else "its share of the time left"
         print(f"{phase.name} ({budget}): {phase.proves}\n  {shlex.join(phase.argv)}")
     return EXIT_OK
