@@ -10,7 +10,7 @@
 #     pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #         --platform manylinux1_x86_64 -d WHEELHOUSE pydantic pydantic_core annotated-types typing-inspection \
-#         hjson greenlet py-spy
+#         hjson greenlet py-spy packaging setuptools-scm vcs-versioning   # the last three: pip install -e . (the version from git)
 # plus whatever else `python -c "import deepspeed, lightning, transformers, pytest_benchmark, pynvml"` misses there.
 # The node's torch is used as it is (the run records its version); ./setup.sh's pinned torch needs a network.
 set -euo pipefail

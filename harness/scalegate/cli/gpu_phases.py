@@ -16,9 +16,10 @@ The matrix phases run every strategy on ``--models`` (default cnn) and every wor
 the whole strategy list fits the budget; ``--models all --budget-s 1200`` runs every strategy on every workload.
 Budgets: each phase has a weight, and when it starts it gets its weight's share of the time still left, so time a
 fast phase leaves is spent by the later ones (``Phase.timeout_for``). The plan is a pure function of the GPU count and
-the settings, tested on CPU. The weights are the H100 runs' walls (docs/gpu/nvidia-h100-80gb-hbm3-2026-11-24.md and
--2026-11-26.md): matrix-1x1 279-295 s, compile 84 s (it compiles for real since the second), script 36-40 s, the A/A
-gate 91-134 s; 10 minutes hold them with a margin.
+the settings, tested on CPU. The weights are the GPU runs' walls (docs/gpu): matrix-1x1 279-295 s, compile 84 s (it
+compiles for real since the second H100 run), script 36-40 s, the A/A gate 75-134 s, and an A/A resnet duet round
+79-89 s on the H200 (six: ~520 s); the whole run takes about 17 minutes, so a device session of 15 runs it in two
+commands with ``--phases`` (docs/verified-on-gpu.md).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ SCRIPT_CASES = "benchmarks/gpu_script_cases.py"
 class Settings:
     """What the command line chose (harness/scalegate/cli/selftest.py checks each value as it reads it)."""
 
-    budget_s: float = 600.0
+    budget_s: float = 1050.0
     models: str = "cnn"  # the workloads every strategy runs on; the single references run on every workload
     steps: int = 20  # 10 left resnet at 74% of its first loss (convergence asks 70%); steps cost ms on a GPU
     warmup: int = 3
@@ -198,7 +199,7 @@ def aa_phase(s: Settings) -> Phase:
         name="aa-rounds",
         proves=f"{s.aa_rounds} A/A duet rounds of ddp-resnet-1x1: a round's spread, with the GPU's clocks round by round",
         argv=tuple(argv),
-        weight=2.0,
+        weight=11.0,  # the H200 (docs/gpu/nvidia-h200-2026-11-27.md): 79-89 s a round, ~520 s for six
         results_dir=results,
         spread=True,
     )

@@ -1,7 +1,8 @@
 """``python -m scalegate selftest --gpu``: the whole CUDA path in one command, and a report the project keeps.
 
     python3 -m benchmarks.gpu_acceptance                   # a fresh GPU machine: ./setup.sh (the CUDA wheel), then this
-    python -m scalegate selftest --gpu                     # every phase within 10 minutes; docs/gpu/<device>-<date>.md
+    python -m scalegate selftest --gpu                     # every phase, about 17 minutes; docs/gpu/<device>-<date>.md
+    python -m scalegate selftest --gpu --phases aa-rounds  # one phase alone (the A/A duet rounds: about 9 minutes)
     python -m scalegate selftest --gpu --dry-run --gpus 2  # the phases' commands for 2 GPUs, nothing run (any machine)
     python -m scalegate selftest --render experiments/data/gpu/nvidia-h200-2026-11-26.json   # the page again
 
@@ -45,8 +46,8 @@ def add_parser(sub) -> None:
     s.add_argument("--gpu", action="store_true", help="run the GPU acceptance phases (the only self test so far)")
     s.add_argument(
         "--budget-s",
-        type=t.real("--budget-s", lambda v: 60 <= v <= 3600, "is not in 60..3600 seconds", "e.g. --budget-s 600"),
-        default=600.0,
+        type=t.real("--budget-s", lambda v: 60 <= v <= 3600, "is not in 60..3600 seconds", "e.g. --budget-s 1050"),
+        default=1050.0,
         help="wall time for all phases together, shared by weight (default: %(default)s)",
     )
     s.add_argument(
