@@ -22,6 +22,7 @@ from scalegate.judge import duet as paired
 from scalegate.judge.evidence import LaunchRecord
 from scalegate.launch.duet import Coordinator
 from scalegate.measure.turns import DuetStopped, Turns
+from scalegate.measure.turns import where as turns_where
 
 
 class Ranks:
@@ -157,6 +158,41 @@ def test_a_turn_never_given_back_stops_both_naming_every_ranks_last_step():
         in message
     )
     assert "last steps done: rank 0 1, rank 1 2" in message
+    # past half the limit the held rank said where it was: in this test's own code, not in torch
+    assert "; rank 0 (node 0) is stuck outside torch, in hang (" in message and "test_duet.py:" in message
+
+
+def test_where_tells_a_rank_waiting_inside_torch_from_one_stuck_in_its_own_code():
+    """A rank in a collective or in backward waits inside torch's Python frames; a hung rank is elsewhere."""
+    import torch
+
+    future, started = torch.futures.Future(), threading.Event()
+
+    def waiting() -> None:  # a rank blocked in torch, as in a collective its partner never joins
+        started.set()
+        future.wait()
+
+    thread = threading.Thread(target=waiting, daemon=True)
+    thread.start()
+    started.wait(5)
+    time.sleep(0.2)
+    inside = turns_where(thread.ident)
+    future.set_result(None)
+    thread.join(5)
+    assert inside["torch"] and "wait (" in inside["frame"], inside
+
+    def stuck() -> None:  # a rank hung in its own code (the injected hang sleeps in scalegate's worker)
+        started.set()
+        time.sleep(1.0)
+
+    started.clear()
+    thread = threading.Thread(target=stuck, daemon=True)
+    thread.start()
+    started.wait(5)
+    time.sleep(0.2)
+    outside = turns_where(thread.ident)
+    assert not outside["torch"] and outside["frame"].startswith("stuck (") and "test_duet.py:" in outside["frame"]
+    thread.join(5)
 
 
 def _launch(steps, ref, duet="paired"):

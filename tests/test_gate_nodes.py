@@ -155,7 +155,8 @@ def test_a_gate_stopped_by_sigterm_ends_its_sessions_and_removes_its_base_worktr
 def test_a_rank_that_hangs_on_node_1_stops_the_gate_naming_node_side_and_rank(tmp_path):
     """Rank 1 (node 1) of the 2x1 job hangs at step 4 on both sides: the coordinator's turn limit (shortened here)
     stops both jobs, naming the side and every rank still in the turn with its node (rank 0 waits in the step's first
-    collective, which rank 1 never joins), and the last step each finished; both nodes end their sessions."""
+    collective, which rank 1 never joins), the last step each finished, and rank 1 as the one stuck outside torch
+    (its own ``where``); both nodes end their sessions."""
     repo = tmp_path / "repo"
     checkout_repo(repo)
     fault = ["--scaling-inject-fault", "hang:rank=1,step=4", "--scaling-timeout", "60"]
@@ -166,5 +167,8 @@ def test_a_rank_that_hangs_on_node_1_stops_the_gate_naming_node_side_and_rank(tm
     table = (tmp_path / "gate0.md").read_text()
     said = r"the (base|head) side's job ddp-cnn-2x1 did not give its turn back in 15 s: rank\(s\) 0 \(node 0\), 1 \(node 1\)"
     assert re.search(said + " still in the turn; last steps done: rank 0 3, rank 1 3", table), table[-3000:]
+    # rank 0 waits inside torch for rank 1, which its own frame names as the one stuck (the injected hang)
+    assert re.search(r"; rank 1 \(node 1\) is stuck outside torch, in \S+ \(\S+faults\.py:\d+\)", table), table[-3000:]
+    assert "rank 0 (node 0) is stuck" not in table
     assert "❌ failed" in table
     assert not _left_behind(repo)

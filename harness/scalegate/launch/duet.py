@@ -37,6 +37,7 @@ class Job:
     ranks: dict[int, socket.socket] = field(default_factory=dict)
     waiting: set[int] = field(default_factory=set)  # ranks that asked for a turn and have none
     last_step: dict[int, int] = field(default_factory=dict)
+    where: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> its last ``where`` in a long turn
     nodes: dict[int, int] = field(default_factory=dict)  # rank -> its node (a multi-node job's)
     left: set[int] = field(default_factory=set)
     solo: str = ""  # why it runs without a partner
@@ -218,6 +219,9 @@ class Coordinator:
                 job.nodes[int(message["rank"])] = int(message.get("node", 0))
                 job.waiting.add(int(message["rank"]))
                 owners[sock] = (job, int(message["rank"]))
+            elif kind == "message" and sock in owners and message["op"] == "where":
+                job, rank = owners[sock]
+                job.where[rank] = message  # a turn held long: where the rank is, for _hung
             elif kind == "message" and sock in owners:
                 job, rank = owners[sock]
                 job.last_step[rank] = int(message.get("step", -1))
@@ -351,7 +355,8 @@ class Coordinator:
     def _grant(self, job: Job) -> bool:
         job.turns += 1
         job.first_turn = job.first_turn or time.monotonic()
-        job.tell({"op": "go", "turn": job.turns}, set(job.waiting))
+        job.tell({"op": "go", "turn": job.turns, "limit_s": self.turn_s}, set(job.waiting))
+        job.where.clear()
         job.waiting.clear()
         self.holder, self.held_since = job, time.monotonic()
         return True
@@ -373,6 +378,10 @@ class Coordinator:
         why = (
             f"the {job.side} side's job {job.name} did not give its turn back in {self.turn_s:.0f} s: rank(s) "
             f"{where} still in the turn; last steps done: {steps}"
+        ) + "".join(
+            f"; rank {r} (node {job.nodes.get(r, 0)}) is stuck outside torch, in {job.where[r]['frame']}"
+            for r in running
+            if job.where.get(r, {}).get("frame") and not job.where[r].get("torch")
         )
         job.failed = why
         job.tell({"op": "stop", "why": why})

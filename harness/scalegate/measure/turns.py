@@ -5,12 +5,17 @@ no-op. In a duet the rank's first ``turn()`` comes before its setup, one comes b
 ends its last turn when it has nothing more to run; everything between a grant and the next call is the rank's turn,
 and nothing of the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync on CUDA), so
 none of this step's kernels runs in the partner's turn. In the alternate pairing the first turn is the whole job
-(``alone``): it starts after its partner has left, or before its partner starts. Worker side.
+(``alone``): it starts after its partner has left, or before its partner starts. A turn held past half the
+coordinator's turn limit (the ``limit_s`` of its ``go``) makes the client say where the rank's own thread is (``where``:
+its innermost Python frame, and whether that is inside torch), so that a hang's message can name the rank that is
+stuck outside a collective rather than every rank still in the turn. Worker side.
 """
 
 from __future__ import annotations
 
 import socket
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -37,8 +42,17 @@ class Turns:
         self.alternate = False  # the alternate pairing: the job runs whole, its partner before or after it
         self.turns = 0
         self.waited_s = 0.0
+        self.owner = threading.get_ident()  # the rank's thread: its frame is what a ``where`` reports
+        self.sending = threading.Lock()  # the watcher's ``where`` and the rank's own lines never interleave
+        self.granted_at, self.limit_s, self.said_at = 0.0, 0.0, 0.0
+        self.ended = threading.Event()
+        self.watcher: threading.Thread | None = None
         hello = {"op": "hello", "v": duet.VERSION, "side": side, "job": job, "rank": rank, "world": world, "node": node}
         duet.send(self.sock, hello)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        with self.sending:
+            duet.send(self.sock, message)
 
     def turn(self, step: int) -> None:
         """Give back the turn held (after ``sync``), then wait for the next one; ``step``: the last step this rank
@@ -47,17 +61,20 @@ class Turns:
             return
         if self.holding:
             self.sync()
-            duet.send(self.sock, {"op": "done", "step": step})
             self.holding = False
+            self._send({"op": "done", "step": step})
         started = time.perf_counter()
         answer = self._read()
         self.waited_s += time.perf_counter() - started
         if answer["op"] == "go":
+            self.granted_at, self.said_at = time.monotonic(), 0.0
             self.holding, self.turns = True, self.turns + 1
+            self._watch(float(answer.get("limit_s") or 0.0))
         elif answer["op"] in ("solo", "alone"):
             self.alone = answer.get("why") or "no partner"
             self.alternate = answer["op"] == "alone"
         else:
+            self.ended.set()
             raise DuetStopped(
                 f"the duet stopped this {self.side} job ({self.job}, rank {self.rank}): {answer.get('why')}"
             )
@@ -67,11 +84,32 @@ class Turns:
         try:
             if not self.alone:
                 self.sync()
-            duet.send(self.sock, {"op": "bye", "step": step})
+            self.holding = False
+            self._send({"op": "bye", "step": step})
         except OSError:
             pass
         finally:
+            self.ended.set()
             self.sock.close()
+
+    def _watch(self, limit_s: float) -> None:
+        """Start the watcher once the coordinator names a turn limit (an older coordinator names none)."""
+        self.limit_s = limit_s
+        if limit_s > 0 and self.watcher is None:
+            self.watcher = threading.Thread(target=self._watching, name="scalegate-duet-where", daemon=True)
+            self.watcher.start()
+
+    def _watching(self) -> None:
+        """While a turn is held past half its limit, say where the rank is, again every quarter of the limit."""
+        while not self.ended.wait(max(0.05, self.limit_s / 8)):
+            now = time.monotonic()
+            held = self.holding and now - self.granted_at > self.limit_s / 2
+            if held and (not self.said_at or now - self.said_at > self.limit_s / 4):
+                self.said_at = now
+                try:
+                    self._send({"op": "where", **where(self.owner)})
+                except OSError:
+                    return
 
     @property
     def paired(self) -> bool:
@@ -93,10 +131,23 @@ class Turns:
         try:
             answer = self.lines.read()
         except (socket.timeout, OSError) as exc:
+            self.ended.set()
             raise DuetStopped(f"no answer from the duet's coordinator in {WAIT_S:.0f} s ({exc}): is the gate gone?")
         if answer is None:
+            self.ended.set()
             raise DuetStopped("the duet's coordinator closed the connection (the gate ended or was killed)")
         return answer
+
+
+def where(thread: int) -> dict[str, Any]:
+    """``thread``'s innermost Python frame, and whether its module is torch's (a rank waiting in a collective, or
+    in autograd's backward, is inside torch; a rank stuck in its own code or a library's is not)."""
+    frame = sys._current_frames().get(thread)
+    if frame is None:
+        return {"frame": "", "torch": False}
+    module = str(frame.f_globals.get("__name__", ""))
+    text = f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})"
+    return {"frame": text, "torch": module == "torch" or module.startswith("torch.")}
 
 
 class NoTurns:
