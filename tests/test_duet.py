@@ -162,37 +162,32 @@ def test_a_turn_never_given_back_stops_both_naming_every_ranks_last_step():
     assert "; rank 0 (node 0) is stuck outside torch, in hang (" in message and "test_duet.py:" in message
 
 
+def _where_while(block, release) -> dict:
+    """``where`` of a thread running ``block`` (a rank blocked there), read once it is inside; then ``release``."""
+    inside = threading.Event()
+    thread = threading.Thread(target=lambda: (inside.set(), block()), daemon=True)
+    thread.start()
+    inside.wait(5)
+    time.sleep(0.2)
+    found = turns_where(thread.ident)
+    release()
+    thread.join(5)
+    return found
+
+
 def test_where_tells_a_rank_waiting_inside_torch_from_one_stuck_in_its_own_code():
     """A rank in a collective or in backward waits inside torch's Python frames; a hung rank is elsewhere."""
     import torch
 
-    future, started = torch.futures.Future(), threading.Event()
-
-    def waiting() -> None:  # a rank blocked in torch, as in a collective its partner never joins
-        started.set()
-        future.wait()
-
-    thread = threading.Thread(target=waiting, daemon=True)
-    thread.start()
-    started.wait(5)
-    time.sleep(0.2)
-    inside = turns_where(thread.ident)
-    future.set_result(None)
-    thread.join(5)
+    future = torch.futures.Future()  # a rank blocked in torch, as in a collective its partner never joins
+    inside = _where_while(future.wait, lambda: future.set_result(None))
     assert inside["torch"] and "wait (" in inside["frame"], inside
 
     def stuck() -> None:  # a rank hung in its own code (the injected hang sleeps in scalegate's worker)
-        started.set()
         time.sleep(1.0)
 
-    started.clear()
-    thread = threading.Thread(target=stuck, daemon=True)
-    thread.start()
-    started.wait(5)
-    time.sleep(0.2)
-    outside = turns_where(thread.ident)
+    outside = _where_while(stuck, lambda: None)
     assert not outside["torch"] and outside["frame"].startswith("stuck (") and "test_duet.py:" in outside["frame"]
-    thread.join(5)
 
 
 def _launch(steps, ref, duet="paired"):
