@@ -166,7 +166,9 @@ def plan(gpus: int, s: Settings, in_git: bool = True) -> list[Phase]:
     return [replace(p, skip=skips.get(p.name, "")) for p in phases]
 
 
-NAMES = ("matrix-1x1", "matrix-1x2-nccl", "compile", "script", "ab-gate", "aa-rounds")  # plan's order
+def names() -> tuple[str, ...]:
+    """Every phase's name, in the plan's order (``--phases`` picks from them)."""
+    return tuple(p.name for p in plan(2, Settings()))
 
 
 def gate_phase(per_node: str, s: Settings) -> Phase:

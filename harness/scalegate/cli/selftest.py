@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
     s.add_argument(
         "--budget-s",
         type=t.real("--budget-s", lambda v: 60 <= v <= 3600, "is not in 60..3600 seconds", "e.g. --budget-s 1050"),
-        default=1050.0,
+        default=gpu_phases.Settings.budget_s,
         help="wall time for all phases together, shared by weight (default: %(default)s)",
     )
     s.add_argument(
@@ -61,17 +61,29 @@ def add_parser(sub) -> None:
         "--phases",
         type=phases,
         default=(),
-        help="run only these phases, comma-separated (" + ", ".join(gpu_phases.NAMES) + "); the page names the "
+        help="run only these phases, comma-separated (" + ", ".join(gpu_phases.names()) + "); the page names the "
         "others as not chosen (default: every phase this machine can run)",
     )
     s.add_argument(
         "--aa-rounds",
         type=t.whole("--aa-rounds", 2, 20),
-        default=6,
-        help="A/A duet rounds of the aa-rounds phase; six state a spread to about 32%% of itself (default: 6)",
+        default=gpu_phases.Settings.aa_rounds,
+        help="A/A duet rounds of the aa-rounds phase; six state a spread to about 32%% of itself "
+        "(default: %(default)s)",
     )
-    s.add_argument("--steps", type=t.whole("--steps", 1, 1000), default=20, help="measured steps (default: 20)")
-    s.add_argument("--warmup", type=t.whole("--warmup", 0, 100), default=3, help="warm-up steps (default: 3)")
+    defaults = gpu_phases.Settings
+    s.add_argument(
+        "--steps",
+        type=t.whole("--steps", 1, 1000),
+        default=defaults.steps,
+        help="measured steps (default: %(default)s)",
+    )
+    s.add_argument(
+        "--warmup",
+        type=t.whole("--warmup", 0, 100),
+        default=defaults.warmup,
+        help="warm-up steps (default: %(default)s)",
+    )
     s.add_argument(
         "--out", help="where the page goes (default: docs/gpu of this checkout; its JSON: experiments/data/gpu)"
     )
@@ -96,11 +108,12 @@ def models(text: str) -> str:
 def phases(text: str) -> tuple[str, ...]:
     """Phase names of harness/scalegate/cli/gpu_phases.py, comma-separated: they run in the plan's order."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in gpu_phases.NAMES]
+    known = gpu_phases.names()
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise t.usage(
             f"--phases={text!r}: {unknown[0]!r} is not a phase" if unknown else f"--phases={text!r} names no phase",
-            "e.g. --phases ab-gate,aa-rounds (the phases: " + ", ".join(gpu_phases.NAMES) + ")",
+            "e.g. --phases ab-gate,aa-rounds (the phases: " + ", ".join(known) + ")",
         )
     return names
 
