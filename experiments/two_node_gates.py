@@ -5,7 +5,7 @@
 Builds the two-node cluster (and stops it after), copies this checkout into a throwaway repository
 (tests/repos.py ``checkout_repo``), runs ``--runs`` A/A gates (``--base HEAD``), then commits tests/repos.py's
 ``slow_commit(--slow-ms)`` (that much more in each DDP forward: the 2x1 step slower, 1x1 unchanged) and runs
-``--runs`` gates against it. Each gate is tests/test_slurm.py's command (``srun -N2 --ntasks-per-node=1 python -m
+``--runs`` gates against it. Each gate is tests/repos.py's ``srun_gate_command``, as tests/test_slurm.py runs it (``srun -N2 --ntasks-per-node=1 python -m
 scalegate gate ... -k "ddp-cnn-2x1 or single-cnn-1x1"``) with the gate's default steps. One JSON line a gate: its
 verdict, wall, load average at the start and every paired round as ``experiments/duet_aa.py`` reads them, which
 ``python -m benchmarks.duet_replay --data FILE`` replays. Timing: run it with nothing else on the machine, and edit
@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 
 from experiments.duet_aa import rounds_of
-from tests.repos import checkout_repo, commit_change, slow_commit
-from tests.test_slurm import _outside_env, _srun_gate_command
+from tests.repos import checkout_repo, commit_change, outside_slurm_env, slow_commit, srun_gate_command
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = str(ROOT / "slurm" / "two-node-cluster.sh")
@@ -32,10 +31,9 @@ NOTE = "two real SLURM nodes (slurm/two-node-cluster.sh), ddp-cnn-2x1, the gate'
 
 
 def gate(repo: Path, base: str, out: Path, slow_ms: float, run: int) -> dict:
-    command = _srun_gate_command(CLUSTER, repo, base, out)
-    command[-1] = command[-1].replace(" --scaling-steps 40", "")  # the gate's own default steps
+    command = srun_gate_command(CLUSTER, repo, base, out, steps=None)  # the gate's own default steps
     load, started = os.getloadavg()[0], time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=_outside_env())
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=outside_slurm_env())
     wall = time.monotonic() - started
     out.with_suffix(".log").write_text(done.stdout + done.stderr)
     table = out.with_suffix(".md").read_text() if out.with_suffix(".md").is_file() else ""

@@ -4,10 +4,13 @@ A test of the PR gate needs a repository with history: this checkout's files cop
 (``checkout_repo``), a base commit, and heads that change one line (``commit_change``). ``SLOW_COMMIT`` is the
 change the gate must catch: DDP's step waits on the host, as a synchronous check a PR could add would.
 ``SLOW_DDP`` is a slowdown from outside the project (a sitecustomize), not the harness's own fault injection.
+``srun_gate_command`` is the A/B gate of a 2x1 canary across slurm/two-node-cluster.sh's two nodes.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -92,3 +95,19 @@ def slow_commit(sleep_ms: float) -> tuple[str, str, str]:
         line,
         f"        __import__('time').sleep({sleep_ms / 1000!r})  # the PR's synchronous host-side check\n",
     )
+
+
+def srun_gate_command(cluster: str, repo: Path, base: str, out: Path, steps: int | None = 40) -> list[str]:
+    """``gate --base BASE`` of ddp-cnn-2x1 and its reference from ``repo``, one gate per node under ``srun -N2``
+    inside ``cluster`` (slurm/two-node-cluster.sh); its table goes to ``OUT.md``. ``steps`` None: the gate's own."""
+    gate = [str(ROOT / ".venv/bin/python"), "-m", "scalegate", "gate", "--base", base, "--results-dir", str(out)]
+    gate += ["--markdown", f"{out}.md", "-k", "ddp-cnn-2x1 or single-cnn-1x1", "--scaling-models", "cnn"]
+    gate += ["--scaling-strategies", "single,ddp", "--scaling-topologies", "1x1,2x1"]
+    gate += ["--scaling-steps", str(steps)] if steps is not None else []
+    wrapper = f"cd {shlex.quote(str(repo))} && exec srun -N2 --ntasks-per-node=1 -l {shlex.join(gate)}"
+    return [cluster, "run", "bash", "-c", wrapper]
+
+
+def outside_slurm_env() -> dict[str, str]:
+    """This environment without a surrounding SLURM step's or pytest's variables: a job of its own."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import time
@@ -16,6 +15,7 @@ from scalegate.contract.errors import SpecError
 from scalegate.contract.topology import Topology
 from scalegate.launch import Settings, slurm
 from scalegate.plan import cluster
+from tests.repos import outside_slurm_env, srun_gate_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +116,7 @@ def test_srun_pytest_runs_a_ddp_case_as_the_node_agent(tmp_path):
     reason = _cluster_up()
     if reason:
         pytest.skip(reason)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
+    env = outside_slurm_env()
     cmd = [
         "srun",
         "-N1",
@@ -153,7 +153,7 @@ def test_srun_pytest_runs_a_ddp_case_as_the_node_agent(tmp_path):
 def test_two_agent_nodes_run_a_2x1_case_and_only_node_0_reports(tmp_path):
     """Agent mode end to end without srun: two pytest 'nodes' on this machine with a step's environment."""
     job = str(900000 + os.getpid() % 90000)
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
+    base = outside_slurm_env()
     base.update(
         SLURM_JOB_ID=job,
         SLURM_STEP_ID="0",
@@ -227,21 +227,9 @@ def two_nodes():
         subprocess.run([script, "stop"], capture_output=True, text=True, timeout=120)
 
 
-def _srun_gate_command(script: str, repo: Path, base: str, out: Path, steps: int = 40) -> list[str]:
-    gate = [str(ROOT / ".venv/bin/python"), "-m", "scalegate", "gate", "--base", base, "--results-dir", str(out)]
-    gate += ["--markdown", f"{out}.md", "-k", "ddp-cnn-2x1 or single-cnn-1x1", "--scaling-models", "cnn"]
-    gate += ["--scaling-strategies", "single,ddp", "--scaling-topologies", "1x1,2x1", "--scaling-steps", str(steps)]
-    wrapper = f"cd {shlex.quote(str(repo))} && exec srun -N2 --ntasks-per-node=1 -l {shlex.join(gate)}"
-    return [script, "run", "bash", "-c", wrapper]
-
-
-def _outside_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALEGATE_RUN_ID", "PYTEST_"))}
-
-
 def _srun_gate(script: str, repo: Path, base: str, out: Path) -> subprocess.CompletedProcess:
-    command = _srun_gate_command(script, repo, base, out)
-    return subprocess.run(command, capture_output=True, text=True, timeout=900, env=_outside_env())
+    command = srun_gate_command(script, repo, base, out)
+    return subprocess.run(command, capture_output=True, text=True, timeout=900, env=outside_slurm_env())
 
 
 @pytest.mark.slow
@@ -276,8 +264,10 @@ def test_scancel_of_a_two_node_gate_mid_round_stops_both_nodes_and_leaves_nothin
 
     repo, out = tmp_path / "repo", tmp_path / "cut"
     checkout_repo(repo)
-    command = _srun_gate_command(two_nodes, repo, "HEAD", out, steps=400)
-    gate = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_outside_env())
+    command = srun_gate_command(two_nodes, repo, "HEAD", out, steps=400)
+    gate = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=outside_slurm_env()
+    )
     try:
         deadline = time.monotonic() + 300
         while not list(out.glob("gate-slurm-*/round-01/**/session.log")) and time.monotonic() < deadline:
