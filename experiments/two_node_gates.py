@@ -5,7 +5,7 @@
 Builds the two-node cluster (and stops it after), copies this checkout into a throwaway repository
 (tests/repos.py ``checkout_repo``), runs ``--runs`` A/A gates (``--base HEAD``), then commits tests/repos.py's
 ``slow_commit(--slow-ms)`` (that much more in each DDP forward: the 2x1 step slower, 1x1 unchanged) and runs
-``--runs`` gates against it. Each gate is tests/repos.py's ``srun_gate_command``, as tests/test_slurm.py runs it (``srun -N2 --ntasks-per-node=1 python -m
+``--slowed-runs`` gates against it. Each gate is tests/repos.py's ``srun_gate_command``, as tests/test_slurm.py runs it (``srun -N2 --ntasks-per-node=1 python -m
 scalegate gate ... -k "ddp-cnn-2x1 or single-cnn-1x1"``) with the gate's default steps. One JSON line a gate: its
 verdict, wall, load average at the start and every paired round as ``experiments/duet_aa.py`` reads them, which
 ``python -m benchmarks.duet_replay --data FILE`` replays. Timing: run it with nothing else on the machine, and edit
@@ -56,7 +56,8 @@ def gate(repo: Path, base: str, out: Path, slow_ms: float, run: int) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=3, help="gates of each kind")
+    p.add_argument("--runs", type=int, default=3, help="A/A gates")
+    p.add_argument("--slowed-runs", type=int, default=None, help="gates against the slowed head (default: --runs)")
     p.add_argument("--slow-ms", type=float, default=10.0, help="the slowed head's extra wait in each DDP forward")
     p.add_argument("--out", type=Path, default=ROOT / "experiments" / "data" / "two-node" / "gates.jsonl")
     a = p.parse_args()
@@ -65,15 +66,16 @@ def main() -> int:
     try:
         repo = work / "repo"
         checkout_repo(repo)
-        plan = [("HEAD", 0.0)] * a.runs
-        for n, (base, slow) in enumerate(plan + [("HEAD~1", a.slow_ms)] * a.runs):
+        slowed = a.runs if a.slowed_runs is None else a.slowed_runs
+        plan = [("HEAD", 0.0)] * a.runs + [("HEAD~1", a.slow_ms)] * slowed
+        for n, (base, slow) in enumerate(plan):
             if n == a.runs:
                 commit_change(repo, f"head: {a.slow_ms:g} ms more in each DDP forward", slow_commit(a.slow_ms))
-            row = gate(repo, base, work / f"gate{n}", slow, n % a.runs)
+            row = gate(repo, base, work / f"gate{n}", slow, n if n < a.runs else n - a.runs)
             with a.out.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             print(
-                f"{n + 1}/{2 * a.runs}: {row['verdicts']}, {len(row['rounds'])} rounds, {row['wall_s']:.0f} s, "
+                f"{n + 1}/{len(plan)}: {row['verdicts']}, {len(row['rounds'])} rounds, {row['wall_s']:.0f} s, "
                 f"load {row['load']:.2f}",
                 flush=True,
             )
