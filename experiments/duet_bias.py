@@ -6,6 +6,7 @@
     python -m experiments.duet_bias --rounds 8 --kind script --steps 600   # the example script in its own repo
     python -m experiments.duet_bias --extra "--scaling-duet-threads free"   # gloo's threads free (auto binds them)
     python -m experiments.duet_bias --kind script --steps 600 --extra "--scaling-reference-launches 4"
+    python -m experiments.duet_bias --kind script --steps 150 --turn-steps 150   # turns of a launch's whole steps
 
 One A/A duet of ``ddp-cnn-1x2`` (and its 1x1 reference) for a fixed number of rounds, driven by the gate's own
 ``gate.rounds.run`` and coordinator, in a throwaway copy of this checkout. Where the head's step time at W and at
@@ -124,7 +125,7 @@ def one_run(a: argparse.Namespace) -> list[dict]:
                     a.partial.write_text(json.dumps({"note": a.note, "rounds": rounds_of(merged)}) + "\n")
                 return [case]
 
-            with Coordinator(alternate=a.pairing == "alternate") as coordinator:
+            with Coordinator(alternate=a.pairing == "alternate", turn_steps=a.turn_steps) as coordinator:
                 if a.first != "alternate":  # always the one side first (the experiment; the gate alternates)
                     round_started = coordinator.round_started
                     coordinator.round_started = lambda refused=None, first="": round_started(refused, first=a.first)
@@ -167,6 +168,7 @@ def main() -> int:
     )
     p.add_argument("--kind", choices=("canary", "script"), default="canary")
     p.add_argument("--pairing", choices=("duet", "alternate"), default="duet", help="step by step, or whole jobs")
+    p.add_argument("--turn-steps", type=int, default=1, help="a duet's turn after a job's setup, in steps (gate's)")
     p.add_argument("--strategy", default="ddp", help="the canary's strategy: ddp, fsdp, deepspeed-zero2")
     p.add_argument("--model", default="cnn", help="the canary's workload (resnet: ~18 ms a step on one GPU)")
     p.add_argument("--topology", default="1x2", help="the canary's topology (1x1 on one GPU)")
@@ -193,6 +195,7 @@ def main() -> int:
         "duet_threads": duet_threads(a.extra),  # until 2026-11-27: "bind_threads", "all" where bound, "" free
         "layout": a.layout,
         "pairing": a.pairing,
+        "turn_steps": a.turn_steps,
         "first": a.first,
         "repeat": a.repeat,
         "with_single": a.with_single,

@@ -97,6 +97,24 @@ def test_two_jobs_take_turns_one_at_a_time_in_abba_order():
         assert 0 < job["held_s"] <= job["ended_s"] - job["first_turn_s"] + 0.01, job
 
 
+def test_turns_of_several_steps_keep_one_job_at_a_time_and_the_abba_order():
+    """``gate --turn-steps 3``: after each job's setup turn, a turn runs three steps; the pairs keep their ABBA
+    order, and each rank's summary says the turn's length (the verdict names it)."""
+    log: list = []
+    with Coordinator(pair_wait_s=30, turn_s=30, turn_steps=3) as c:
+        head = Ranks(c, "head", "ddp-cnn-1x2/launch", 2, 9, log).start()
+        base = Ranks(c, "base", "ddp-cnn-1x2/launch", 2, 9, log).start()
+        head.join(), base.join()
+        assert c.settle(), c.report()
+    assert not head.errors and not base.errors, head.errors + base.errors
+    running: dict[str, int] = {"head": 0, "base": 0}
+    for _, side, _, _, what in sorted(log):
+        running[side] += 1 if what == "start" else -1
+        assert not (running["head"] and running["base"]), "both jobs ran a step at the same time"
+    assert _runs(log) == ["base"] * 3 + ["head"] * 6 + ["base"] * 6 + ["head"] * 3
+    assert all(s["turns"] == 4 and s["turn_steps"] == 3 for s in head.summaries + base.summaries)  # setup + 3
+
+
 def test_the_round_names_the_side_that_turns_first_so_neither_always_does():
     """The gate alternates it by round (gate/rounds.py): the side that set up and stepped first read 0.8% faster
     at 1x1 in A/A duets, whatever the pairs' order."""
@@ -373,6 +391,31 @@ def test_a_scripts_paired_gate_decides_within_its_own_budget_unless_one_is_named
     assert (paired.script, paired.alternate, paired.most) == (policy.SCRIPT_ROUNDS, *[policy.ALTERNATE_ROUNDS] * 2)
     assert (alone.script, alone.alternate, alone.most) == (None, None, policy.GATE_MAX_LAUNCHES)  # unpaired rounds
     assert plan().tolerance == policy.AB_GATE_TOLERANCE and plan("--scaling-tolerance", "0.1").tolerance == 0.1
+    assert plan().turn_steps == 1 and plan("--turn-steps", "25").turn_steps == 25
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--base", "HEAD", "--turn-steps", "0"], "--turn-steps 0: a turn runs at least one optimizer step"),
+        (["--turn-steps", "5"], "--turn-steps 5 sets the length of a duet's turns, and this gate has one side"),
+        (
+            ["--base", "HEAD", "--pairing", "alternate", "--turn-steps", "5"],
+            "--turn-steps 5 sets the length of a duet's turns, and --pairing alternate takes no turns of steps",
+        ),
+    ],
+)
+def test_turn_steps_that_no_duet_can_take_stop_the_gate_naming_the_option(tmp_path, argv, said):
+    from scalegate.cli import gate
+    from scalegate.contract.errors import ScalegateError
+    from scalegate.gate.plan import GatePlan
+    from scalegate.gate.project import Project
+
+    args, extra = gate.namespace(argv)
+    args.forward = [*args.forward, *extra]
+    with pytest.raises(ScalegateError) as refused:
+        GatePlan.build(args, Project(root=tmp_path))
+    assert refused.value.message == said and "--turn-steps" in refused.value.hint
 
 
 def _round_file(launches, reference=(0.004,) * 8):
@@ -517,6 +560,24 @@ def test_the_duets_verdict_names_where_gloos_threads_ran_on_each_side():
     assert "gloo's threads: head bound, base free (a team's script)]" in verdict("bound", script)
     assert "duet against the base commit; gloo's threads: head bound, base not said]" in verdict("bound", "")
     assert "duet against the base commit]" in verdict("", "")  # CUDA: nothing to say
+
+
+def test_the_verdict_and_the_pairing_line_name_turns_of_several_steps():
+    from scalegate.gate.verdict import pairing_markdown
+    from scalegate.judge.outcome import Overrides
+
+    head, base = _records(1.0, 1.0, rounds=2)
+    longer = [
+        dataclasses.replace(r, launches=tuple(dataclasses.replace(x, duet_turn_steps=25) for x in r.launches))
+        for r in (head, base)
+    ]
+    assert (
+        "[ddp-cnn-1x2:tiny on p, duet against the base commit]" in paired.timing(head, base, None, Overrides()).message
+    )
+    assert "duet against the base commit in turns of 25 steps]" in paired.timing(*longer, None, Overrides()).message
+    found = {"duet": True, "pairing": "duet", "turn_steps": 25, "jobs": {}}
+    assert "Paired: base and head took turns 25 steps at a time (0 jobs paired" in pairing_markdown(found)
+    assert "took turns step by step" in pairing_markdown(found | {"turn_steps": 1})
 
 
 def test_a_rounds_pooled_launches_say_bound_only_where_every_one_was():

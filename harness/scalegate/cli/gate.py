@@ -84,6 +84,14 @@ def add_parser(sub) -> None:
         "whose two jobs would not fit in device memory (default: %(default)s)",
     )
     g.add_argument(
+        "--turn-steps",
+        type=int,
+        default=1,
+        metavar="K",
+        help="A/B duet: each of a job's turns runs K optimizer steps before its partner's turn (a job's setup is one "
+        "turn); longer turns hand over less often, the partner's steps further apart in time (default: %(default)s)",
+    )
+    g.add_argument(
         "--max-minutes",
         type=float,
         metavar="M",

@@ -38,11 +38,13 @@ PORT_BASE, PORT_SPAN = 28000, 4000  # node 0's coordinator: below Linux's epheme
 class Chosen:
     pairing: str  # duet, alternate or rounds
     why: str  # why not paired (rounds), or ""
+    turn_steps: int = 1  # a duet's turn, in steps
 
     @property
     def says(self) -> str:
         return {
-            "duet": "duet: both commits' jobs of a case take turns step by step",
+            "duet": "duet: both commits' jobs of a case take turns "
+            + ("step by step" if self.turn_steps == 1 else f"{self.turn_steps} steps at a time"),
             "alternate": "alternate: both commits' jobs of a case take turns one whole job at a time, one resident",
             "rounds": f"not paired ({self.why}): each round runs the base's session, then the head's",
         }[self.pairing]
@@ -60,7 +62,9 @@ def choose(plan: GatePlan, base_tree: Path, base_python: str) -> Chosen:
         )
     if why:
         return Chosen("rounds", why)
-    return Chosen("alternate" if plan.pairing == "alternate" else "duet", "")
+    if plan.pairing == "alternate":
+        return Chosen("alternate", "")
+    return Chosen("duet", "", turn_steps=plan.turn_steps)
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ def coordinator(plan: GatePlan, chosen: Chosen) -> Iterator[rounds.Paired | None
         return
     refusals = _refusals(plan.baseline_dir) if chosen.pairing == "duet" else (lambda merged: {})
     if plan.nodes is None:
-        with Coordinator(alternate=chosen.pairing == "alternate") as c:
+        with Coordinator(alternate=chosen.pairing == "alternate", turn_steps=chosen.turn_steps) as c:
             yield rounds.Paired(coordinator=c, pairing=chosen.pairing, refusals=refusals)
         return
     host, port = address(plan)
@@ -94,7 +98,8 @@ def coordinator(plan: GatePlan, chosen: Chosen) -> Iterator[rounds.Paired | None
         remote = Remote(address=f"tcp:{host}:{port}", tcp_address=f"tcp:{host}:{port}")
         yield rounds.Paired(coordinator=remote, pairing=chosen.pairing)
         return
-    with Coordinator(alternate=chosen.pairing == "alternate", tcp=("0.0.0.0", port), host=host) as c:
+    turns = {"alternate": chosen.pairing == "alternate", "turn_steps": chosen.turn_steps}
+    with Coordinator(**turns, tcp=("0.0.0.0", port), host=host) as c:
         yield rounds.Paired(coordinator=c, pairing=chosen.pairing, refusals=refusals)
 
 
@@ -104,7 +109,8 @@ def report(chosen: Chosen, paired: rounds.Paired | None) -> dict[str, Any]:
         return {"duet": False, "why_not": chosen.why, "pairing": "rounds", "jobs": {}}
     c = paired.coordinator
     c.settle()  # every job's last bye read before its end is reported
-    return {"duet": True, "why_not": "", "pairing": chosen.pairing, "jobs": c.report(), **c.timeline()}
+    said = {"pairing": chosen.pairing, "turn_steps": chosen.turn_steps}
+    return {"duet": True, "why_not": "", **said, "jobs": c.report(), **c.timeline()}
 
 
 def _refusals(baseline_dir: Path):

@@ -31,6 +31,7 @@ class GatePlan:
     base: str | None  # A/B: the base commit's ref (None with --base-python alone: the working tree on both sides)
     base_python: str | None  # A/B: the base side's interpreter
     pairing: str  # auto, duet, alternate or rounds (``PAIRINGS``): how an A/B gate's two sides share the host
+    turn_steps: int  # a duet's turn after a job's setup, in optimizer steps (--turn-steps)
     tolerance: float  # the efficiency drop to catch
     budget: int  # rounds a case may take
     script_budget: int | None  # a training script's rounds in a paired gate (None: as ``budget``)
@@ -73,6 +74,7 @@ class GatePlan:
                 f"--pairing {args.pairing} pairs an A/B gate's two sides, and this gate has one",
                 "add --base REF (or --base-python PATH), or drop --pairing",
             )
+        _check_turn_steps(args.turn_steps, args.pairing, ab)
         budget = named.get("scaling_max_launches", policy.GATE_MAX_LAUNCHES)
         default_tolerance = policy.AB_GATE_TOLERANCE if ab else policy.STORED_GATE_TOLERANCE
         nodes = cluster.detect()
@@ -91,6 +93,7 @@ class GatePlan:
             base=args.base,
             base_python=args.base_python,
             pairing=args.pairing,
+            turn_steps=args.turn_steps,
             tolerance=named["scaling_tolerance"] if "scaling_tolerance" in named else default_tolerance,
             budget=budget,
             script_budget=budget if "scaling_max_launches" in named else min(budget, policy.SCRIPT_ROUNDS),
@@ -100,6 +103,21 @@ class GatePlan:
             nodes=nodes,
             markdown=args.markdown,
             json=args.json,
+        )
+
+
+def _check_turn_steps(steps: int, pairing: str, ab: bool) -> None:
+    """``--turn-steps``: a whole number of steps, for a gate whose sides take turns step by step."""
+    if steps < 1:
+        raise ScalegateError(
+            f"--turn-steps {steps}: a turn runs at least one optimizer step",
+            "name the steps of a turn (e.g. --turn-steps 10), or leave the option out for one step a turn",
+        )
+    if steps > 1 and (not ab or pairing in ("alternate", "rounds")):
+        what = "this gate has one side" if not ab else f"--pairing {pairing} takes no turns of steps"
+        raise ScalegateError(
+            f"--turn-steps {steps} sets the length of a duet's turns, and {what}",
+            "use it with --base REF and --pairing auto or duet, or drop --turn-steps",
         )
 
 

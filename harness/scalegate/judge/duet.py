@@ -320,7 +320,9 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
         rounds = [dataclasses.replace(r, local=None) for r in rounds]
     kind = "alternate" if alternate else "duet"
     over = f"{len(rounds)} {kind} round{'s' if len(rounds) > 1 else ''} ({'; '.join(r.describe() for r in rounds)})"
+    steps = max(launch.duet_turn_steps for launch in record.launches)
     how = "whole jobs alternating with the base commit's" if alternate else "duet against the base commit"
+    how += f" in turns of {steps} steps" if steps > 1 and not alternate else ""
     capped = gpu.capped_rounds([h.gpu_state for h in record.launches], [b.gpu_state for b in base.launches])
     where = f"[{record.where}, {how}{threads_said(record, base)}{capped}]"
     floor = alternate_floor(record, local=local) if alternate else aa_floor(record, baseline)

@@ -45,6 +45,7 @@ class LaunchRecord:
     # a gate --base round's duet (docs/duet.md): "paired" (took turns with the other commit's job), "solo: why", or ""
     duet: str = ""
     reference_duet: str = ""  # ... of the round's 1x1 reference
+    duet_turn_steps: int = 1  # ... the steps of its turns (gate --turn-steps), the longest any rank was granted
     # a duet on CPU: gloo's worker threads "bound" with the rank or "free: why" (contract/affinity.py), or "" (no duet,
     # CUDA, a base commit whose ranks do not say)
     duet_threads: str = ""
@@ -146,6 +147,7 @@ def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
         wire_source=wire.get("source") or "",
         checkpoint_s_per_gb=(resources.checkpoint(result) or {}).get("s_per_gb"),
         duet=duet_status(result),
+        duet_turn_steps=max([(r.extra.get("duet") or {}).get("turn_steps") or 1 for r in result.ranks] or [1]),
         duet_threads=duet_threads(result),
         gpu_state=gpu.pool([r.extra.get("gpu_state") or {} for r in result.ranks]),
     )

@@ -1,5 +1,6 @@
 """The duet's coordinator (docs/duet.md): a thread of the gate that pairs the two sides' jobs of a case and grants
-turns, one optimizer step each (duet) or one whole job each (alternate), one job at a time on the host.
+turns, one optimizer step each (duet; ``turn_steps`` steps each where the gate asks for longer turns) or one whole
+job each (alternate), one job at a time on the host.
 
 Every rank connection has a reader thread that only turns messages into events; one thread decides. A job is
 granted when it is ready (every rank asked for a turn), it is its turn in its pair's ABBA order, and no job holds
@@ -66,8 +67,8 @@ class Job:
 
 class Coordinator:
     """``with Coordinator() as c:`` the sessions get ``c.address`` (``--scaling-duet``); ``c.report()`` after.
-    ``alternate``: every job runs whole; ``tcp``: (interface, port) to listen on, where other nodes reach it as
-    ``host``."""
+    ``alternate``: every job runs whole; ``turn_steps``: the steps of a turn after a job's first (its setup, one
+    turn); ``tcp``: (interface, port) to listen on, where other nodes reach it as ``host``."""
 
     def __init__(
         self,
@@ -76,8 +77,10 @@ class Coordinator:
         alternate: bool = False,
         tcp: tuple[str, int] | None = None,
         host: str = "",
+        turn_steps: int = 1,
     ) -> None:
         self.pair_wait_s, self.turn_s, self.alternate = pair_wait_s, turn_s, alternate
+        self.turn_steps = turn_steps
         self.t0 = time.monotonic()
         self.rounds_at: list[float] = []  # each round's start, for the timeline
         self.dir = tempfile.mkdtemp(prefix="scalegate-duet-")
@@ -355,7 +358,8 @@ class Coordinator:
     def _grant(self, job: Job) -> bool:
         job.turns += 1
         job.first_turn = job.first_turn or time.monotonic()
-        job.tell({"op": "go", "turn": job.turns, "limit_s": self.turn_s}, set(job.waiting))
+        steps = 1 if job.turns == 1 else self.turn_steps  # the first turn is the job's setup
+        job.tell({"op": "go", "turn": job.turns, "limit_s": self.turn_s, "steps": steps}, set(job.waiting))
         job.where.clear()
         job.waiting.clear()
         self.holder, self.held_since = job, time.monotonic()

@@ -2,8 +2,9 @@
 
 Outside a gate (the spec's ``duet_address`` is None: every session but a ``gate --base`` round's) every call is a
 no-op. In a duet the rank's first ``turn()`` comes before its setup, one comes before every step, and ``leave()``
-ends its last turn when it has nothing more to run; everything between a grant and the next call is the rank's turn,
-and nothing of the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync on CUDA), so
+ends its last turn when it has nothing more to run; everything between a grant and the next call is the rank's turn
+(the next ``steps``-th call where the coordinator's ``go`` names longer turns: ``gate --turn-steps``), and nothing of
+the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync on CUDA), so
 none of this step's kernels runs in the partner's turn. In the alternate pairing the first turn is the whole job
 (``alone``): it starts after its partner has left, or before its partner starts. A turn held past half the
 coordinator's turn limit (the ``limit_s`` of its ``go``) makes the client say where the rank's own thread is (``where``:
@@ -41,6 +42,8 @@ class Turns:
         self.alone = ""  # why the job runs without a partner ("" while it takes turns)
         self.alternate = False  # the alternate pairing: the job runs whole, its partner before or after it
         self.turns = 0
+        self.steps_left = 0  # turn() calls the held turn still covers (a turn of several steps)
+        self.turn_steps = 1  # the longest turn granted, in steps
         self.waited_s = 0.0
         self.owner = threading.get_ident()  # the rank's thread: its frame is what a ``where`` reports
         self.sending = threading.Lock()  # the watcher's ``where`` and the rank's own lines never interleave
@@ -59,6 +62,9 @@ class Turns:
         finished (-1: none yet), which a hang's or a crash's message names."""
         if self.alone:
             return
+        if self.holding and self.steps_left > 1:
+            self.steps_left -= 1  # the turn covers this step too
+            return
         if self.holding:
             self.sync()
             self.holding = False
@@ -69,6 +75,8 @@ class Turns:
         if answer["op"] == "go":
             self.granted_at, self.said_at = time.monotonic(), 0.0
             self.holding, self.turns = True, self.turns + 1
+            self.steps_left = max(1, int(answer.get("steps") or 1))
+            self.turn_steps = max(self.turn_steps, self.steps_left)
             self._watch(float(answer.get("limit_s") or 0.0))
         elif answer["op"] in ("solo", "alone"):
             self.alone = answer.get("why") or "no partner"
@@ -124,6 +132,7 @@ class Turns:
             "why": self.alone,
             "alternate": self.alternate,
             "turns": self.turns,
+            "turn_steps": self.turn_steps,
             "waited_s": round(self.waited_s, 3),
         }
 
