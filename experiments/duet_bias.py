@@ -32,7 +32,7 @@ from benchmarks.duet_estimators import raw_row
 from experiments.duet_aa import canary as with_single  # as the whole gates select: single-cnn-1x1 in round 1 too
 from experiments.duet_aa import script_repo
 from scalegate import policy
-from scalegate.gate import rounds, worktree
+from scalegate.gate import merge, rounds, worktree
 from scalegate.gate.project import Project
 from scalegate.gate.sides import Side, session_command
 from scalegate.judge import duet
@@ -131,7 +131,7 @@ def one_run(a: argparse.Namespace) -> list[dict]:
                     coordinator.round_started = lambda refused=None, first="": round_started(refused, first=a.first)
                 paired = rounds.Paired(coordinator=coordinator, pairing=a.pairing)
                 args = [*select, *shlex.split(a.extra)]
-                merged = rounds.run(sides, args, gate_dir, undecided, a.rounds, paired=paired).merged
+                merged = rounds.run(sides, args, gate_dir, undecided, merge.Budgets(a.rounds), paired=paired).merged
         return [r for r in rounds_of(merged, a.raw) if f"[{r['case']}]" == case]  # not --with-single's single-cnn-1x1
 
 
