@@ -28,7 +28,10 @@ from scalegate.measure.turns import where as turns_where
 class Ranks:
     """A job's ranks as threads: each asks for a turn before each of ``steps`` steps, as the loop does."""
 
-    def __init__(self, c: Coordinator, side: str, job: str, world: int, steps: int, log: list, step_s=0.002) -> None:
+    def __init__(
+        self, c: Coordinator, side: str, job: str, world: int, steps: int, log: list, step_s=0.002, most_steps=0
+    ) -> None:
+        self.most_steps = most_steps
         self.errors: list[BaseException] = []
         self.summaries: list[dict] = []
         self.threads = [
@@ -38,7 +41,7 @@ class Ranks:
 
     def rank(self, c, side, job, rank, world, steps, log, step_s) -> None:
         try:
-            turns = Turns(c.address, side, job, rank, world, lambda: None)
+            turns = Turns(c.address, side, job, rank, world, lambda: None, most_steps=self.most_steps)
             turns.turn(-1)  # the setup's turn
             for step in range(steps):
                 turns.turn(step - 1)
@@ -113,6 +116,21 @@ def test_turns_of_several_steps_keep_one_job_at_a_time_and_the_abba_order():
         assert not (running["head"] and running["base"]), "both jobs ran a step at the same time"
     assert _runs(log) == ["base"] * 3 + ["head"] * 6 + ["base"] * 6 + ["head"] * 3
     assert all(s["turns"] == 4 and s["turn_steps"] == 3 for s in head.summaries + base.summaries)  # setup + 3
+
+
+def test_a_turn_never_spans_more_than_half_a_jobs_steps():
+    """A turn as long as the whole job would let one side's job end, and its session start the next launch, while
+    the other's runs all its steps: 16% spread a round instead of 2.5% (docs/evidence/duet.md, longer turns). The
+    client takes at most half its job's steps a turn (``turns.start``: the spec's warmup and steps)."""
+    log: list = []
+    with Coordinator(pair_wait_s=30, turn_s=30, turn_steps=100) as c:
+        head = Ranks(c, "head", "ddp-cnn-1x2/launch", 2, 6, log, most_steps=3).start()
+        base = Ranks(c, "base", "ddp-cnn-1x2/launch", 2, 6, log, most_steps=3).start()
+        head.join(), base.join()
+        assert c.settle(), c.report()
+    assert not head.errors and not base.errors, head.errors + base.errors
+    assert _runs(log) == ["base"] * 3 + ["head"] * 6 + ["base"] * 3
+    assert all(s["turn_steps"] == 3 for s in head.summaries + base.summaries)
 
 
 def test_the_round_names_the_side_that_turns_first_so_neither_always_does():

@@ -3,8 +3,9 @@
 Outside a gate (the spec's ``duet_address`` is None: every session but a ``gate --base`` round's) every call is a
 no-op. In a duet the rank's first ``turn()`` comes before its setup, one comes before every step, and ``leave()``
 ends its last turn when it has nothing more to run; everything between a grant and the next call is the rank's turn
-(the next ``steps``-th call where the coordinator's ``go`` names longer turns: ``gate --turn-steps``), and nothing of
-the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync on CUDA), so
+(the next ``steps``-th call where the coordinator's ``go`` names longer turns: ``gate --turn-steps``, at most half
+the job's steps, so that every job takes two turns or more and neither side's job ends while the other's runs all
+its steps), and nothing of the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync on CUDA), so
 none of this step's kernels runs in the partner's turn. In the alternate pairing the first turn is the whole job
 (``alone``): it starts after its partner has left, or before its partner starts. A turn held past half the
 coordinator's turn limit (the ``limit_s`` of its ``go``) makes the client say where the rank's own thread is (``where``:
@@ -33,7 +34,15 @@ class DuetStopped(BaseException):
 
 class Turns:
     def __init__(
-        self, address: str, side: str, job: str, rank: int, world: int, sync: Callable[[], None], node: int = 0
+        self,
+        address: str,
+        side: str,
+        job: str,
+        rank: int,
+        world: int,
+        sync: Callable[[], None],
+        node: int = 0,
+        most_steps: int = 0,
     ) -> None:
         self.side, self.job, self.rank, self.sync = side, job, rank, sync
         self.sock = duet.connect(address, WAIT_S)
@@ -43,7 +52,8 @@ class Turns:
         self.alternate = False  # the alternate pairing: the job runs whole, its partner before or after it
         self.turns = 0
         self.steps_left = 0  # turn() calls the held turn still covers (a turn of several steps)
-        self.turn_steps = 1  # the longest turn granted, in steps
+        self.turn_steps = 1  # the longest turn taken, in steps
+        self.most_steps = most_steps  # a turn's most steps: half the job's (0: as granted)
         self.waited_s = 0.0
         self.owner = threading.get_ident()  # the rank's thread: its frame is what a ``where`` reports
         self.sending = threading.Lock()  # the watcher's ``where`` and the rank's own lines never interleave
@@ -76,6 +86,8 @@ class Turns:
             self.granted_at, self.said_at = time.monotonic(), 0.0
             self.holding, self.turns = True, self.turns + 1
             self.steps_left = max(1, int(answer.get("steps") or 1))
+            if self.most_steps:
+                self.steps_left = min(self.steps_left, self.most_steps)
             self.turn_steps = max(self.turn_steps, self.steps_left)
             self._watch(float(answer.get("limit_s") or 0.0))
         elif answer["op"] in ("solo", "alone"):
@@ -188,5 +200,6 @@ def start(
         ACTIVE = NoTurns()
         return ACTIVE
     job = Path(out_dir).resolve().parent.name
-    ACTIVE = Turns(spec.duet_address, spec.duet_side, job, rank, world, sync, node)
+    half = max(1, (spec.warmup + spec.steps) // 2)  # a turn never spans a whole job (docs/duet.md, longer turns)
+    ACTIVE = Turns(spec.duet_address, spec.duet_side, job, rank, world, sync, node, most_steps=half)
     return ACTIVE
