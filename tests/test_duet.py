@@ -412,6 +412,26 @@ def test_a_scripts_paired_gate_decides_within_its_own_budget_unless_one_is_named
     assert plan().turn_steps == 1 and plan("--turn-steps", "25").turn_steps == 25
 
 
+def test_the_gates_turn_steps_reach_its_coordinator_and_its_first_line(tmp_path):
+    """``gate --turn-steps 5``: the plan's turn length is the chosen pairing's, the coordinator's grants and the line
+    the gate prints at its start (gate/pairing.py)."""
+    from scalegate.cli import gate
+    from scalegate.gate import pairing
+    from scalegate.gate.plan import GatePlan
+    from scalegate.gate.project import Project
+    from tests.conftest import ROOT
+
+    args, extra = gate.namespace(["--base", "HEAD", "--turn-steps", "5"])
+    args.forward = [*args.forward, *extra]
+    plan = GatePlan.build(args, Project(root=tmp_path))
+    chosen = pairing.choose(plan, ROOT, sys.executable)  # this checkout as the base: it speaks this protocol
+    assert chosen.pairing == "duet" and chosen.turn_steps == 5
+    assert chosen.says == "duet: both commits' jobs of a case take turns 5 steps at a time"
+    with pairing.coordinator(plan, chosen) as paired_rounds:
+        assert paired_rounds.coordinator.turn_steps == 5
+        assert pairing.report(chosen, paired_rounds)["turn_steps"] == 5
+
+
 @pytest.mark.parametrize(
     "argv, said",
     [
