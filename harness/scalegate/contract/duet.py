@@ -1,9 +1,10 @@
 """The duet's protocol (docs/duet.md): what the gate's coordinator and every rank's client share.
 
 Both commits' jobs for a case take turns: one optimizer step each (the duet; ``gate --turn-steps K``: K steps each),
-or one whole job each (the alternate pairing, for jobs that cannot be resident twice). The coordinator (``launch/duet.py``, a thread of the gate on node 0)
-listens at the address each session is given (``--scaling-duet``) and its specs carry (``CaseSpec.duet_address``);
-each rank of each job opens one connection (``measure/turns.py``) and speaks JSON lines:
+or one whole job each (the alternate pairing, for jobs that cannot be resident twice). The coordinator
+(``launch/duet.py``, a thread of the gate on node 0) listens at the address each session is given (``--scaling-duet``)
+and its specs carry (``CaseSpec.duet_address``); each rank of each job opens one connection (``measure/turns.py``)
+and speaks JSON lines:
 
     rank -> coordinator   {"op": "hello", "v": 10, "side": "head", "job": "ddp-cnn-1x2", "rank": 0, "world": 2}
     coordinator -> rank   {"op": "go", "turn": 7, "limit_s": 600, "steps": 1}
@@ -80,6 +81,11 @@ class Lines:
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
+
+
+def turn_length(steps: int) -> str:
+    """How a duet's turns are said in the gate's lines: "step by step", or "K steps at a time"."""
+    return "step by step" if steps <= 1 else f"{steps} steps at a time"
 
 
 def first_side(pair: int, sides: tuple[str, str] = ("head", "base")) -> str:

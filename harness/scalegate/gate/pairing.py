@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from scalegate.contract import duet
 from scalegate.contract.errors import ScalegateError
 from scalegate.gate import rounds
 from scalegate.gate.plan import GatePlan
@@ -43,8 +44,7 @@ class Chosen:
     @property
     def says(self) -> str:
         return {
-            "duet": "duet: both commits' jobs of a case take turns "
-            + ("step by step" if self.turn_steps == 1 else f"{self.turn_steps} steps at a time"),
+            "duet": f"duet: both commits' jobs of a case take turns {duet.turn_length(self.turn_steps)}",
             "alternate": "alternate: both commits' jobs of a case take turns one whole job at a time, one resident",
             "rounds": f"not paired ({self.why}): each round runs the base's session, then the head's",
         }[self.pairing]
@@ -89,8 +89,9 @@ def coordinator(plan: GatePlan, chosen: Chosen) -> Iterator[rounds.Paired | None
         yield None
         return
     refusals = _refusals(plan.baseline_dir) if chosen.pairing == "duet" else (lambda merged: {})
+    turns = {"alternate": chosen.pairing == "alternate", "turn_steps": chosen.turn_steps}
     if plan.nodes is None:
-        with Coordinator(alternate=chosen.pairing == "alternate", turn_steps=chosen.turn_steps) as c:
+        with Coordinator(**turns) as c:
             yield rounds.Paired(coordinator=c, pairing=chosen.pairing, refusals=refusals)
         return
     host, port = address(plan)
@@ -98,7 +99,6 @@ def coordinator(plan: GatePlan, chosen: Chosen) -> Iterator[rounds.Paired | None
         remote = Remote(address=f"tcp:{host}:{port}", tcp_address=f"tcp:{host}:{port}")
         yield rounds.Paired(coordinator=remote, pairing=chosen.pairing)
         return
-    turns = {"alternate": chosen.pairing == "alternate", "turn_steps": chosen.turn_steps}
     with Coordinator(**turns, tcp=("0.0.0.0", port), host=host) as c:
         yield rounds.Paired(coordinator=c, pairing=chosen.pairing, refusals=refusals)
 

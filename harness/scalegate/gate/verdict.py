@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from scalegate.contract import duet
 from scalegate.contract.errors import ScalegateError
 from scalegate.record import baselines, runfiles
 from scalegate.report import compare
@@ -74,9 +75,8 @@ def pairing_markdown(found: dict) -> str:
         if (j["solo"] and not j.get("alternate")) or j["failed"]
     ]
     paired = sum(1 for j in found["jobs"].values() if not j["failed"] and (j.get("alternate") or not j["solo"]))
-    steps = int(found.get("turn_steps") or 1)
     how = {
-        "duet": "took turns step by step" if steps == 1 else f"took turns {steps} steps at a time",
+        "duet": f"took turns {duet.turn_length(int(found.get('turn_steps') or 1))}",
         "alternate": "took turns one whole job at a time, one resident at once",
     }.get(found.get("pairing", "duet"), "took turns")
     line = f"\nPaired: base and head {how} ({paired} jobs paired, docs/duet.md)."
