@@ -5,8 +5,9 @@
 Builds the two-node cluster (and stops it after), copies this checkout into a throwaway repository
 (tests/repos.py ``checkout_repo``), runs ``--runs`` A/A gates (``--base HEAD``), then commits tests/repos.py's
 ``slow_commit(--slow-ms)`` (that much more in each DDP forward: the 2x1 step slower, 1x1 unchanged) and runs
-``--slowed-runs`` gates against it. Each gate is tests/repos.py's ``srun_gate_command``, as tests/test_slurm.py runs it (``srun -N2 --ntasks-per-node=1 python -m
-scalegate gate ... -k "ddp-cnn-2x1 or single-cnn-1x1"``) with the gate's default steps. One JSON line a gate: its
+``--slowed-runs`` gates against it. Each gate is tests/repos.py's ``srun_gate_command``, as tests/test_slurm.py runs
+it (``srun -N2 --ntasks-per-node=1 python -m scalegate gate ... -k "ddp-cnn-2x1 or single-cnn-1x1"``) with the
+gate's default steps. One JSON line a gate: its
 verdict, wall, load average at the start and every paired round as ``experiments/duet_aa.py`` reads them, which
 ``python -m benchmarks.duet_replay --data FILE`` replays. Timing: run it with nothing else on the machine, and edit
 nothing under harness/ meanwhile (the gates import this checkout's scalegate).

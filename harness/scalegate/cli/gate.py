@@ -88,8 +88,9 @@ def add_parser(sub) -> None:
         type=int,
         default=1,
         metavar="K",
-        help="A/B duet: each of a job's turns runs K optimizer steps before its partner's turn (a job's setup is one "
-        "turn); longer turns hand over less often, the partner's steps further apart in time (default: %(default)s)",
+        help="A/B duet: each of a job's turns runs K optimizer steps before its partner's turn, at most half the "
+        "job's steps (its setup is one turn); longer turns hand over less often, the partner's steps further apart "
+        "in time (default: %(default)s)",
     )
     g.add_argument(
         "--max-minutes",

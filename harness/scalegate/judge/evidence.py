@@ -45,7 +45,7 @@ class LaunchRecord:
     # a gate --base round's duet (docs/duet.md): "paired" (took turns with the other commit's job), "solo: why", or ""
     duet: str = ""
     reference_duet: str = ""  # ... of the round's 1x1 reference
-    duet_turn_steps: int = 1  # ... the steps of its turns (gate --turn-steps), the longest any rank was granted
+    duet_turn_steps: int = 1  # ... the steps of its turns (gate --turn-steps), the longest turn any rank took
     # a duet on CPU: gloo's worker threads "bound" with the rank or "free: why" (contract/affinity.py), or "" (no duet,
     # CUDA, a base commit whose ranks do not say)
     duet_threads: str = ""

@@ -5,8 +5,8 @@ no-op. In a duet the rank's first ``turn()`` comes before its setup, one comes b
 ends its last turn when it has nothing more to run; everything between a grant and the next call is the rank's turn
 (the next ``steps``-th call where the coordinator's ``go`` names longer turns: ``gate --turn-steps``, at most half
 the job's steps, so that every job takes two turns or more and neither side's job ends while the other's runs all
-its steps), and nothing of the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync on CUDA), so
-none of this step's kernels runs in the partner's turn. In the alternate pairing the first turn is the whole job
+its steps), and nothing of the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync
+on CUDA), so none of this step's kernels runs in the partner's turn. In the alternate pairing the first turn is the whole job
 (``alone``): it starts after its partner has left, or before its partner starts. A turn held past half the
 coordinator's turn limit (the ``limit_s`` of its ``go``) makes the client say where the rank's own thread is (``where``:
 its innermost Python frame, and whether that is inside torch), so that a hang's message can name the rank that is
