@@ -51,6 +51,10 @@ SCRIPT_ROUNDS = 7
 # recorded A/A rounds; eight ~91%), an undecided canary gate taking ~6.5 minutes.
 # docs/evidence/duet.md#ten-rounds-for-the-alternate-pairing
 ALTERNATE_ROUNDS = 10
+# The swap pairing's turn (gate --pairing swap without --turn-steps), in optimizer steps: a swap costs a copy of the
+# job's state each way, so its turns are long; turns of 25 steps kept the duet's A/A spread on the example script.
+# docs/duet.md#longer-turns
+SWAP_TURN_STEPS = 25
 # Seconds between the starts of two rounds that do not pair in time (the rounds mode): launches a minute apart
 # share no slow phase of the host. docs/evidence/detection.md#relaunches-in-rounds-and-paritys-test
 ROUND_GAP_S = _seconds("SCALEGATE_ROUND_GAP_S", 30)

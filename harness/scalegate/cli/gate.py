@@ -80,17 +80,18 @@ def add_parser(sub) -> None:
         choices=PAIRINGS,
         default="auto",
         help="A/B: how the two sides' jobs share the host: duet (step by step, both resident), alternate (whole jobs "
-        "in turn, one resident), rounds (each side's session in turn); auto pairs in a duet and alternates a case "
+        "in turn, one resident), swap (turns of --turn-steps steps, 25 unless named, the idle job's training state "
+        "out of device memory), rounds (each side's session in turn); auto pairs in a duet and alternates a case "
         "whose two jobs would not fit in device memory (default: %(default)s)",
     )
     g.add_argument(
         "--turn-steps",
         type=int,
-        default=1,
+        default=None,
         metavar="K",
-        help="A/B duet: each of a job's turns runs K optimizer steps before its partner's turn, at most half the "
-        "job's steps (its setup is one turn); longer turns hand over less often, the partner's steps further apart "
-        "in time (default: %(default)s)",
+        help="A/B duet or swap: each of a job's turns runs K optimizer steps before its partner's turn, at most half "
+        "the job's steps (its setup is one turn); longer turns hand over less often, the partner's steps further "
+        "apart in time (default: 1, for the swap pairing 25)",
     )
     g.add_argument(
         "--max-minutes",

@@ -1,15 +1,18 @@
 """The duet's protocol (docs/duet.md): what the gate's coordinator and every rank's client share.
 
 Both commits' jobs for a case take turns: one optimizer step each (the duet; ``gate --turn-steps K``: K steps each),
-or one whole job each (the alternate pairing, for jobs that cannot be resident twice). The coordinator
+or one whole job each (the alternate pairing, for jobs that cannot be resident twice); in the swap pairing a job's
+state leaves device memory between its turns (``measure/swap.py``). The coordinator
 (``launch/duet.py``, a thread of the gate on node 0) listens at the address each session is given (``--scaling-duet``)
 and its specs carry (``CaseSpec.duet_address``); each rank of each job opens one connection (``measure/turns.py``)
 and speaks JSON lines:
 
-    rank -> coordinator   {"op": "hello", "v": 10, "side": "head", "job": "ddp-cnn-1x2", "rank": 0, "world": 2}
+    rank -> coordinator   {"op": "hello", "v": 11, "side": "head", "job": "ddp-cnn-1x2", "rank": 0, "world": 2}
     coordinator -> rank   {"op": "go", "turn": 7, "limit_s": 600, "steps": 1}
                                                        run until the ``steps``-th turn() call from now (a job's
-                                                       first turn, its setup, is always 1), within the turn limit
+                                                       first turn, its setup, is always 1), within the turn limit;
+                                                       with ``"swap": true`` the rank swaps its state in now and
+                                                       out when it gives the turn back
     rank -> coordinator   {"op": "done", "step": 6}    the turn is given back
     rank -> coordinator   {"op": "where", "frame": "forward (model.py:52)", "torch": false}
                                                        a turn held past half its limit: where the rank's thread is
@@ -21,7 +24,7 @@ and speaks JSON lines:
 
 A multi-node gate's other nodes follow node 0 over the same address (gate/nodes.py):
 
-    node -> coordinator   {"op": "follow", "v": 10, "node": 1}
+    node -> coordinator   {"op": "follow", "v": 11, "node": 1}
     coordinator -> node   {"op": "round", "n": 2, "args": [...], "first": "base"}   run this round's two sessions
     node -> coordinator   {"op": "ran", "n": 2, "codes": {"base": 0, "head": 0}}
     coordinator -> node   {"op": "end", "code": 0}                                  the gate is over
@@ -39,7 +42,7 @@ from typing import Any
 # The protocol's version, raised with any change to the messages or to the options that tell a session it is paired
 # (--scaling-duet, --scaling-duet-side, --scaling-duet-pairing): a gate pairs with a base commit's ranks only where
 # both speak the same one (gate/sides.py).
-VERSION = 10
+VERSION = 11
 VERSION_LINE = f"VERSION = {VERSION}\n"  # how a checkout's copy of this file says its version (gate/sides.py reads it)
 SIDES = ("base", "head")
 CLIENT_FILE = "harness/scalegate/measure/turns.py"  # a checkout without it has no duet client (an older base)

@@ -1,8 +1,10 @@
 """How an A/B gate's two sides share the host, and the parity session that needs no base.
 
-Three pairings (docs/duet.md):
+Four pairings (docs/duet.md):
 
 - **duet**: both sides' jobs of a case resident at once, taking turns one optimizer step at a time;
+- **swap**: the duet's turns, K steps long, with the idle job's training state out of device memory between its turns
+  (measure/swap.py): forced by ``--pairing swap``;
 - **alternate**: one resident job at a time, the two sides' jobs of a case in ABBA order, each whole, back to back
   (a job that fills the GPU cannot be resident twice); a case whose two jobs would not fit in device memory
   alternates inside a duet gate;
@@ -37,7 +39,7 @@ PORT_BASE, PORT_SPAN = 28000, 4000  # node 0's coordinator: below Linux's epheme
 
 @dataclass(frozen=True)
 class Chosen:
-    pairing: str  # duet, alternate or rounds
+    pairing: str  # duet, swap, alternate or rounds
     why: str  # why not paired (rounds), or ""
     turn_steps: int = 1  # a duet's turn, in steps
 
@@ -45,6 +47,8 @@ class Chosen:
     def says(self) -> str:
         return {
             "duet": f"duet: both commits' jobs of a case take turns {duet.turn_length(self.turn_steps)}",
+            "swap": f"swap: both commits' jobs of a case take turns {duet.turn_length(self.turn_steps)}, the idle "
+            "job's training state out of device memory",
             "alternate": "alternate: both commits' jobs of a case take turns one whole job at a time, one resident",
             "rounds": f"not paired ({self.why}): each round runs the base's session, then the head's",
         }[self.pairing]
@@ -64,7 +68,7 @@ def choose(plan: GatePlan, base_tree: Path, base_python: str) -> Chosen:
         return Chosen("rounds", why)
     if plan.pairing == "alternate":
         return Chosen("alternate", "")
-    return Chosen("duet", "", turn_steps=plan.turn_steps)
+    return Chosen("swap" if plan.pairing == "swap" else "duet", "", turn_steps=plan.turn_steps)
 
 
 @dataclass(frozen=True)
@@ -89,18 +93,20 @@ def coordinator(plan: GatePlan, chosen: Chosen) -> Iterator[rounds.Paired | None
         yield None
         return
     refusals = _refusals(plan.baseline_dir) if chosen.pairing == "duet" else (lambda merged: {})
-    turns = {"alternate": chosen.pairing == "alternate", "turn_steps": chosen.turn_steps}
+    swap = chosen.pairing == "swap"
+    turns = {"alternate": chosen.pairing == "alternate", "turn_steps": chosen.turn_steps, "swap": swap}
+    sessions = "duet" if swap else chosen.pairing  # a swap's sessions run as a duet's: the coordinator's go swaps
     if plan.nodes is None:
         with Coordinator(**turns) as c:
-            yield rounds.Paired(coordinator=c, pairing=chosen.pairing, refusals=refusals)
+            yield rounds.Paired(coordinator=c, pairing=sessions, refusals=refusals)
         return
     host, port = address(plan)
     if plan.node != 0:  # its gate and its ranks reach node 0's coordinator over tcp
         remote = Remote(address=f"tcp:{host}:{port}", tcp_address=f"tcp:{host}:{port}")
-        yield rounds.Paired(coordinator=remote, pairing=chosen.pairing)
+        yield rounds.Paired(coordinator=remote, pairing=sessions)
         return
     with Coordinator(**turns, tcp=("0.0.0.0", port), host=host) as c:
-        yield rounds.Paired(coordinator=c, pairing=chosen.pairing, refusals=refusals)
+        yield rounds.Paired(coordinator=c, pairing=sessions, refusals=refusals)
 
 
 def report(chosen: Chosen, paired: rounds.Paired | None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from scalegate.gate import merge
 from scalegate.gate.project import Project
 from scalegate.plan import cluster
 
-PAIRINGS = ("auto", "duet", "alternate", "rounds")
+PAIRINGS = ("auto", "duet", "alternate", "swap", "rounds")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +30,7 @@ class GatePlan:
     gate_dir: Path  # this gate's run: its rounds, its merged cases, the base tree
     base: str | None  # A/B: the base commit's ref (None with --base-python alone: the working tree on both sides)
     base_python: str | None  # A/B: the base side's interpreter
-    pairing: str  # auto, duet, alternate or rounds (``PAIRINGS``): how an A/B gate's two sides share the host
+    pairing: str  # auto, duet, alternate, swap or rounds (``PAIRINGS``): how an A/B gate's two sides share the host
     turn_steps: int  # a duet's turn after a job's setup, in optimizer steps (--turn-steps)
     tolerance: float  # the efficiency drop to catch
     budget: int  # rounds a case may take
@@ -93,7 +93,7 @@ class GatePlan:
             base=args.base,
             base_python=args.base_python,
             pairing=args.pairing,
-            turn_steps=args.turn_steps,
+            turn_steps=args.turn_steps or (policy.SWAP_TURN_STEPS if args.pairing == "swap" else 1),
             tolerance=named["scaling_tolerance"] if "scaling_tolerance" in named else default_tolerance,
             budget=budget,
             script_budget=budget if "scaling_max_launches" in named else min(budget, policy.SCRIPT_ROUNDS),
@@ -106,8 +106,10 @@ class GatePlan:
         )
 
 
-def _check_turn_steps(steps: int, pairing: str, ab: bool) -> None:
-    """``--turn-steps``: a whole number of steps, for a gate whose sides take turns step by step."""
+def _check_turn_steps(steps: int | None, pairing: str, ab: bool) -> None:
+    """``--turn-steps``: a whole number of steps, for a gate whose sides take turns step by step (None: not named)."""
+    if steps is None:
+        return
     if steps < 1:
         raise ScalegateError(
             f"--turn-steps {steps}: a turn runs at least one optimizer step",
@@ -117,7 +119,7 @@ def _check_turn_steps(steps: int, pairing: str, ab: bool) -> None:
         what = "this gate has one side" if not ab else f"--pairing {pairing} takes no turns of steps"
         raise ScalegateError(
             f"--turn-steps {steps} sets the length of a duet's turns, and {what}",
-            "use it with --base REF and --pairing auto or duet, or drop --turn-steps",
+            "use it with --base REF and --pairing auto, duet or swap, or drop --turn-steps",
         )
 
 

@@ -77,6 +77,8 @@ def pairing_markdown(found: dict) -> str:
     paired = sum(1 for j in found["jobs"].values() if not j["failed"] and (j.get("alternate") or not j["solo"]))
     how = {
         "duet": f"took turns {duet.turn_length(int(found.get('turn_steps') or 1))}",
+        "swap": f"took turns {duet.turn_length(int(found.get('turn_steps') or 1))}, the idle job's training state "
+        "swapped out of device memory",
         "alternate": "took turns one whole job at a time, one resident at once",
     }.get(found.get("pairing", "duet"), "took turns")
     line = f"\nPaired: base and head {how} ({paired} jobs paired, docs/duet.md)."

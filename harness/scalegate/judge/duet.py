@@ -285,6 +285,16 @@ def fallback(record: CaseRecord, base: CaseRecord) -> str:
     return f"; not paired, judged as rounds: {why}"
 
 
+def swap_said(launches: Sequence[LaunchRecord]) -> str:
+    """The swap pairing's cost for the verdict (measure/swap.py): what a rank's swap moved and took; "" without."""
+    swapped = [launch for launch in launches if launch.duet_swap_bytes]
+    if not swapped:
+        return ""
+    mib = max(launch.duet_swap_bytes for launch in swapped) / 2**20
+    ms = 1000 * statistics.median(launch.duet_swap_s for launch in swapped)
+    return f", the idle job swapped out ({mib:.1f} MiB a rank, {ms:.1f} ms out and back)"
+
+
 def threads_said(record: CaseRecord, base: CaseRecord) -> str:
     """Where gloo's worker threads ran in the duet (contract/affinity.py ``gloo_threads``), for the verdict: "" where
     the ranks do not say (CUDA, a base commit from before the choice). A reason to leave them free is named by its
@@ -323,6 +333,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     steps = max(launch.duet_turn_steps for launch in record.launches)
     how = "whole jobs alternating with the base commit's" if alternate else "duet against the base commit"
     how += f" in turns of {steps} steps" if steps > 1 and not alternate else ""
+    how += swap_said(record.launches) if not alternate else ""
     capped = gpu.capped_rounds([h.gpu_state for h in record.launches], [b.gpu_state for b in base.launches])
     where = f"[{record.where}, {how}{threads_said(record, base)}{capped}]"
     floor = alternate_floor(record, local=local) if alternate else aa_floor(record, baseline)

@@ -46,6 +46,10 @@ class LaunchRecord:
     duet: str = ""
     reference_duet: str = ""  # ... of the round's 1x1 reference
     duet_turn_steps: int = 1  # ... the steps of its turns (gate --turn-steps), the longest turn any rank took
+    # the swap pairing (measure/swap.py): the most bytes a rank's swap-out moved, and a swap's seconds (out and back,
+    # each a median of the rank's swaps, the slowest rank's); 0 where nothing was swapped
+    duet_swap_bytes: int = 0
+    duet_swap_s: float = 0.0
     # a duet on CPU: gloo's worker threads "bound" with the rank or "free: why" (contract/affinity.py), or "" (no duet,
     # CUDA, a base commit whose ranks do not say)
     duet_threads: str = ""
@@ -148,9 +152,22 @@ def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
         checkpoint_s_per_gb=(resources.checkpoint(result) or {}).get("s_per_gb"),
         duet=duet_status(result),
         duet_turn_steps=max([(r.extra.get("duet") or {}).get("turn_steps") or 1 for r in result.ranks] or [1]),
+        **swapped(result),
         duet_threads=duet_threads(result),
         gpu_state=gpu.pool([r.extra.get("gpu_state") or {} for r in result.ranks]),
     )
+
+
+def swapped(result: CaseResult) -> dict[str, Any]:
+    """What the ranks' swaps moved and took (the swap pairing), the most of any rank; {} where none swapped."""
+    swaps = [(r.extra.get("duet") or {}).get("swap") or {} for r in result.ranks]
+    swaps = [s for s in swaps if s.get("swaps")]
+    if not swaps:
+        return {}
+    return {
+        "duet_swap_bytes": max(int(s.get("swap_bytes") or 0) for s in swaps),
+        "duet_swap_s": max(float(s.get("swap_out_s") or 0.0) + float(s.get("swap_in_s") or 0.0) for s in swaps),
+    }
 
 
 def duet_status(result: CaseResult) -> str:

@@ -68,7 +68,7 @@ class Job:
 class Coordinator:
     """``with Coordinator() as c:`` the sessions get ``c.address`` (``--scaling-duet``); ``c.report()`` after.
     ``alternate``: every job runs whole; ``turn_steps``: the steps of a turn after a job's first (its setup, one
-    turn); ``tcp``: (interface, port) to listen on, where other nodes reach it as ``host``."""
+    turn); ``swap``: a job's ranks swap their training state out of device memory between its turns; ``tcp``: (interface, port) to listen on, where other nodes reach it as ``host``."""
 
     def __init__(
         self,
@@ -78,9 +78,10 @@ class Coordinator:
         tcp: tuple[str, int] | None = None,
         host: str = "",
         turn_steps: int = 1,
+        swap: bool = False,
     ) -> None:
         self.pair_wait_s, self.turn_s, self.alternate = pair_wait_s, turn_s, alternate
-        self.turn_steps = turn_steps
+        self.turn_steps, self.swap = turn_steps, swap
         self.t0 = time.monotonic()
         self.rounds_at: list[float] = []  # each round's start, for the timeline
         self.dir = tempfile.mkdtemp(prefix="scalegate-duet-")
@@ -359,7 +360,10 @@ class Coordinator:
         job.turns += 1
         job.first_turn = job.first_turn or time.monotonic()
         steps = 1 if job.turns == 1 else self.turn_steps  # the first turn is the job's setup
-        job.tell({"op": "go", "turn": job.turns, "limit_s": self.turn_s, "steps": steps}, set(job.waiting))
+        go = {"op": "go", "turn": job.turns, "limit_s": self.turn_s, "steps": steps}
+        if self.swap:
+            go["swap"] = True
+        job.tell(go, set(job.waiting))
         job.where.clear()
         job.waiting.clear()
         self.holder, self.held_since = job, time.monotonic()

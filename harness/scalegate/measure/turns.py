@@ -6,7 +6,9 @@ ends its last turn when it has nothing more to run; everything between a grant a
 (the next ``steps``-th call where the coordinator's ``go`` names longer turns: ``gate --turn-steps``, at most half
 the job's steps, so that every job takes two turns or more and neither side's job ends while the other's runs all
 its steps), and nothing of the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync
-on CUDA), so none of this step's kernels runs in the partner's turn. In the alternate pairing the first turn is the whole job
+on CUDA), so none of this step's kernels runs in the partner's turn. Where the ``go`` says ``swap`` (the swap
+pairing, ``gate --pairing swap``), the rank's training state leaves device memory when it gives its turn back and
+comes home when it is granted the next, both outside every step's time (measure/swap.py). In the alternate pairing the first turn is the whole job
 (``alone``): it starts after its partner has left, or before its partner starts. A turn held past half the
 coordinator's turn limit (the ``limit_s`` of its ``go``) makes the client say where the rank's own thread is (``where``:
 its innermost Python frame, and whether that is inside torch), so that a hang's message can name the rank that is
@@ -24,6 +26,7 @@ from typing import Any, Callable
 
 from scalegate.contract import duet
 from scalegate.contract.spec import CaseSpec
+from scalegate.measure.swap import Swap
 from scalegate.policy import RANK_WAIT_S as WAIT_S  # past it the coordinator is taken for gone, not waited on
 
 
@@ -55,6 +58,7 @@ class Turns:
         self.turn_steps = 1  # the longest turn taken, in steps
         self.most_steps = most_steps  # a turn's most steps: half the job's (0: as granted)
         self.waited_s = 0.0
+        self.swap: Swap | None = None  # the swap pairing: the job's state out of device memory between its turns
         self.owner = threading.get_ident()  # the rank's thread: its frame is what a ``where`` reports
         self.sending = threading.Lock()  # the watcher's ``where`` and the rank's own lines never interleave
         self.granted_at, self.limit_s, self.said_at = 0.0, 0.0, 0.0
@@ -77,6 +81,8 @@ class Turns:
             return
         if self.holding:
             self.sync()
+            if self.swap is not None:
+                self.swap.out()
             self.holding = False
             self._send({"op": "done", "step": step})
         started = time.perf_counter()
@@ -89,6 +95,10 @@ class Turns:
             if self.most_steps:
                 self.steps_left = min(self.steps_left, self.most_steps)
             self.turn_steps = max(self.turn_steps, self.steps_left)
+            if answer.get("swap") and self.swap is None:
+                self.swap = Swap(self.owner)  # at the setup turn's grant: it sees the optimizer's every step
+            if self.swap is not None:
+                self.swap.back()
             self._watch(float(answer.get("limit_s") or 0.0))
         elif answer["op"] in ("solo", "alone"):
             self.alone = answer.get("why") or "no partner"
@@ -104,6 +114,8 @@ class Turns:
         try:
             if not self.alone:
                 self.sync()
+            if self.swap is not None:
+                self.swap.out()  # its device memory free before the partner's next turn, not at the process's exit
             self.holding = False
             self._send({"op": "bye", "step": step})
         except OSError:
@@ -146,6 +158,7 @@ class Turns:
             "turns": self.turns,
             "turn_steps": self.turn_steps,
             "waited_s": round(self.waited_s, 3),
+            **({"swap": self.swap.summary()} if self.swap is not None else {}),
         }
 
     def _read(self) -> dict[str, Any]:

@@ -1,0 +1,159 @@
+"""The swap pairing's rank side (docs/duet.md, "One resident job in turns of steps"): between its turns a job's
+training state leaves device memory, and comes back before its next turn.
+
+What is swapped is every tensor storage reachable from the optimizers the job has stepped: the parameters, their
+gradients and the optimizer's state (torch's global optimizer step hooks find them, so a team's unchanged script is
+swapped as scalegate's own workloads are: DeepSpeed's, Accelerate's and Lightning's optimizers end in a torch
+optimizer). A storage is copied to a host buffer (pinned on CUDA, kept for the next swap of that size) and resized
+to nothing, as FSDP frees an unsharded parameter: every tensor and view of it stays the same Python object, and
+the swap-in resizes it back and copies its bytes home. Storages shared by several tensors (tied weights, a flat
+buffer's views) move once. On CUDA the caching allocator's free blocks are then given back to the driver
+(``empty_cache``), so the partner job can allocate them.
+
+What stays resident: what no optimizer reaches (module buffers, DDP's gradient buckets, DeepSpeed's or FSDP's
+communication buffers, the CUDA context and NCCL's own memory), and a storage that cannot be resized (one that
+wraps memory it does not own); the summary counts them. A job's setup turn comes before its optimizer's first
+step, so its first swap-out is at the end of its first turn of steps.
+
+On CPU the host buffer is the same memory as the storage's, so a swap frees nothing: it runs the same copies and
+costs what they cost, which is what the CPU machines can measure of it. Worker side.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Any, Iterator
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+
+class Swap:
+    """One rank's swap: ``out()`` when it gives its turn back, ``back()`` when it is granted the next. ``owner``: the
+    rank's thread, whose optimizer steps it follows (another thread's optimizers are not this rank's)."""
+
+    def __init__(self, owner: int | None = None) -> None:
+        self.owner = threading.get_ident() if owner is None else owner
+        self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self.swapped: list[tuple[torch.UntypedStorage, torch.Tensor]] = []  # (its storage, the host copy)
+        self.pool: dict[tuple[int, bool], list[torch.Tensor]] = {}  # free host buffers by (bytes, pinned)
+        self.swaps = 0  # swap-outs that moved something
+        self.bytes = 0  # the most bytes one swap-out moved
+        self.kept_bytes = 0  # reachable, not resizable: stayed resident
+        self.out_s: list[float] = []
+        self.back_s: list[float] = []
+        self.hook = register_optimizer_step_pre_hook(self._seen)
+
+    def _seen(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() == self.owner:
+            self.optimizers.add(optimizer)
+
+    def storages(self) -> Iterator[torch.UntypedStorage]:
+        """The live storages the job's optimizers reach, each once."""
+        seen: set[int] = set()
+        for optimizer in list(self.optimizers):
+            for tensor in _tensors(optimizer):
+                storage = tensor.untyped_storage()
+                key = storage.data_ptr()
+                if storage.nbytes() == 0 or key in seen:
+                    continue
+                seen.add(key)
+                yield storage
+
+    def out(self) -> None:
+        """Copy every reachable storage to a host buffer and free it on the device."""
+        started = time.perf_counter()
+        moved, kept, devices = 0, 0, set()
+        for storage in self.storages():
+            if not storage.resizable():
+                kept += storage.nbytes()
+                continue
+            host = self._host(storage.nbytes(), storage.device.type == "cuda")
+            host.copy_(_bytes(storage), non_blocking=host.is_pinned())
+            self.swapped.append((storage, host))
+            devices.add(storage.device)
+            moved += storage.nbytes()
+        for device in devices:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # the copies landed before the storages go
+        for storage, _ in self.swapped:
+            storage.resize_(0)
+        if any(device.type == "cuda" for device in devices):
+            torch.cuda.empty_cache()  # the freed blocks back to the driver: the partner job allocates them
+        self.kept_bytes = max(self.kept_bytes, kept)
+        if moved:
+            self.swaps += 1
+            self.bytes = max(self.bytes, moved)
+            self.out_s.append(time.perf_counter() - started)
+
+    def back(self) -> None:
+        """Resize every swapped storage back and copy its bytes home."""
+        if not self.swapped:
+            return
+        started = time.perf_counter()
+        devices = set()
+        for storage, host in self.swapped:
+            storage.resize_(host.numel())
+            _bytes(storage).copy_(host, non_blocking=host.is_pinned())
+            devices.add(storage.device)
+        for device in devices:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # home before the step that reads them
+        for _, host in self.swapped:
+            self.pool.setdefault((host.numel(), host.is_pinned()), []).append(host)
+        self.swapped.clear()
+        self.back_s.append(time.perf_counter() - started)
+
+    def _host(self, nbytes: int, pinned: bool) -> torch.Tensor:
+        free = self.pool.get((nbytes, pinned))
+        if free:
+            return free.pop()
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+
+    def close(self) -> None:
+        self.hook.remove()
+
+    def summary(self) -> dict[str, Any]:
+        """What the rank's result says of its swaps: how many, the bytes a swap moved, their median seconds."""
+        return {
+            "swaps": self.swaps,
+            "swap_bytes": self.bytes,
+            "kept_bytes": self.kept_bytes,
+            "swap_out_s": _median(self.out_s),
+            "swap_in_s": _median(self.back_s),
+        }
+
+
+def _tensors(optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            yield param
+            if param.grad is not None:
+                yield param.grad
+    for state in optimizer.state.values():
+        yield from _nested(state)
+
+
+def _nested(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _nested(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _nested(item)
+
+
+def _bytes(storage: torch.UntypedStorage) -> torch.Tensor:
+    """A uint8 tensor over the whole storage."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[len(ordered) // 2], 6)

@@ -1,0 +1,179 @@
+"""The swap pairing (docs/duet.md, "One resident job in turns of steps"): a rank's training state leaves its device's
+memory between its turns and comes home before the next (measure/swap.py), over the real coordinator and clients.
+
+What must hold: between its turns a job's parameters, gradients and optimizer state hold no memory; a swapped job
+trains bit for bit as one never swapped (tied weights and views included); a storage it cannot free is counted as
+kept, not lost; the verdict and the PR line name the pairing and what a swap moved. On CPU the swap frees nothing
+net (the host buffer is the same memory): these tests check what moves and what comes back, not memory saved.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+
+import numpy as np
+import torch
+
+from scalegate.gate.verdict import pairing_markdown
+from scalegate.judge import duet as paired
+from scalegate.judge.outcome import Overrides
+from scalegate.launch.duet import Coordinator
+from scalegate.measure.swap import Swap
+from tests.test_duet import Ranks, _records, _runs
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32))
+    model[2].weight = model[0].weight  # tied: one storage for two parameters
+    return model
+
+
+def _train(model: torch.nn.Module, steps: int, between=lambda: None) -> list[float]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    data = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        loss = model(torch.randn(8, 32, generator=data)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        between()
+    return losses
+
+
+def test_a_swapped_job_holds_no_state_between_turns_and_trains_bit_for_bit_as_one_never_swapped():
+    model, untouched = _model(), _model()
+    swap = Swap()
+    emptied = []
+
+    def between() -> None:
+        swap.out()
+        emptied.append(all(p.untyped_storage().nbytes() == 0 for p in model.parameters()))
+        swap.back()
+
+    try:
+        assert _train(model, 6, between) == _train(untouched, 6)
+    finally:
+        swap.close()
+    assert all(emptied) and len(emptied) == 6
+    params = list(model.parameters())  # the tied weight once
+    moved = 4 * sum(p.numel() * 4 for p in params) + 4 * len(params)  # parameters, gradients, two moments; steps
+    assert swap.summary()["swap_bytes"] == moved
+    assert swap.summary()["swaps"] == 6 and swap.summary()["kept_bytes"] == 0
+
+
+def test_a_storage_that_cannot_be_freed_stays_resident_and_is_counted():
+    """A parameter over memory it does not own (numpy's) cannot be resized: the swap keeps it and says how much."""
+    model = torch.nn.Linear(4, 4)
+    model.weight = torch.nn.Parameter(torch.from_numpy(np.ones((4, 4), dtype=np.float32)))
+    swap = Swap()
+    try:
+        _train_once(model)
+        swap.out()
+        assert model.weight.untyped_storage().nbytes() == 64  # still there
+        assert model.bias.untyped_storage().nbytes() == 0
+        swap.back()
+        _train_once(model)
+    finally:
+        swap.close()
+    assert swap.summary()["kept_bytes"] == 64
+
+
+def _train_once(model: torch.nn.Module) -> None:
+    optimizer = getattr(model, "_optimizer", None) or torch.optim.SGD(model.parameters(), lr=0.1)
+    model._optimizer = optimizer
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+
+
+def test_the_swap_pairing_swaps_each_job_out_for_its_partners_turns():
+    """``gate --pairing swap``: the coordinator's ``go`` says swap; during one side's turn of steps the other side's
+    state holds no memory, both sides train as an unswapped job does, and each rank's summary says what it moved."""
+    log: list = []
+    jobs: dict[tuple[str, int], tuple[torch.nn.Module, torch.optim.Optimizer, torch.Generator]] = {}
+    partner_empty: list[bool] = []
+    losses: dict[str, list[float]] = {"head": [], "base": []}
+
+    def step(side: str, step_no: int, rank: int) -> None:
+        if (side, rank) not in jobs:
+            model = _model()
+            jobs[side, rank] = (model, torch.optim.AdamW(model.parameters(), lr=1e-2), torch.Generator().manual_seed(1))
+        model, optimizer, data = jobs[side, rank]
+        other = jobs.get(("base" if side == "head" else "head", rank))
+        if other is not None and other[1].state:  # the partner has stepped: between its turns, swapped out
+            partner_empty.append(all(p.untyped_storage().nbytes() == 0 for p in other[0].parameters()))
+        loss = model(torch.randn(8, 32, generator=data)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if rank == 0:
+            losses[side].append(loss.item())
+        time.sleep(0.001)
+
+    with Coordinator(pair_wait_s=30, turn_s=30, turn_steps=3, swap=True) as c:
+        head = Ranks(c, "head", "ddp-cnn-1x1/launch", 1, 9, log, step_s=step).start()
+        base = Ranks(c, "base", "ddp-cnn-1x1/launch", 1, 9, log, step_s=step).start()
+        head.join(), base.join()
+        assert c.settle(), c.report()
+    assert not head.errors and not base.errors, head.errors + base.errors
+    assert _runs(log) == ["base"] * 3 + ["head"] * 6 + ["base"] * 6 + ["head"] * 3
+    assert partner_empty and all(partner_empty)
+    assert losses["head"] == losses["base"] == _train(copy.deepcopy(_model()), 9)
+    for summary in head.summaries + base.summaries:
+        assert summary["swap"]["swaps"] >= 2 and summary["swap"]["swap_bytes"] > 0, summary
+
+
+def test_the_verdict_and_the_pairing_line_name_the_swap_and_what_it_moved():
+    head, base = _records(1.0, 1.0, rounds=2)
+    swapped = [
+        dataclasses.replace(
+            r,
+            launches=tuple(
+                dataclasses.replace(x, duet_turn_steps=25, duet_swap_bytes=3 * 2**20, duet_swap_s=0.004)
+                for x in r.launches
+            ),
+        )
+        for r in (head, base)
+    ]
+    message = paired.timing(*swapped, None, Overrides()).message
+    said = "duet against the base commit in turns of 25 steps, the idle job swapped out (3.0 MiB a rank, 4.0 ms"
+    assert said in message
+    found = {"duet": True, "pairing": "swap", "turn_steps": 25, "jobs": {}}
+    assert "took turns 25 steps at a time, the idle job's training state swapped out of device memory" in (
+        pairing_markdown(found)
+    )
+
+
+def test_the_gates_swap_pairing_reaches_its_coordinator_its_sessions_and_its_first_line(tmp_path):
+    """``gate --pairing swap``: turns of 25 steps unless ``--turn-steps`` names others, the coordinator's grants say
+    swap, each side's session runs as a duet's, and the gate's first line names the pairing (gate/pairing.py)."""
+    import sys
+
+    from scalegate import policy
+    from scalegate.cli import gate
+    from scalegate.gate import pairing
+    from scalegate.gate.plan import GatePlan
+    from scalegate.gate.project import Project
+    from tests.conftest import ROOT
+
+    def plan(*argv: str) -> GatePlan:
+        args, extra = gate.namespace(["--base", "HEAD", *argv])
+        args.forward = [*args.forward, *extra]
+        return GatePlan.build(args, Project(root=tmp_path))
+
+    assert plan("--pairing", "swap").turn_steps == policy.SWAP_TURN_STEPS
+    assert plan("--pairing", "swap", "--turn-steps", "1").turn_steps == 1  # named: the user's
+    chosen = pairing.choose(plan("--pairing", "swap", "--turn-steps", "10"), ROOT, sys.executable)
+    assert (chosen.pairing, chosen.turn_steps) == ("swap", 10)
+    assert chosen.says == (
+        "swap: both commits' jobs of a case take turns 10 steps at a time, the idle job's training state out of "
+        "device memory"
+    )
+    with pairing.coordinator(plan("--pairing", "swap"), chosen) as paired_rounds:
+        assert paired_rounds.coordinator.swap and paired_rounds.coordinator.turn_steps == 10
+        assert "--scaling-duet-pairing=duet" in paired_rounds.args("head")
+        assert pairing.report(chosen, paired_rounds)["pairing"] == "swap"
