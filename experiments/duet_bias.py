@@ -7,6 +7,7 @@
     python -m experiments.duet_bias --extra "--scaling-duet-threads free"   # gloo's threads free (auto binds them)
     python -m experiments.duet_bias --kind script --steps 600 --extra "--scaling-reference-launches 4"
     python -m experiments.duet_bias --kind script --steps 150 --turn-steps 150   # turns of a launch's whole steps
+    python -m experiments.duet_bias --pairing swap --turn-steps 25   # the swap pairing (the idle job swapped out)
 
 One A/A duet of ``ddp-cnn-1x2`` (and its 1x1 reference) for a fixed number of rounds, driven by the gate's own
 ``gate.rounds.run`` and coordinator, in a throwaway copy of this checkout. Where the head's step time at W and at
@@ -125,11 +126,12 @@ def one_run(a: argparse.Namespace) -> list[dict]:
                     a.partial.write_text(json.dumps({"note": a.note, "rounds": rounds_of(merged)}) + "\n")
                 return [case]
 
-            with Coordinator(alternate=a.pairing == "alternate", turn_steps=a.turn_steps) as coordinator:
+            swap = a.pairing == "swap"
+            with Coordinator(alternate=a.pairing == "alternate", turn_steps=a.turn_steps, swap=swap) as coordinator:
                 if a.first != "alternate":  # always the one side first (the experiment; the gate alternates)
                     round_started = coordinator.round_started
                     coordinator.round_started = lambda refused=None, first="": round_started(refused, first=a.first)
-                paired = rounds.Paired(coordinator=coordinator, pairing=a.pairing)
+                paired = rounds.Paired(coordinator=coordinator, pairing="duet" if swap else a.pairing)
                 args = [*select, *shlex.split(a.extra)]
                 merged = rounds.run(sides, args, gate_dir, undecided, merge.Budgets(a.rounds), paired=paired).merged
         return [r for r in rounds_of(merged, a.raw) if f"[{r['case']}]" == case]  # not --with-single's single-cnn-1x1
@@ -167,7 +169,12 @@ def main() -> int:
         help="the side whose job turns first: by round as the gate does, or always the one named",
     )
     p.add_argument("--kind", choices=("canary", "script"), default="canary")
-    p.add_argument("--pairing", choices=("duet", "alternate"), default="duet", help="step by step, or whole jobs")
+    p.add_argument(
+        "--pairing",
+        choices=("duet", "alternate", "swap"),
+        default="duet",
+        help="step by step, whole jobs, or turns of --turn-steps with the idle job's state swapped out",
+    )
     p.add_argument("--turn-steps", type=int, default=1, help="a duet's turn after a job's setup, in steps (gate's)")
     p.add_argument("--strategy", default="ddp", help="the canary's strategy: ddp, fsdp, deepspeed-zero2")
     p.add_argument("--model", default="cnn", help="the canary's workload (resnet: ~18 ms a step on one GPU)")
