@@ -11,12 +11,15 @@ buffer's views) move once. On CUDA the caching allocator's free blocks are then 
 (``empty_cache``), so the partner job can allocate them.
 
 What stays resident: what no optimizer reaches (module buffers, DDP's gradient buckets, DeepSpeed's or FSDP's
-communication buffers, the CUDA context and NCCL's own memory), and a storage that cannot be resized (one that
-wraps memory it does not own); the summary counts them. A job's setup turn comes before its optimizer's first
-step, so its first swap-out is at the end of its first turn of steps.
+communication buffers, the CUDA context and NCCL's own memory), host storages of a device job (an offloaded
+optimizer's state is out already), and a storage that cannot be resized (one that wraps memory it does not own);
+the summary counts the last. The optimizers are those the rank's thread has stepped, and those its loop names
+(``follow``: scalegate's own workloads name theirs before the first step).
 
-On CPU the host buffer is the same memory as the storage's, so a swap frees nothing: it runs the same copies and
-costs what they cost, which is what the CPU machines can measure of it. Worker side.
+On CPU the host buffer is the same memory as the storage's, so freeing would gain nothing: a CPU job's swap copies
+its storages out and back and keeps them (``FREE_ON_CPU``). Freeing and making them again moved a turn's level
+there by the allocator's doing, which is not a GPU's (docs/evidence/duet.md, "The swap pairing, measured"). Worker
+side.
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ class Swap:
     """One rank's swap: ``out()`` when it gives its turn back, ``back()`` when it is granted the next. ``owner``: the
     rank's thread, whose optimizer steps it follows (another thread's optimizers are not this rank's)."""
 
+    FREE_ON_CPU = False  # a CPU job's storages are copied and kept (the tests free them to check the mechanism)
+
     def __init__(self, owner: int | None = None) -> None:
         self.owner = threading.get_ident() if owner is None else owner
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
-        self.swapped: list[tuple[torch.UntypedStorage, torch.Tensor]] = []  # (its storage, the host copy)
+        self.swapped: list[tuple[torch.UntypedStorage, torch.Tensor, bool]] = []  # (storage, host copy, freed)
         self.pool: dict[tuple[int, bool], list[torch.Tensor]] = {}  # free host buffers by (bytes, pinned)
         self.swaps = 0  # swap-outs that moved something
         self.bytes = 0  # the most bytes one swap-out moved
@@ -50,36 +55,44 @@ class Swap:
         if threading.get_ident() == self.owner:
             self.optimizers.add(optimizer)
 
-    def storages(self) -> Iterator[torch.UntypedStorage]:
-        """The live storages the job's optimizers reach, each once."""
-        seen: set[int] = set()
+    def follow(self, optimizer: Any) -> None:
+        """Swap what ``optimizer`` reaches from the next turn on, before it has stepped (a torch optimizer only)."""
+        if isinstance(optimizer, torch.optim.Optimizer):
+            self.optimizers.add(optimizer)
+
+    def storages(self) -> list[torch.UntypedStorage]:
+        """The live storages the job's optimizers reach, each once: a device job's device storages, a CPU job's
+        host storages."""
+        seen: dict[int, torch.UntypedStorage] = {}
         for optimizer in list(self.optimizers):
             for tensor in _tensors(optimizer):
                 storage = tensor.untyped_storage()
-                key = storage.data_ptr()
-                if storage.nbytes() == 0 or key in seen:
-                    continue
-                seen.add(key)
-                yield storage
+                if storage.nbytes() and storage.data_ptr() not in seen:
+                    seen[storage.data_ptr()] = storage
+        found = list(seen.values())
+        on_device = [storage for storage in found if storage.device.type != "cpu"]
+        return on_device or found
 
     def out(self) -> None:
-        """Copy every reachable storage to a host buffer and free it on the device."""
+        """Copy every reachable storage to a host buffer and free it on the device (on CPU: keep it)."""
         started = time.perf_counter()
         moved, kept, devices = 0, 0, set()
         for storage in self.storages():
-            if not storage.resizable():
+            free = storage.device.type != "cpu" or self.FREE_ON_CPU
+            if free and not storage.resizable():
                 kept += storage.nbytes()
                 continue
             host = self._host(storage.nbytes(), storage.device.type == "cuda")
             host.copy_(_bytes(storage), non_blocking=host.is_pinned())
-            self.swapped.append((storage, host))
+            self.swapped.append((storage, host, free))
             devices.add(storage.device)
             moved += storage.nbytes()
         for device in devices:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # the copies landed before the storages go
-        for storage, _ in self.swapped:
-            storage.resize_(0)
+        for storage, _, free in self.swapped:
+            if free:
+                storage.resize_(0)
         if any(device.type == "cuda" for device in devices):
             torch.cuda.empty_cache()  # the freed blocks back to the driver: the partner job allocates them
         self.kept_bytes = max(self.kept_bytes, kept)
@@ -94,14 +107,15 @@ class Swap:
             return
         started = time.perf_counter()
         devices = set()
-        for storage, host in self.swapped:
-            storage.resize_(host.numel())
+        for storage, host, free in self.swapped:
+            if free:
+                storage.resize_(host.numel())
             _bytes(storage).copy_(host, non_blocking=host.is_pinned())
             devices.add(storage.device)
         for device in devices:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # home before the step that reads them
-        for _, host in self.swapped:
+        for _, host, _ in self.swapped:
             self.pool.setdefault((host.numel(), host.is_pinned()), []).append(host)
         self.swapped.clear()
         self.back_s.append(time.perf_counter() - started)

@@ -143,6 +143,12 @@ class Turns:
                 except OSError:
                     return
 
+    def follow(self, optimizer: Any) -> None:
+        """The swap pairing: swap what ``optimizer`` reaches from this job's next turn on (its own steps name it
+        too; a workload names it before its first step, so the setup's turn ends swapped out)."""
+        if self.swap is not None:
+            self.swap.follow(optimizer)
+
     @property
     def paired(self) -> bool:
         """The job takes turns with its partner (not solo)."""
@@ -193,6 +199,9 @@ class NoTurns:
         pass
 
     def leave(self, step: int) -> None:
+        pass
+
+    def follow(self, optimizer: Any) -> None:
         pass
 
     def summary(self) -> dict[str, Any]:

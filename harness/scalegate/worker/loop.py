@@ -257,6 +257,7 @@ def train(
     """``beat(step, phase)`` records progress (a heartbeat), called only outside the timed region."""
     started = time.perf_counter()
     setup = _setup(spec, ctx, data_dir, beat)
+    turns.ACTIVE.follow(setup.strategy.optimizer)  # the swap pairing: the setup's turn ends swapped out
     steps = _Steps(spec, ctx, setup)
     window = MeasuredWindow(spec, ctx)
     steps.run(window, beat)
