@@ -71,7 +71,7 @@ def test_a_swapped_job_holds_no_state_between_turns_and_trains_bit_for_bit_as_on
     params = list(model.parameters())  # the tied weight once
     moved = 4 * sum(p.numel() * 4 for p in params) + 4 * len(params)  # parameters, gradients, two moments; steps
     assert swap.summary()["swap_bytes"] == moved
-    assert swap.summary()["swaps"] == 6 and swap.summary()["kept_bytes"] == 0
+    assert swap.summary()["swaps"] == 6 and swap.summary()["kept_bytes"] == 0 and swap.summary()["freed"]
 
 
 def test_a_cpu_jobs_swap_copies_its_state_out_and_back_and_keeps_it():
@@ -89,6 +89,7 @@ def test_a_cpu_jobs_swap_copies_its_state_out_and_back_and_keeps_it():
     finally:
         swap.close()
     assert all(kept) and swap.summary()["swaps"] == 4 and swap.summary()["swap_bytes"] > 0
+    assert not swap.summary()["freed"]
 
 
 def test_an_optimizer_named_before_its_first_step_is_swapped_from_the_next_turn(freed):
@@ -191,7 +192,9 @@ def test_the_verdict_and_the_pairing_line_name_the_swap_and_what_it_moved():
         dataclasses.replace(
             r,
             launches=tuple(
-                dataclasses.replace(x, duet_turn_steps=25, duet_swap_bytes=3 * 2**20, duet_swap_s=0.004)
+                dataclasses.replace(
+                    x, duet_turn_steps=25, duet_swap_bytes=3 * 2**20, duet_swap_s=0.004, duet_swap_freed=True
+                )
                 for x in r.launches
             ),
         )
@@ -200,8 +203,14 @@ def test_the_verdict_and_the_pairing_line_name_the_swap_and_what_it_moved():
     message = paired.timing(*swapped, None, Overrides()).message
     said = "duet against the base commit in turns of 25 steps, the idle job swapped out (3.0 MiB a rank, 4.0 ms"
     assert said in message
+    on_cpu = [
+        dataclasses.replace(r, launches=tuple(dataclasses.replace(x, duet_swap_freed=False) for x in r.launches))
+        for r in swapped
+    ]
+    kept = "in turns of 25 steps, the idle job's state copied out and back, kept in host memory (3.0 MiB a rank"
+    assert kept in paired.timing(*on_cpu, None, Overrides()).message
     found = {"duet": True, "pairing": "swap", "turn_steps": 25, "jobs": {}}
-    assert "took turns 25 steps at a time, the idle job's training state swapped out of device memory" in (
+    assert "took turns 25 steps at a time, the idle job's training state swapped out between its turns" in (
         pairing_markdown(found)
     )
 
@@ -228,8 +237,8 @@ def test_the_gates_swap_pairing_reaches_its_coordinator_its_sessions_and_its_fir
     chosen = pairing.choose(plan("--pairing", "swap", "--turn-steps", "10"), ROOT, sys.executable)
     assert (chosen.pairing, chosen.turn_steps) == ("swap", 10)
     assert chosen.says == (
-        "swap: both commits' jobs of a case take turns 10 steps at a time, the idle job's training state out of "
-        "device memory"
+        "swap: both commits' jobs of a case take turns 10 steps at a time, the idle job's training state swapped out "
+        "between its turns"
     )
     with pairing.coordinator(plan("--pairing", "swap"), chosen) as paired_rounds:
         assert paired_rounds.coordinator.swap and paired_rounds.coordinator.turn_steps == 10

@@ -48,7 +48,7 @@ class Chosen:
         return {
             "duet": f"duet: both commits' jobs of a case take turns {duet.turn_length(self.turn_steps)}",
             "swap": f"swap: both commits' jobs of a case take turns {duet.turn_length(self.turn_steps)}, the idle "
-            "job's training state out of device memory",
+            "job's training state swapped out between its turns",
             "alternate": "alternate: both commits' jobs of a case take turns one whole job at a time, one resident",
             "rounds": f"not paired ({self.why}): each round runs the base's session, then the head's",
         }[self.pairing]

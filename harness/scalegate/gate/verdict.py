@@ -78,7 +78,7 @@ def pairing_markdown(found: dict) -> str:
     how = {
         "duet": f"took turns {duet.turn_length(int(found.get('turn_steps') or 1))}",
         "swap": f"took turns {duet.turn_length(int(found.get('turn_steps') or 1))}, the idle job's training state "
-        "swapped out of device memory",
+        "swapped out between its turns",
         "alternate": "took turns one whole job at a time, one resident at once",
     }.get(found.get("pairing", "duet"), "took turns")
     line = f"\nPaired: base and head {how} ({paired} jobs paired, docs/duet.md)."

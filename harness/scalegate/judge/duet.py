@@ -292,7 +292,9 @@ def swap_said(launches: Sequence[LaunchRecord]) -> str:
         return ""
     mib = max(launch.duet_swap_bytes for launch in swapped) / 2**20
     ms = 1000 * statistics.median(launch.duet_swap_s for launch in swapped)
-    return f", the idle job swapped out ({mib:.1f} MiB a rank, {ms:.1f} ms out and back)"
+    if any(launch.duet_swap_freed for launch in swapped):
+        return f", the idle job swapped out ({mib:.1f} MiB a rank, {ms:.1f} ms out and back)"
+    return f", the idle job's state copied out and back, kept in host memory ({mib:.1f} MiB a rank, {ms:.1f} ms)"
 
 
 def threads_said(record: CaseRecord, base: CaseRecord) -> str:

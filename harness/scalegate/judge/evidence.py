@@ -50,6 +50,7 @@ class LaunchRecord:
     # each a median of the rank's swaps, the slowest rank's); 0 where nothing was swapped
     duet_swap_bytes: int = 0
     duet_swap_s: float = 0.0
+    duet_swap_freed: bool = False  # ... the swap freed what it copied out (a device job; a CPU job's copies are kept)
     # a duet on CPU: gloo's worker threads "bound" with the rank or "free: why" (contract/affinity.py), or "" (no duet,
     # CUDA, a base commit whose ranks do not say)
     duet_threads: str = ""
@@ -167,6 +168,7 @@ def swapped(result: CaseResult) -> dict[str, Any]:
     return {
         "duet_swap_bytes": max(int(s.get("swap_bytes") or 0) for s in swaps),
         "duet_swap_s": max(float(s.get("swap_out_s") or 0.0) + float(s.get("swap_in_s") or 0.0) for s in swaps),
+        "duet_swap_freed": any(s.get("freed") for s in swaps),
     }
 
 

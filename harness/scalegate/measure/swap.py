@@ -47,6 +47,7 @@ class Swap:
         self.swaps = 0  # swap-outs that moved something
         self.bytes = 0  # the most bytes one swap-out moved
         self.kept_bytes = 0  # reachable, not resizable: stayed resident
+        self.freed = False  # a swap-out freed what it copied (a device job's; a CPU job's copies are kept)
         self.out_s: list[float] = []
         self.back_s: list[float] = []
         self.hook = register_optimizer_step_pre_hook(self._seen)
@@ -93,6 +94,7 @@ class Swap:
         for storage, _, free in self.swapped:
             if free:
                 storage.resize_(0)
+                self.freed = True
         if any(device.type == "cuda" for device in devices):
             torch.cuda.empty_cache()  # the freed blocks back to the driver: the partner job allocates them
         self.kept_bytes = max(self.kept_bytes, kept)
@@ -137,6 +139,7 @@ class Swap:
             "kept_bytes": self.kept_bytes,
             "swap_out_s": _median(self.out_s),
             "swap_in_s": _median(self.back_s),
+            "freed": self.freed,
         }
 
 
