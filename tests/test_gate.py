@@ -421,6 +421,25 @@ def test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_slower_head(
     assert not [n for n in netns.list_namespaces() if "ddpcnn2x1" in n]  # both sides' fabrics removed
 
 
+@pytest.mark.nightly  # two to four swap rounds of ddp-cnn-1x2 and its reference: ~2 min here
+def test_the_swap_pairing_swaps_each_job_out_between_its_turns_and_fails_a_slower_head(tmp_path):
+    """``--pairing swap`` (a model that cannot be resident twice, paired in turns): both sides' jobs take turns of 10
+    steps, each rank's state copied out when it gives its turn back and home when it takes the next; the verdict and
+    the PR line name the pairing, every rank says what it swapped, and a head whose DDP step waits 25 ms fails."""
+    repo = tmp_path / "repo"
+    checkout_repo(repo)
+    commit_change(repo, "head: a synchronous check in DDP's step", slow_commit(25))
+    run = _ab(repo, tmp_path, "HEAD~1", "--pairing", "swap", "--turn-steps", "10", "--scaling-steps", "40", gap_s="1")
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
+    table = (tmp_path / "gate.md").read_text()
+    assert "❌ regressed" in table and "in turns of 10 steps, the idle job's state copied out and back" in table
+    assert "Paired: base and head took turns 10 steps at a time, the idle job's training state swapped out" in table
+    latest = tmp_path / "gate" / "latest"
+    for rank in (latest / "base").glob("**/ddp-cnn-1x2/ranks/rank*.json"):
+        swap = json.loads(rank.read_text())["extra"]["duet"]["swap"]
+        assert swap["swaps"] >= 2 and swap["swap_bytes"] > 0 and not swap["freed"], swap  # on CPU: copied, kept
+
+
 @pytest.mark.nightly  # three to five alternate rounds of ddp-cnn-1x2 and its reference: ~3 min here
 def test_the_alternate_pairing_keeps_one_job_resident_and_fails_a_slower_head(tmp_path):
     """``--pairing alternate`` (a model that cannot be resident twice): the two sides' whole jobs of a case run one at

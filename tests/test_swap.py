@@ -203,6 +203,9 @@ def test_the_verdict_and_the_pairing_line_name_the_swap_and_what_it_moved():
     message = paired.timing(*swapped, None, Overrides()).message
     said = "duet against the base commit in turns of 25 steps, the idle job swapped out (3.0 MiB a rank, 4.0 ms"
     assert said in message
+    # its sigma's floor is the swap pairing's recorded A/A spread, not the duet's
+    assert "A/A swap rounds of ddp-cnn-1x2" in message
+    assert "A/A swap rounds" not in paired.timing(head, base, None, Overrides()).message
     on_cpu = [
         dataclasses.replace(r, launches=tuple(dataclasses.replace(x, duet_swap_freed=False) for x in r.launches))
         for r in swapped

@@ -128,3 +128,16 @@ RECORDED_AA_ALTERNATE = {
 # The same where a round's efficiency is read from each launch's own local steps (a workload's; a script has none):
 # two launches of the local efficiency's spread between launches. docs/evidence/duet.md#the-alternate-pairing-measured
 RECORDED_AA_ALTERNATE_LOCAL = (0.038, "two launches' local efficiencies, 2.7% each between launches on the 2-core VMs")
+# The swap pairing's floors (turns of 25 steps, each job's state copied out and back between its turns), the
+# efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs, where the copies free
+# nothing (host memory): forced rounds and whole gates pooled. docs/evidence/duet.md#the-swap-pairing-measured
+RECORDED_AA_SWAP = {
+    "workload": (
+        (0.0356, "19 A/A swap rounds of ddp-cnn-1x2 (turns of 25 steps) recorded on the 2-core VMs"),
+        (0.0236, "19 A/A swap rounds of ddp-cnn-1x2's step time at W recorded on the 2-core VMs"),
+    ),
+    "script": (
+        (0.0605, "26 A/A swap rounds of the example script (150 steps, turns of 25) recorded on the 2-core VMs"),
+        (0.0408, "26 A/A swap rounds of the example script's step time at W recorded on the 2-core VMs"),
+    ),
+}

@@ -29,6 +29,7 @@ from scalegate.policy import (
     RECORDED_AA_ALTERNATE,
     RECORDED_AA_ALTERNATE_LOCAL,
     RECORDED_AA_STEP_W,
+    RECORDED_AA_SWAP,
     SCRIPT_TRIM,
     TRIM,
     UNIT,
@@ -67,6 +68,12 @@ def alternate_floor(record: CaseRecord, step_w: bool = False, local: bool = Fals
     if local and not step_w:
         return RECORDED_AA_ALTERNATE_LOCAL
     found = RECORDED_AA_ALTERNATE["script" if is_script(record) else "workload"]
+    return found[1] if step_w else found[0]
+
+
+def swap_floor(record: CaseRecord, step_w: bool = False) -> tuple[float, str]:
+    """Sigma's floor in the swap pairing: the spread of its recorded A/A rounds (``RECORDED_AA_SWAP``)."""
+    found = RECORDED_AA_SWAP["script" if is_script(record) else "workload"]
     return found[1] if step_w else found[0]
 
 
@@ -338,14 +345,21 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
     how += swap_said(record.launches) if not alternate else ""
     capped = gpu.capped_rounds([h.gpu_state for h in record.launches], [b.gpu_state for b in base.launches])
     where = f"[{record.where}, {how}{threads_said(record, base)}{capped}]"
-    floor = alternate_floor(record, local=local) if alternate else aa_floor(record, baseline)
+    swapped = not alternate and any(launch.duet_swap_bytes for launch in record.launches)
+
+    def floor_of(step_w: bool = False) -> tuple[float, str]:
+        if alternate:
+            return alternate_floor(record, step_w=step_w, local=local and not step_w)
+        return swap_floor(record, step_w) if swapped else aa_floor(record, baseline, step_w=step_w)
+
+    floor = floor_of()
     verdicts = [_decided([r.efficiency_log for r in rounds], [r.se for r in rounds], floor, design, over, where)]
     step_time = record.conduct.step_time_tolerance
     if step_time:  # speed at W, base/head: a step time ``step_time`` slower is a drop of 1 - 1/(1 + step_time)
         speed = dataclasses.replace(design, detect=speed_drop(step_time))
         logs, ses = [-r.at_w.mean for r in rounds], [r.at_w.se for r in rounds]
         again = f"the same {len(rounds)} round{'s' if len(rounds) > 1 else ''}"
-        floor = alternate_floor(record, step_w=True) if alternate else aa_floor(record, baseline, step_w=True)
+        floor = floor_of(step_w=True)
         verdicts.append(_decided(logs, ses, floor, speed, again, where, "step speed at W (base/head step time)"))
     regressed = [v for v in verdicts if v.status == V.REGRESSED]
     if regressed or all(v.status == V.OK for v in verdicts):
