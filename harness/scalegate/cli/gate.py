@@ -81,8 +81,8 @@ def add_parser(sub) -> None:
         default="auto",
         help="A/B: how the two sides' jobs share the host: duet (step by step, both resident), alternate (whole jobs "
         "in turn, one resident), swap (turns of --turn-steps steps, 25 unless named, the idle job's training state "
-        "out of device memory), rounds (each side's session in turn); auto pairs in a duet and alternates a case "
-        "whose two jobs would not fit in device memory (default: %(default)s)",
+        "swapped out between its turns), rounds (each side's session in turn); auto pairs in a duet and alternates a "
+        "case whose two jobs would not fit in device memory (default: %(default)s)",
     )
     g.add_argument(
         "--turn-steps",

@@ -8,11 +8,11 @@ the job's steps, so that every job takes two turns or more and neither side's jo
 its steps), and nothing of the partner job runs meanwhile. ``sync`` runs before a turn is given back (a device sync
 on CUDA), so none of this step's kernels runs in the partner's turn. Where the ``go`` says ``swap`` (the swap
 pairing, ``gate --pairing swap``), the rank's training state leaves device memory when it gives its turn back and
-comes home when it is granted the next, both outside every step's time (measure/swap.py). In the alternate pairing the first turn is the whole job
-(``alone``): it starts after its partner has left, or before its partner starts. A turn held past half the
-coordinator's turn limit (the ``limit_s`` of its ``go``) makes the client say where the rank's own thread is (``where``:
-its innermost Python frame, and whether that is inside torch), so that a hang's message can name the rank that is
-stuck outside a collective rather than every rank still in the turn. Worker side.
+comes home when it is granted the next, both outside every step's time (measure/swap.py). In the alternate pairing
+the first turn is the whole job (``alone``): it starts after its partner has left, or before its partner starts. A
+turn held past half the coordinator's turn limit (the ``limit_s`` of its ``go``) makes the client say where the
+rank's own thread is (``where``: its innermost Python frame, and whether that is inside torch), so that a hang's
+message can name the rank that is stuck outside a collective rather than every rank still in the turn. Worker side.
 """
 
 from __future__ import annotations
