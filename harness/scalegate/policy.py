@@ -52,8 +52,8 @@ SCRIPT_ROUNDS = 7
 # docs/evidence/duet.md#ten-rounds-for-the-alternate-pairing
 ALTERNATE_ROUNDS = 10
 # The swap pairing's turn (gate --pairing swap without --turn-steps), in optimizer steps: a swap costs a copy of the
-# job's state each way, so its turns are long; turns of 25 steps kept the duet's A/A spread on the example script.
-# docs/duet.md#longer-turns
+# job's state each way, so its turns are long against it; shorter turns (10) spread the canary's rounds no less.
+# docs/evidence/duet.md#the-swap-pairing-measured
 SWAP_TURN_STEPS = 25
 # Seconds between the starts of two rounds that do not pair in time (the rounds mode): launches a minute apart
 # share no slow phase of the host. docs/evidence/detection.md#relaunches-in-rounds-and-paritys-test

@@ -67,14 +67,18 @@ def alternate_floor(record: CaseRecord, step_w: bool = False, local: bool = Fals
     ``local``: of the efficiency read from each launch's same-launch local steps (``RECORDED_AA_ALTERNATE_LOCAL``)."""
     if local and not step_w:
         return RECORDED_AA_ALTERNATE_LOCAL
-    found = RECORDED_AA_ALTERNATE["script" if is_script(record) else "workload"]
-    return found[1] if step_w else found[0]
+    return _recorded(RECORDED_AA_ALTERNATE, record, step_w)
 
 
 def swap_floor(record: CaseRecord, step_w: bool = False) -> tuple[float, str]:
     """Sigma's floor in the swap pairing: the spread of its recorded A/A rounds (``RECORDED_AA_SWAP``)."""
-    found = RECORDED_AA_SWAP["script" if is_script(record) else "workload"]
-    return found[1] if step_w else found[0]
+    return _recorded(RECORDED_AA_SWAP, record, step_w)
+
+
+def _recorded(table: dict, record: CaseRecord, step_w: bool) -> tuple[float, str]:
+    """A pairing's recorded floor for the record's kind (workload or script): the efficiency's or the step at W's."""
+    efficiency, at_w = table["script" if is_script(record) else "workload"]
+    return at_w if step_w else efficiency
 
 
 def speed_drop(step_time: float) -> float:

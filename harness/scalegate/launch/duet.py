@@ -68,7 +68,8 @@ class Job:
 class Coordinator:
     """``with Coordinator() as c:`` the sessions get ``c.address`` (``--scaling-duet``); ``c.report()`` after.
     ``alternate``: every job runs whole; ``turn_steps``: the steps of a turn after a job's first (its setup, one
-    turn); ``swap``: a job's ranks swap their training state out of device memory between its turns; ``tcp``: (interface, port) to listen on, where other nodes reach it as ``host``."""
+    turn); ``swap``: a job's ranks swap their training state out of device memory between its turns; ``tcp``:
+    (interface, port) to listen on, where other nodes reach it as ``host``."""
 
     def __init__(
         self,

@@ -16,14 +16,14 @@ optimizer's state is out already), and a storage that cannot be resized (one tha
 the summary counts the last. The optimizers are those the rank's thread has stepped, and those its loop names
 (``follow``: scalegate's own workloads name theirs before the first step).
 
-On CPU the host buffer is the same memory as the storage's, so freeing would gain nothing: a CPU job's swap copies
-its storages out and back and keeps them (``FREE_ON_CPU``). Freeing and making them again moved a turn's level
-there by the allocator's doing, which is not a GPU's (docs/evidence/duet.md, "The swap pairing, measured"). Worker
-side.
+On CPU the host buffer is the same memory as the storage's, so freeing would gain nothing, and would measure the host
+allocator's way of making memory again rather than a GPU's: a CPU job's swap copies its storages out and back and
+keeps them (``FREE_ON_CPU``; docs/evidence/duet.md, "The swap pairing, measured"). Worker side.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 import weakref
@@ -170,7 +170,4 @@ def _bytes(storage: torch.UntypedStorage) -> torch.Tensor:
 
 
 def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[len(ordered) // 2], 6)
+    return round(statistics.median(values), 6) if values else None
