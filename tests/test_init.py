@@ -256,9 +256,28 @@ def test_init_refuses_a_loss_pattern_that_matches_nothing_in_a_real_short_run(tm
     args = ("--loss-pattern", r"accuracy ([0-9.]+)", "--probe-steps", "3", "--ci", "none")
     code, out, err = _init(monkeypatch, capsys, repo, *args)
     assert code == 2, err[-3000:]
-    assert "error: --loss-pattern 'accuracy ([0-9.]+)' matched none of the" in err
+    assert "error: --loss-pattern 'accuracy ([0-9.]+)' matched none of the" in err, err[-3000:]
     assert "  | step 2 loss " in err  # the lines it saw
     assert not (repo / "scaling_tests").exists() and not (repo / "pytest.ini").exists()
+
+
+def test_a_short_run_that_fails_shows_the_ranks_error_not_torchruns_report(tmp_path, monkeypatch, capsys):
+    repo = _repo(tmp_path, TRAIN)
+    script = (repo / "train.py").read_text()
+    marker = "def main("
+    assert marker in script
+    # rank 1 fails after the process group is up, as a script's bug does; torchrun then prints ~35 lines of its own
+    broken = "    if dist.is_initialized() and dist.get_rank() == 1:\n        raise ValueError('a bug on rank 1')\n"
+    script = script.replace("    for step in range(", broken + "    for step in range(", 1)
+    assert "a bug on rank 1" in script
+    (repo / "train.py").write_text(script)
+    code, out, err = _init(monkeypatch, capsys, repo, "--probe-steps", "3", "--ci", "none")
+    assert code == 2, err[-3000:]
+    assert "error: the short run of train.py exited 1" in err, err[-3000:]
+    assert "[rank1]: ValueError: a bug on rank 1" in err, err[-3000:]  # the cause, within the lines shown
+    assert "failed (exitcode: 1)" in err and "torchrun's own traceback and failure report" in err
+    assert "Root Cause" not in err and "HINT: make the script run under torchrun" in err
+    assert not (repo / "scaling_tests").exists()
 
 
 def test_init_refuses_scalegates_own_repository(monkeypatch, capsys):

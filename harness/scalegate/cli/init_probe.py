@@ -36,6 +36,9 @@ PATTERNS = (
     r"(?i)\bloss\W+([0-9][0-9.eE+-]*)",
 )
 SHOWN_LINES = 25  # the lines an error shows of what the run printed
+# torchrun's own first line when a rank failed ("E1128 07:12:47.312000 10652 torch/distributed/elastic/...
+# failed (exitcode: 1) local_rank: 0 ..."); its traceback and failure box follow it, 25 lines without the rank's error
+LAUNCHER_FAILED = re.compile(r"^E\d{4} \S+ \d+ torch/distributed/elastic/\S+\] failed \(exitcode")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +72,8 @@ def run(root: Path, marker: Marker, steps: int, timeout_s: float, python: str = 
     lines = done.stdout.splitlines()
     if done.returncode != 0:
         raise ScalegateError(
-            f"the short run of {marker.script} exited {done.returncode} ({said}); it printed:\n" + _shown(lines),
+            f"the short run of {marker.script} exited {done.returncode} ({said}); it printed:\n"
+            + _shown(_ranks(lines)),
             "make the script run under torchrun with these arguments (run the command above), then init again",
         )
     return Probe(command=command, lines=lines)
@@ -122,6 +126,15 @@ def _number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _ranks(lines: list[str]) -> list[str]:
+    """A failed run's lines up to torchrun's own first failure line (kept: it names the rank and its exit code),
+    so the lines shown end with the ranks' error, not with torchrun's traceback and failure box."""
+    cut = next((i for i, line in enumerate(lines) if LAUNCHER_FAILED.match(line)), None)
+    if cut is None:
+        return lines
+    return [*lines[: cut + 1], f"... (torchrun's own traceback and failure report, {len(lines) - cut - 1} lines)"]
 
 
 def _shown(lines: list[str]) -> str:
