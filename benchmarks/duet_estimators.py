@@ -4,6 +4,12 @@
     python -m benchmarks.duet_estimators experiments/data/detection-data-duet-raw.jsonl.gz --only "(A/A)"   # whole A/A gates
     python -m benchmarks.duet_estimators RAW --trims 0.2,0.4 --rounds-out /tmp/rounds.jsonl --trim 0.4
     python -m benchmarks.duet_estimators RAW --only "(A/A)" --launches 3,3    # rounds of three launches a level
+    python -m benchmarks.duet_estimators experiments/data/swap-raw.jsonl.gz --turns experiments/data/swap-aa.jsonl
+
+``--turns DATA``: the rounds of a pairing in turns (the swap pairing's, or a duet's ``--turn-steps``), with the
+data file whose runs they are (its ``turn_steps``, a run's rounds in the raw file's order): each run's spread between
+rounds under the judge's estimate (every step's log ratio, trimmed) and under two estimates from whole turns (a turn's
+mean or median against the other side's turn of the same place, the turns' log ratios averaged).
 
 The input is ``experiments/duet_bias.py --raw`` (or duet_aa.py's): a line a round, every step time of both sides at W and at 1x1 with
 the launches' lengths. For each trim of the units' log ratios (``judge.duet.paired``'s estimate, ``TRIM`` there)
@@ -76,6 +82,42 @@ def level_table(
     return between, own, pooled
 
 
+def turn_estimate(pairs: list[list[tuple[float, float]]], turn: int, middle) -> float:
+    """A level's estimate from whole turns, launch by launch: ``middle`` (``statistics.fmean`` or ``median``) of each
+    of the head's turns against the base's turn of the same place (adjacent to it in time), the log ratios averaged."""
+    logs = []
+    for launch in pairs:
+        for k in range(0, len(launch), turn):
+            head, base = zip(*launch[k : k + turn])
+            logs.append(math.log(middle(head) / middle(base)))
+    return statistics.fmean(logs)
+
+
+def turns_table(raw: list[dict], data: Path) -> None:
+    """A line a run of ``data`` (experiments/duet_bias.py's rows, their rounds in ``raw``'s order): the spread between
+    rounds of the efficiency and of the step at W, as the gate estimated them (the run's recorded rounds) and under
+    the turn estimates."""
+    runs = [json.loads(line) for line in data.read_text().splitlines() if line.strip()]
+    print("| run | turn | the gate's: efficiency, at W | turn means | turn medians |")
+    print("|---|--:|---|---|---|")
+    at = 0
+    for run in runs:
+        rows, at = raw[at : at + len(run["rounds"])], at + len(run["rounds"])
+        turn = run.get("turn_steps", 1)
+        gate = [(r["d_1"] - r["d_w"], r["d_w"]) for r in run["rounds"]]
+        said = [f"{statistics.stdev(e for e, _ in gate):.2%}, {statistics.stdev(w for _, w in gate):.2%}"]
+        for middle in (statistics.fmean, statistics.median):
+            w, one = [], []
+            for r in rows:
+                for p, out in (("", w), ("reference_", one)):
+                    lengths = (r[f"head_{p}lengths"], r[f"base_{p}lengths"])
+                    pairs = duet.zip_launches(r[f"head_{p}step_times_s"], r[f"base_{p}step_times_s"], lengths)
+                    out.append(turn_estimate(pairs, turn, middle))
+            eff = [a - b for a, b in zip(one, w)]
+            said.append(f"{statistics.stdev(eff):.2%}, {statistics.stdev(w):.2%}")
+        print(f"| {run.get('note', '')} | {turn} | " + " | ".join(said) + " |")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("raw", type=Path, nargs="+", help="duet_bias.py --raw files (JSON lines, .gz too)")
@@ -95,7 +137,11 @@ def main() -> int:
         default="0,0",
         help="W,1x1: only a round's first that many launches (a round of fewer launches; 0: all)",
     )
+    p.add_argument("--turns", type=Path, help="the runs' data file (duet_bias.py's): the turn estimates, by run")
     a = p.parse_args()
+    if a.turns:
+        turns_table(read(a.raw), a.turns)
+        return 0
     keep = tuple(int(x) for x in a.keep_units.split(","))
     count = tuple(int(x) for x in a.launches.split(","))
     rows = [r for r in read(a.raw) if r["case"].startswith(a.case) and a.only in r.get("note", "")]
