@@ -18,6 +18,7 @@ import pytest
 
 from scalegate.cli import gpu_phases, selftest
 from scalegate.cli.main import main
+from scalegate.judge.evidence import RECORD_VERSION
 from scalegate.report import acceptance, acceptance_page, acceptance_run
 from scalegate.report.acceptance import FAILED, PASSED
 from tests.test_gpu_report import gpu_case
@@ -109,7 +110,7 @@ def _settings(tmp_path: Path) -> gpu_phases.Settings:
 
 def test_one_gpu_runs_every_strategy_at_1x1_and_says_why_not_1x2(tmp_path):
     phases = {p.name: p for p in gpu_phases.plan(1, _settings(tmp_path))}
-    assert list(phases) == ["matrix-1x1", "matrix-1x2-nccl", "compile", "script", "ab-gate", "aa-rounds"]
+    assert list(phases) == ["matrix-1x1", "matrix-1x2-nccl", "compile", "script", "ab-gate", "swap", "aa-rounds"]
     aa = list(phases["aa-rounds"].argv)  # a step of 20 ms or more: resnet at 1x1, A/A duet rounds
     assert aa[aa.index("--duet-aa") + 1] == "6" and aa[aa.index("--scaling-models") + 1] == "resnet"
     assert phases["matrix-1x2-nccl"].skip == "needs 2 GPUs on one node, this node has 1"
@@ -149,9 +150,9 @@ def test_the_matrix_phases_select_every_strategy_on_the_models_and_every_referen
 
 
 def test_outside_git_the_gate_phase_says_why_it_does_not_run(tmp_path):
-    gate, rounds = gpu_phases.plan(1, _settings(tmp_path), in_git=False)[-2:]
-    assert gate.name == "ab-gate" and "not a git checkout" in gate.skip
-    assert rounds.name == "aa-rounds" and rounds.skip == gate.skip
+    phases = {p.name: p for p in gpu_phases.plan(1, _settings(tmp_path), in_git=False)}
+    assert "not a git checkout" in phases["ab-gate"].skip
+    assert phases["aa-rounds"].skip == phases["swap"].skip == phases["ab-gate"].skip
 
 
 def test_phases_chosen_run_alone_and_the_page_names_the_others(tmp_path, capsys):
@@ -277,3 +278,35 @@ def test_the_aa_rounds_phase_reads_each_cases_spread_and_every_rounds_gpu_state(
     [row] = acceptance.spread_rows("aa-rounds", tmp_path)
     assert row.case_id == "ddp-resnet-1x1" and row.reason.startswith("A/A duet spread 2.10% over 6 rounds")
     assert [s["capped"] for s in row.gpu_rounds] == [[], ["sw_power_cap"]]
+
+
+def test_the_swap_phase_gates_the_resnet_in_turns_and_its_rows_say_what_a_swap_moved_and_what_stayed(tmp_path):
+    """``selftest --gpu --phases swap``: an A/A gate in the swap pairing on a step of 20 ms or more; its row takes
+    the swap's figures from the merged record (made up here, as a GPU's rank would write them: no GPU on this
+    machine), and the page's coverage names the pairing verified only where a swap freed what it moved."""
+    phase = next(p for p in gpu_phases.plan(1, _settings(tmp_path)) if p.name == "swap")
+    argv = list(phase.argv)
+    assert argv[argv.index("--pairing") + 1] == "swap" and argv[argv.index("--scaling-models") + 1] == "resnet"
+    assert argv[argv.index("--scaling-steps") + 1] == str(gpu_phases.GATE_STEPS)
+    assert argv[argv.index("--json") + 1] == str(tmp_path / "swap" / "gate.json") and phase.gate_json
+    launch = {"step_times_s": [0.02] * 4, "duet": "paired", "duet_turn_steps": 25, "duet_swap_bytes": 300 * 2**20}
+    launch |= {"duet_swap_s": 0.05, "duet_swap_freed": True, "duet_swap_idle_bytes": 40 * 2**20}
+    record = {"case_id": "ddp-resnet-1x1", "key": "ddp-resnet-1x1:small", "profile": "cuda-x", "world_size": 1}
+    record |= {"global_batch": 32, "steps": 200, "warmup": 3, "launches": [launch], "version": RECORD_VERSION}
+    run = tmp_path / "swap" / "gate-1"
+    run.mkdir(parents=True)
+    (tmp_path / "swap" / "latest").symlink_to(run)
+    case = gpu_case("ddp-resnet-1x1", record=record, status="ok")
+    (run / "ddp-resnet-1x1.json").write_text(json.dumps(case))
+    (tmp_path / "swap" / "gate.json").write_text(json.dumps({"cases": [{"case_id": "ddp-resnet-1x1", "status": "ok"}]}))
+    [row] = acceptance.gate_rows("swap", phase.gate_json, phase.results_dir)
+    said = "the idle job swapped out (300.0 MiB a rank, 50.0 ms out and back; 40.0 MiB stayed in its allocator)"
+    assert row.outcome == acceptance.PASSED and row.swap == said
+    report = {"device": "a GPU", "date": "today", "cases": [row.to_dict()], "phases": []}
+    page = acceptance_page.markdown(report)
+    assert said in page
+    assert "| the swap pairing: each rank's training state off the GPU between its turns | verified: 1 case" in page
+    # a CPU's swap (copied and kept, nothing freed) is no GPU swap: the item is not verified by it
+    kept = replace(row, swap="the idle job's state copied out and back, kept in host memory (3.0 MiB a rank, 1.0 ms)")
+    page = acceptance_page.markdown(report | {"cases": [kept.to_dict()]})
+    assert "| the swap pairing: each rank's training state off the GPU between its turns | not verified" in page

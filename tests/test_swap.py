@@ -90,6 +90,7 @@ def test_a_cpu_jobs_swap_copies_its_state_out_and_back_and_keeps_it():
         swap.close()
     assert all(kept) and swap.summary()["swaps"] == 4 and swap.summary()["swap_bytes"] > 0
     assert not swap.summary()["freed"]
+    assert swap.summary()["idle_reserved_bytes"] is None  # no CUDA allocator to read on CPU
 
 
 def test_an_optimizer_named_before_its_first_step_is_swapped_from_the_next_turn(freed):
@@ -119,6 +120,8 @@ def test_a_device_jobs_host_storages_stay_where_they_are():
         assert {s.device.type for s in swap.storages()} == {"cuda"}
         swap.out()
         assert all(p.untyped_storage().nbytes() == 0 for p in model.parameters())
+        # what stayed in the allocator while out: less than the job held, counted
+        assert swap.summary()["idle_reserved_bytes"] == torch.cuda.memory_reserved()
         swap.back()
         optimizer.step()
     finally:
@@ -193,7 +196,12 @@ def test_the_verdict_and_the_pairing_line_name_the_swap_and_what_it_moved():
             r,
             launches=tuple(
                 dataclasses.replace(
-                    x, duet_turn_steps=25, duet_swap_bytes=3 * 2**20, duet_swap_s=0.004, duet_swap_freed=True
+                    x,
+                    duet_turn_steps=25,
+                    duet_swap_bytes=3 * 2**20,
+                    duet_swap_s=0.004,
+                    duet_swap_freed=True,
+                    duet_swap_idle_bytes=2**20,
                 )
                 for x in r.launches
             ),
@@ -202,7 +210,7 @@ def test_the_verdict_and_the_pairing_line_name_the_swap_and_what_it_moved():
     ]
     message = paired.timing(*swapped, None, Overrides()).message
     said = "duet against the base commit in turns of 25 steps, the idle job swapped out (3.0 MiB a rank, 4.0 ms"
-    assert said in message
+    assert said + " out and back; 1.0 MiB stayed in its allocator)" in message
     # its sigma's floor is the swap pairing's recorded A/A spread, not the duet's
     assert "A/A swap rounds of ddp-cnn-1x2" in message
     assert "A/A swap rounds" not in paired.timing(head, base, None, Overrides()).message

@@ -10,6 +10,7 @@ others', and each leaves its own results directory and JUnit file for the report
 | ``compile`` | ``--scaling-compile`` for single, ddp and fsdp | 1 |
 | ``script`` | a team's script (examples/train_script) timed by CUDA events | 1 |
 | ``ab-gate`` | ``gate --base HEAD`` (an A/A): the worktree, the rounds and the A/B judge, once | 1 |
+| ``swap`` | ``gate --base HEAD --pairing swap`` on ``ddp-resnet-1x1`` (an A/A, two rounds): each rank's training state leaves the GPU between its turns; the page says what a swap moved, its milliseconds out and back, and what stayed in the rank's allocator | 1 |
 | ``aa-rounds`` | A/A duet rounds of ``ddp-resnet-1x1`` (a step of 20 ms or more) and its reference: each round's spread, the GPU's clocks, temperature, power and throttle reasons round by round (``record-baselines --duet-aa``) | 1 |
 
 The matrix phases run every strategy on ``--models`` (default cnn) and every workload's single reference, so
@@ -156,10 +157,11 @@ def plan(gpus: int, s: Settings, in_git: bool = True) -> list[Phase]:
             s,
         ),
         gate_phase(per_node, s),
+        swap_phase(s),
         aa_phase(s),
     ]
     skips = {"matrix-1x2-nccl": two, "ab-gate": "" if in_git else "not a git checkout: the A/B gate's base is HEAD"}
-    skips["aa-rounds"] = skips["ab-gate"]
+    skips["aa-rounds"] = skips["swap"] = skips["ab-gate"]
     if s.phases:
         chosen = f"not chosen (--phases {','.join(s.phases)})"
         skips.update({p.name: chosen for p in phases if p.name not in s.phases})
@@ -183,6 +185,28 @@ def gate_phase(per_node: str, s: Settings) -> Phase:
         proves="the A/B gate (gate --base HEAD, an A/A) and its judge, once",
         argv=tuple(argv),
         weight=2.6,  # two rounds of single and ddp, each side a pytest session: 134 s on the H100, 73 s on the H200
+        results_dir=results,
+        gate_json=verdicts,
+    )
+
+
+def swap_phase(s: Settings) -> Phase:
+    """The swap pairing on CUDA (docs/duet.md, "One resident job in turns of steps"): an A/A gate of a case whose
+    step takes 20 ms or more, in turns of the gate's default steps, two rounds. Its rows say what a rank's swap moved,
+    its milliseconds out and back and what stayed in the rank's caching allocator while it was out: what decides
+    whether a model that fills the GPU can take turns with its partner."""
+    results = s.work_dir / "swap"
+    verdicts = results / "gate.json"
+    argv = [s.python, "-m", "scalegate", "gate", "--base", GATE_BASE, "--pairing", "swap"]
+    argv += ["--results-dir", str(results), "--json", str(verdicts), *common(s, GATE_STEPS)]
+    argv += ["--scaling-max-launches", "2", "--scaling-models", "resnet", "--scaling-strategies", "single,ddp"]
+    argv += ["--scaling-matrix", "full", "--scaling-topologies", "1x1"]
+    argv += ["-k", "(ddp-resnet-1x1 or single-resnet-1x1) and not parity"]
+    return Phase(
+        name="swap",
+        proves="the swap pairing on CUDA (gate --pairing swap, an A/A): what a swap moves and takes, what stays",
+        argv=tuple(argv),
+        weight=4.0,  # not run on a GPU yet: two resnet duet rounds (79-89 s each on the H200) and the swaps
         results_dir=results,
         gate_json=verdicts,
     )

@@ -51,6 +51,8 @@ class LaunchRecord:
     duet_swap_bytes: int = 0
     duet_swap_s: float = 0.0
     duet_swap_freed: bool = False  # ... the swap freed what it copied out (a device job; a CPU job's copies are kept)
+    # ... what stayed in a rank's CUDA caching allocator while it was swapped out, the most of any rank (None off CUDA)
+    duet_swap_idle_bytes: int | None = None
     # a duet on CPU: gloo's worker threads "bound" with the rank or "free: why" (contract/affinity.py), or "" (no duet,
     # CUDA, a base commit whose ranks do not say)
     duet_threads: str = ""
@@ -169,6 +171,9 @@ def swapped(result: CaseResult) -> dict[str, Any]:
         "duet_swap_bytes": max(int(s.get("swap_bytes") or 0) for s in swaps),
         "duet_swap_s": max(float(s.get("swap_out_s") or 0.0) + float(s.get("swap_in_s") or 0.0) for s in swaps),
         "duet_swap_freed": any(s.get("freed") for s in swaps),
+        "duet_swap_idle_bytes": max(
+            (int(s["idle_reserved_bytes"]) for s in swaps if s.get("idle_reserved_bytes") is not None), default=None
+        ),
     }
 
 

@@ -48,6 +48,11 @@ class Swap:
         self.bytes = 0  # the most bytes one swap-out moved
         self.kept_bytes = 0  # reachable, not resizable: stayed resident
         self.freed = False  # a swap-out freed what it copied (a device job's; a CPU job's copies are kept)
+        # what stayed in the rank's CUDA caching allocator after a swap-out, the most of any (None off CUDA): the
+        # tensors no optimizer reaches (DDP's buckets, module buffers) and blocks empty_cache could not give back;
+        # the CUDA context and NCCL's own buffers are outside the allocator and not counted
+        self.idle_reserved: int | None = None
+        self.idle_allocated: int | None = None
         self.out_s: list[float] = []
         self.back_s: list[float] = []
         self.hook = register_optimizer_step_pre_hook(self._seen)
@@ -95,8 +100,13 @@ class Swap:
             if free:
                 storage.resize_(0)
                 self.freed = True
-        if any(device.type == "cuda" for device in devices):
+        cuda = sorted({device for device in devices if device.type == "cuda"}, key=str)
+        if cuda:
             torch.cuda.empty_cache()  # the freed blocks back to the driver: the partner job allocates them
+            reserved = sum(int(torch.cuda.memory_reserved(device)) for device in cuda)
+            allocated = sum(int(torch.cuda.memory_allocated(device)) for device in cuda)
+            self.idle_reserved = max(self.idle_reserved or 0, reserved)
+            self.idle_allocated = max(self.idle_allocated or 0, allocated)
         self.kept_bytes = max(self.kept_bytes, kept)
         if moved:
             self.swaps += 1
@@ -132,7 +142,8 @@ class Swap:
         self.hook.remove()
 
     def summary(self) -> dict[str, Any]:
-        """What the rank's result says of its swaps: how many, the bytes a swap moved, their median seconds."""
+        """What the rank's result says of its swaps: how many, the bytes a swap moved, their median seconds, and what
+        stayed in the CUDA allocator while the job was swapped out (None off CUDA)."""
         return {
             "swaps": self.swaps,
             "swap_bytes": self.bytes,
@@ -140,6 +151,8 @@ class Swap:
             "swap_out_s": _median(self.out_s),
             "swap_in_s": _median(self.back_s),
             "freed": self.freed,
+            "idle_reserved_bytes": self.idle_reserved,
+            "idle_allocated_bytes": self.idle_allocated,
         }
 
 

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract import cards
+from scalegate.contract.errors import ScalegateError
+from scalegate.judge.duet import swap_said
+from scalegate.judge.evidence import CaseRecord
 from scalegate.record import runfiles
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -49,6 +52,7 @@ class CaseRow:
     compile_s: float | None = None
     problems: list[str] = field(default_factory=list)
     gpu_rounds: list[dict[str, Any]] = field(default_factory=list)  # each launch's (a gate's: round's) GPU state
+    swap: str = ""  # the swap pairing's cost, as the verdict says it (judge/duet.py ``swap_said``); "" without
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,7 +113,20 @@ def measures(case: dict[str, Any]) -> dict[str, Any]:
         wire_source=wire.get("source", ""),
         local_efficiency=case.get("local_efficiency"),
         compile_s=resources.get("compile_s"),
+        swap=swap_of(case),
     )
+
+
+def swap_of(case: dict[str, Any]) -> str:
+    """What a gate case's swaps moved and took, and what stayed in a rank's allocator (the swap pairing's figures on
+    a GPU); "" where nothing was swapped or the record cannot be read."""
+    if not any((launch or {}).get("duet_swap_bytes") for launch in (case.get("record") or {}).get("launches") or []):
+        return ""
+    try:
+        record = CaseRecord.from_dict(case["record"])
+    except ScalegateError:
+        return ""
+    return swap_said(record.launches).removeprefix(", ")
 
 
 def problems(row: CaseRow, case: dict[str, Any] | None, compiled: bool) -> list[str]:

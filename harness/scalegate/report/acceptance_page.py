@@ -40,6 +40,11 @@ COVERAGE: tuple[tuple[str, str, Check], ...] = (
     ("CUDA-event step timing (a team's script)", "script", lambda r: r.phase == "script"),
     ("the A/B gate (gate --base HEAD, an A/A)", "ab-gate", lambda r: r.phase == "ab-gate"),
     (
+        "the swap pairing: each rank's training state off the GPU between its turns",
+        "swap",
+        lambda r: r.phase == "swap" and "swapped out" in r.swap,
+    ),
+    (
         "a round's A/A spread on a step of 20 ms or more, with the GPU's clocks and throttle reasons per round",
         "aa-rounds",
         lambda r: r.phase == "aa-rounds" and bool(r.gpu_rounds),
@@ -137,7 +142,7 @@ def _fails(item: str, row: CaseRow) -> bool:
 
 
 def _ids(rows: list[CaseRow], most: int = 4) -> list[str]:
-    ids = [f"{r.case_id} [{r.phase}]" if r.phase in ("compile", "ab-gate") else r.case_id for r in rows]
+    ids = [f"{r.case_id} [{r.phase}]" if r.phase in ("compile", "ab-gate", "swap") else r.case_id for r in rows]
     return ids[:most] + ([f"+{len(ids) - most} more"] if len(ids) > most else [])
 
 
@@ -224,7 +229,7 @@ def _case_line(r: CaseRow) -> str:
         f"{n / MiB:.0f}/{a / MiB:.0f}" if a else f"{n / MiB:.0f}/-"
         for n, a in zip(r.nvml_peak_bytes, r.allocator_peak_bytes or [0] * len(r.nvml_peak_bytes))
     )
-    reason = "; ".join(r.problems) if r.problems else r.reason
+    reason = "; ".join(r.problems) if r.problems else r.reason or r.swap
     return (
         f"| {r.phase} | {r.case_id} | {r.outcome} | {_num(r.step_s, 1e3, '.2f')} | {_num(r.throughput, 1, '.1f')} "
         f"| {_num(r.mfu, 100, '.1f', '%')} | {memory or '-'} | {_num(r.bytes_per_step, 1e-6, '.2f')} "
