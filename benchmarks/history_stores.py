@@ -64,10 +64,10 @@ def read(where: str) -> float:
     return time.perf_counter() - start
 
 
-def report(where: str, out: Path, permutations: int) -> float:
-    """``history report`` over ``where``, in this process; seconds taken."""
+def report(where: str, out: Path, permutations: int, more: list[str] | None = None) -> float:
+    """``history report`` over ``where``, in this process (``more``: its further arguments); seconds taken."""
     argv = ["history", "report", "--db", where, "--out", str(out), "--baseline-dir", str(out / "no-baselines")]
-    argv += ["--permutations", str(permutations)]
+    argv += ["--permutations", str(permutations), *(more or [])]
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         code = scalegate_main.main(argv)

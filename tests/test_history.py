@@ -209,6 +209,7 @@ def test_bad_input_to_the_commands_exits_2(tmp_path):
         (("check", "--case", "nope"), "known cases: ddp-cnn-1x2:tiny, fsdp-cnn-1x2:tiny"),
         (("check", "--pvalue", "2"), "--pvalue 2.0 is not in (0, 1)"),
         (("check", "--recent", "0"), "need --recent >= 1"),
+        (("check", "--jobs", "0"), "--jobs 0: need at least 1"),
         (("add", tmp_path / "missing"), "does not exist"),
         (("add", tmp_path / "nightly-00", "--date", "yesterday"), "is not an ISO date"),
     ):
@@ -252,6 +253,11 @@ def test_check_fails_a_new_regression_and_names_the_commit_range(tmp_path, histo
     assert "    bisect:    python -m scalegate bisect commit15 commit16 -k ddp-cnn-1x2\n" in out
     assert slow["changes"][0]["bisect"] == ["python -m scalegate bisect commit15 commit16 -k ddp-cnn-1x2"]
     assert data["alerts"][0]["reproduce"].endswith("gate --base commit15 -k ddp-cnn-1x2")
+    # the series were checked two at a time (--jobs: this machine's cores); one at a time finds the same
+    alone = run(
+        "history", "check", "--db", db, "--baseline-dir", tmp_path, "--jobs", "1", "--json", tmp_path / "1.json"
+    )
+    assert alone.returncode == 1 and json.loads((tmp_path / "1.json").read_text()) == data
 
 
 def test_an_old_regression_no_longer_fails_and_a_wide_tolerance_makes_it_suspicious(tmp_path):

@@ -159,3 +159,18 @@ def test_the_store_benchmark_runs_report_over_both_stores(tmp_path):
     for said in ("sqlite     report median", "postgresql report median", "postgresql page", "postgresql - sqlite"):
         assert said in done.stdout, done.stdout
     assert (tmp_path / "page-postgresql" / "index.html").exists() and (tmp_path / "page-sqlite" / "index.html").exists()
+
+
+def test_the_jobs_benchmark_times_a_report_one_series_at_a_time_and_several(tmp_path):
+    """benchmarks/history_jobs.py at a tiny size: both reports run and it says what it measured."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.history_jobs", "--runs", "30", "--cases", "2", "--repeat", "1"]
+        + ["--jobs", "2", "--work", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for said in ("--jobs 1: report median", "--jobs 2: report median", "--jobs 1 / --jobs 2, medians: x"):
+        assert said in done.stdout, done.stdout

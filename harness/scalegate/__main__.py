@@ -4,4 +4,5 @@ import sys
 
 from scalegate.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a worker process (history --jobs) imports it as its parent's main module
+    sys.exit(main())

@@ -25,7 +25,9 @@ the command that reproduces it on a PR gate and the bisect to run (alerts.py); s
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +55,7 @@ class Settings:
     min_effect: float | None = None  # overrides every baseline tolerance
     default_min_effect: float = DEFAULT_MIN_EFFECT
     today: str = field(default_factory=quarantine.today)
+    jobs: int = 1  # series checked at once, each in a process of its own
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +153,38 @@ def _relative(before: float, after: float) -> float:
     return after / before - 1
 
 
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity: under srun or sbatch, its allocation's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def change_points(
+    series: list[tuple[list[Point], str]], settings: Settings
+) -> list[list[changepoint.ChangePoint] | None]:
+    """Each (points, name) series' change points, None where it is too short to split; ``settings.jobs`` series at
+    once, each in a process of its own. A series' answer is its own (its shuffles are seeded by its name), the same
+    at any ``jobs``."""
+    tasks = [
+        ([p.value for p in points], name, settings.pvalue, settings.permutations, settings.min_size)
+        if len(points) >= 2 * settings.min_size
+        else None
+        for points, name in series
+    ]
+    todo = [task for task in tasks if task is not None]
+    if settings.jobs > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(max_workers=min(settings.jobs, len(todo))) as pool:
+            done = iter(list(pool.map(_found, todo, chunksize=max(1, len(todo) // (4 * settings.jobs)))))
+    else:
+        done = iter([_found(task) for task in todo])
+    return [None if task is None else next(done) for task in tasks]
+
+
+def _found(task: tuple[list[float], str, float, int, int]) -> list[changepoint.ChangePoint]:
+    values, name, pvalue, permutations, min_size = task
+    seed = changepoint.seed_for(name)
+    return changepoint.e_divisive(values, pvalue=pvalue, permutations=permutations, min_size=min_size, seed=seed)
+
+
 def judge_series(
     points: list[Point],
     metric: str,
@@ -158,18 +193,15 @@ def judge_series(
     settings: Settings,
     name: str,
     known: tuple[Event, ...] = (),
+    found: list[changepoint.ChangePoint] | None = None,
 ) -> tuple[tuple[Change, ...], str]:
-    """The series' change points, each judged; ``known``: its version changes, to attribute a change point to."""
+    """The series' change points, each judged; ``known``: its version changes, to attribute a change point to;
+    ``found``: its change points where they were found already (``change_points``)."""
     if len(points) < 2 * settings.min_size:
         return (), INSUFFICIENT
     values = [p.value for p in points]
-    found = changepoint.e_divisive(
-        values,
-        pvalue=settings.pvalue,
-        permutations=settings.permutations,
-        min_size=settings.min_size,
-        seed=changepoint.seed_for(name),
-    )
+    if found is None:
+        [found] = change_points([(points, name)], settings)
     edges = [0] + [c.index for c in found] + [len(values)]
     at = {e.index: e for e in known}
     changes = []
@@ -223,17 +255,23 @@ def check(
     loaded: dict[str, baselines.BaselineFile | None] = {}
     latest = {m: {r.run_id for r in rs[-settings.recent :]} for m, rs in by_machine(runs).items()}
     out = []
-    for key, points in store.all_series(db, CHECKED, read=runs).items():
-        if cases and key.case_key not in cases and key.case_id not in cases:
-            continue
+    chosen = {
+        key: points
+        for key, points in store.all_series(db, CHECKED, read=runs).items()
+        if not cases or key.case_key in cases or key.case_id in cases
+    }
+    names = {key: f"{key.machine}/{key.case_key}/{key.metric}" for key in chosen}
+    found = dict(zip(chosen, change_points([(points, names[key]) for key, points in chosen.items()], settings)))
+    for key, points in chosen.items():
         profile = points[-1].profile
         if profile not in loaded:
             loaded[profile] = baselines.load(baseline_dir, profile)
         baseline = loaded[profile]
         effect = min_effect_for(baseline, key.case_key, key.metric, settings)
         known = events.of_series(points)
-        name = f"{key.machine}/{key.case_key}/{key.metric}"
-        changes, status = judge_series(points, key.metric, min_effect=effect, settings=settings, name=name, known=known)
+        changes, status = judge_series(
+            points, key.metric, min_effect=effect, settings=settings, name=names[key], known=known, found=found[key]
+        )
         if points[-1].run_id not in latest.get(key.machine, ()):  # no longer run: nothing of it is new
             changes = tuple(dataclasses.replace(c, new=False) for c in changes)
         out.append(

@@ -103,6 +103,8 @@ def _settings(args: argparse.Namespace) -> check.Settings:
             raise ScalegateError(
                 f"--{name.replace('_', '-')} {value} is not in ({low}, {high})", "e.g. --pvalue 0.01 --min-effect 0.05"
             )
+    if args.jobs is not None and args.jobs < 1:
+        raise ScalegateError(f"--jobs {args.jobs}: need at least 1", "leave it out for one a core this process may use")
     if args.recent < 1 or args.min_size < 2 or args.permutations < 19:
         raise ScalegateError(
             f"--recent {args.recent}, --min-size {args.min_size}, --permutations {args.permutations}: "
@@ -116,6 +118,7 @@ def _settings(args: argparse.Namespace) -> check.Settings:
         min_size=args.min_size,
         recent=args.recent,
         min_effect=args.min_effect,
+        jobs=args.jobs or check.cores(),
     )
 
 
@@ -192,6 +195,14 @@ def _judging(p: argparse.ArgumentParser, baseline_dir: str) -> None:
         type=int,
         default=changepoint.DEFAULT_MIN_SIZE,
         help="fewest runs on each side of a change point (default: %(default)s)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="series checked at once, a process each; the verdicts are the same at any N (default: the cores this "
+        "process may run on)",
     )
 
 
