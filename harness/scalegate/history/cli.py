@@ -104,7 +104,10 @@ def _settings(args: argparse.Namespace) -> check.Settings:
                 f"--{name.replace('_', '-')} {value} is not in ({low}, {high})", "e.g. --pvalue 0.01 --min-effect 0.05"
             )
     if args.jobs is not None and args.jobs < 1:
-        raise ScalegateError(f"--jobs {args.jobs}: need at least 1", "leave it out for one a core this process may use")
+        raise ScalegateError(
+            f"--jobs {args.jobs}: need at least 1",
+            "leave it out to check as many series at once as this process may use cores",
+        )
     if args.recent < 1 or args.min_size < 2 or args.permutations < 19:
         raise ScalegateError(
             f"--recent {args.recent}, --min-size {args.min_size}, --permutations {args.permutations}: "
