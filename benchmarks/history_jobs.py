@@ -19,13 +19,14 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.history_stores import fill, history, report, spread
+from scalegate.contract import affinity
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=1000)
     p.add_argument("--cases", type=int, default=50, help="series = cases x 6 metrics (default: 50, so 300)")
-    p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--jobs", type=int, default=len(affinity.node_cpus()))
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--permutations", type=int, default=19)
     p.add_argument(

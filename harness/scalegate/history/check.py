@@ -25,7 +25,6 @@ the command that reproduces it on a PR gate and the bisect to run (alerts.py); s
 from __future__ import annotations
 
 import dataclasses
-import os
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -55,7 +54,6 @@ class Settings:
     min_effect: float | None = None  # overrides every baseline tolerance
     default_min_effect: float = DEFAULT_MIN_EFFECT
     today: str = field(default_factory=quarantine.today)
-    jobs: int = 1  # series checked at once, each in a process of its own
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,17 +151,12 @@ def _relative(before: float, after: float) -> float:
     return after / before - 1
 
 
-def cores() -> int:
-    """The cores this process may run on (its CPU affinity: under srun or sbatch, its allocation's)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def change_points(
-    series: list[tuple[list[Point], str]], settings: Settings
+    series: list[tuple[list[Point], str]], settings: Settings, jobs: int = 1
 ) -> list[list[changepoint.ChangePoint] | None]:
-    """Each (points, name) series' change points, None where it is too short to split; ``settings.jobs`` series at
-    once, each in a process of its own. A series' answer is its own (its shuffles are seeded by its name), the same
-    at any ``jobs``."""
+    """Each (points, name) series' change points, None where it is too short to split; ``jobs`` series at once,
+    each in a process of its own. A series' answer is its own (its shuffles are seeded by its name), the same at any
+    ``jobs``."""
     tasks = [
         ([p.value for p in points], name, settings.pvalue, settings.permutations, settings.min_size)
         if len(points) >= 2 * settings.min_size
@@ -171,9 +164,9 @@ def change_points(
         for points, name in series
     ]
     todo = [task for task in tasks if task is not None]
-    if settings.jobs > 1 and len(todo) > 1:
-        with ProcessPoolExecutor(max_workers=min(settings.jobs, len(todo))) as pool:
-            done = iter(list(pool.map(_found, todo, chunksize=max(1, len(todo) // (4 * settings.jobs)))))
+    if jobs > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+            done = iter(list(pool.map(_found, todo, chunksize=max(1, len(todo) // (4 * jobs)))))
     else:
         done = iter([_found(task) for task in todo])
     return [None if task is None else next(done) for task in tasks]
@@ -247,10 +240,16 @@ def by_machine(runs: list[Run]) -> dict[str, list[Run]]:
 
 
 def check(
-    db: Db, *, baseline_dir: Path, settings: Settings, cases: list[str] | None = None, runs: list[Run] | None = None
+    db: Db,
+    *,
+    baseline_dir: Path,
+    settings: Settings,
+    cases: list[str] | None = None,
+    runs: list[Run] | None = None,
+    jobs: int = 1,
 ) -> list[SeriesVerdict]:
     """Every checked series of the history (or only ``cases``, by id or key), judged. ``runs``: the store's runs,
-    where the caller has read them already."""
+    where the caller has read them already; ``jobs``: series checked at once (``change_points``)."""
     runs = runs if runs is not None else [r for r, _ in store.runs(db)]
     loaded: dict[str, baselines.BaselineFile | None] = {}
     latest = {m: {r.run_id for r in rs[-settings.recent :]} for m, rs in by_machine(runs).items()}
@@ -261,7 +260,7 @@ def check(
         if not cases or key.case_key in cases or key.case_id in cases
     }
     names = {key: f"{key.machine}/{key.case_key}/{key.metric}" for key in chosen}
-    found = dict(zip(chosen, change_points([(points, names[key]) for key, points in chosen.items()], settings)))
+    found = dict(zip(chosen, change_points([(p, names[key]) for key, p in chosen.items()], settings, jobs)))
     for key, points in chosen.items():
         profile = points[-1].profile
         if profile not in loaded:

@@ -19,6 +19,7 @@ import json
 import os
 from pathlib import Path
 
+from scalegate.contract import affinity
 from scalegate.contract.errors import ScalegateError
 from scalegate.history import changepoint, check, ingest, store, summary
 from scalegate.history.db import locate
@@ -121,7 +122,6 @@ def _settings(args: argparse.Namespace) -> check.Settings:
         min_size=args.min_size,
         recent=args.recent,
         min_effect=args.min_effect,
-        jobs=args.jobs or check.cores(),
     )
 
 
@@ -131,7 +131,10 @@ def _verdicts(args: argparse.Namespace) -> tuple[list[check.SeriesVerdict], chec
         if args.case:
             _unknown(db, args.case)
         runs = [run for run, _ in store.runs(db)]
-        found = check.check(db, baseline_dir=Path(args.baseline_dir), settings=settings, cases=args.case, runs=runs)
+        jobs = args.jobs or len(affinity.node_cpus())  # under srun or sbatch: the allocation's cores
+        found = check.check(
+            db, baseline_dir=Path(args.baseline_dir), settings=settings, cases=args.case, runs=runs, jobs=jobs
+        )
     return found, settings, runs
 
 

@@ -127,7 +127,7 @@ def to_json(verdicts: list[SeriesVerdict], settings: Settings, runs: list[Run] |
     """The verdicts as data, for a dashboard or a bot: every series with its status, change points and version
     changes; the version changes with the cases they were compared on; the alerts."""
     return {
-        "settings": {k: v for k, v in dataclasses.asdict(settings).items() if k != "jobs"},  # what judged, not how fast
+        "settings": dataclasses.asdict(settings),
         "failed": any(v.failed for v in verdicts),
         "alerts": [a.to_dict() for a in new_alerts(verdicts)],
         "version_changes": [

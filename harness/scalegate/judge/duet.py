@@ -355,7 +355,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
 
     def floor_of(step_w: bool = False) -> tuple[float, str]:
         if alternate:
-            return alternate_floor(record, step_w=step_w, local=local and not step_w)
+            return alternate_floor(record, step_w=step_w, local=local)
         return swap_floor(record, step_w) if swapped else aa_floor(record, baseline, step_w=step_w)
 
     floor = floor_of()
