@@ -120,7 +120,7 @@ def test_a_device_jobs_host_storages_stay_where_they_are():
         assert {s.device.type for s in swap.storages()} == {"cuda"}
         swap.out()
         assert all(p.untyped_storage().nbytes() == 0 for p in model.parameters())
-        # what stayed in the allocator while out: less than the job held, counted
+        # what stayed in the allocator while out: its reserve after empty_cache, counted
         assert swap.summary()["idle_reserved_bytes"] == torch.cuda.memory_reserved()
         swap.back()
         optimizer.step()
