@@ -18,7 +18,7 @@ from scalegate.checks import sharding
 from scalegate.contract.errors import SpecError
 from scalegate.contract.spec import CaseSpec, Faults
 from scalegate.launch import run_case
-from scalegate.measure.memory import MAX_TIMELINE_POINTS, MemorySampler, downsample
+from scalegate.measure.memory import MAX_TIMELINE_POINTS, MemorySampler, downsample, process_reader
 
 
 def fake_pynvml(used_by_us: int | None, device_used: int, pid: int) -> types.ModuleType:
@@ -55,6 +55,28 @@ def test_nvml_path_falls_back_to_device_used_when_the_process_is_not_listed(monk
     with MemorySampler("cuda", 0, interval_s=0.005) as sampler:
         time.sleep(0.02)
     assert sampler.source == "nvml" and sampler.peak_bytes == 7 << 30
+
+
+def test_a_swapped_out_ranks_whole_process_is_read_by_its_pid_and_never_as_the_whole_device(monkeypatch):
+    """The swap's idle figure (measure/swap.py) is what NVML attributes to the rank's pid; where NVML lists no such
+    pid (a container's PID namespace) it is no reading, not the device's use, which holds the partner's job too."""
+    import os
+
+    fake = fake_pynvml(used_by_us=600 << 20, device_used=70 << 30, pid=os.getpid())
+    read = process_reader(0, os.getpid(), nvml=fake)
+    assert read is not None and read() == 600 << 20
+    hidden = process_reader(0, os.getpid(), nvml=fake_pynvml(used_by_us=None, device_used=70 << 30, pid=os.getpid()))
+    assert hidden is not None and hidden() is None
+
+
+def test_without_nvml_a_swapped_out_ranks_process_is_not_read():
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+        pytest.skip("NVML works on this machine; this is for machines without a driver")
+    except pynvml.NVMLError:
+        pass
+    assert process_reader(0, 1) is None
 
 
 def test_without_nvml_the_sampler_falls_back_to_rss_and_says_why():

@@ -291,6 +291,7 @@ def test_the_swap_phase_gates_the_resnet_in_turns_and_its_rows_say_what_a_swap_m
     assert argv[argv.index("--json") + 1] == str(tmp_path / "swap" / "gate.json") and phase.gate_json
     launch = {"step_times_s": [0.02] * 4, "duet": "paired", "duet_turn_steps": 25, "duet_swap_bytes": 300 * 2**20}
     launch |= {"duet_swap_s": 0.05, "duet_swap_freed": True, "duet_swap_idle_bytes": 40 * 2**20}
+    launch |= {"duet_swap_idle_device_bytes": 700 * 2**20}
     record = {"case_id": "ddp-resnet-1x1", "key": "ddp-resnet-1x1:small", "profile": "cuda-x", "world_size": 1}
     record |= {"global_batch": 32, "steps": 200, "warmup": 3, "launches": [launch], "version": RECORD_VERSION}
     run = tmp_path / "swap" / "gate-1"
@@ -300,7 +301,8 @@ def test_the_swap_phase_gates_the_resnet_in_turns_and_its_rows_say_what_a_swap_m
     (run / "ddp-resnet-1x1.json").write_text(json.dumps(case))
     (tmp_path / "swap" / "gate.json").write_text(json.dumps({"cases": [{"case_id": "ddp-resnet-1x1", "status": "ok"}]}))
     [row] = acceptance.gate_rows("swap", phase.gate_json, phase.results_dir)
-    said = "the idle job swapped out (300.0 MiB a rank, 50.0 ms out and back; 40.0 MiB stayed in its allocator)"
+    said = "the idle job swapped out (300.0 MiB a rank, 50.0 ms out and back; 40.0 MiB stayed in its allocator, "
+    said += "700.0 MiB in its whole process (NVML))"
     assert row.outcome == acceptance.PASSED and row.swap == said
     report = {"device": "a GPU", "date": "today", "cases": [row.to_dict()], "phases": []}
     page = acceptance_page.markdown(report)

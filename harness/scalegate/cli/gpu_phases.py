@@ -10,7 +10,7 @@ others', and each leaves its own results directory and JUnit file for the report
 | ``compile`` | ``--scaling-compile`` for single, ddp and fsdp | 1 |
 | ``script`` | a team's script (examples/train_script) timed by CUDA events | 1 |
 | ``ab-gate`` | ``gate --base HEAD`` (an A/A): the worktree, the rounds and the A/B judge, once | 1 |
-| ``swap`` | ``gate --base HEAD --pairing swap`` on ``ddp-resnet-1x1`` (an A/A, two rounds): each rank's training state leaves the GPU between its turns; the page says what a swap moved, its milliseconds out and back, and what stayed in the rank's allocator | 1 |
+| ``swap`` | ``gate --base HEAD --pairing swap`` on ``ddp-resnet-1x1`` (an A/A, two rounds): each rank's training state leaves the GPU between its turns; the page says what a swap moved, its milliseconds out and back, and what stayed in the rank's allocator and its whole process (NVML) | 1 |
 | ``aa-rounds`` | A/A duet rounds of ``ddp-resnet-1x1`` (a step of 20 ms or more) and its reference: each round's spread, the GPU's clocks, temperature, power and throttle reasons round by round (``record-baselines --duet-aa``) | 1 |
 
 The matrix phases run every strategy on ``--models`` (default cnn) and every workload's single reference, so
@@ -193,8 +193,8 @@ def gate_phase(per_node: str, s: Settings) -> Phase:
 def swap_phase(s: Settings) -> Phase:
     """The swap pairing on CUDA (docs/duet.md, "One resident job in turns of steps"): an A/A gate of a case whose
     step takes 20 ms or more, in turns of the gate's default steps, two rounds. Its rows say what a rank's swap moved,
-    its milliseconds out and back and what stayed in the rank's caching allocator while it was out: what decides
-    whether a model that fills the GPU can take turns with its partner."""
+    its milliseconds out and back and what stayed while it was out, in the rank's caching allocator and in its whole
+    process by NVML's count: what decides whether a model that fills the GPU can take turns with its partner."""
     results = s.work_dir / "swap"
     verdicts = results / "gate.json"
     argv = [s.python, "-m", "scalegate", "gate", "--base", GATE_BASE, "--pairing", "swap"]

@@ -305,7 +305,9 @@ def swap_said(launches: Sequence[LaunchRecord]) -> str:
     ms = 1000 * statistics.median(launch.duet_swap_s for launch in swapped)
     if any(launch.duet_swap_freed for launch in swapped):
         idle = [launch.duet_swap_idle_bytes for launch in swapped if launch.duet_swap_idle_bytes is not None]
+        held = [launch.duet_swap_idle_device_bytes for launch in swapped if launch.duet_swap_idle_device_bytes]
         stayed = f"; {max(idle) / 2**20:.1f} MiB stayed in its allocator" if idle else ""
+        stayed += f"{',' if idle else ';'} {max(held) / 2**20:.1f} MiB in its whole process (NVML)" if held else ""
         return f", the idle job swapped out ({mib:.1f} MiB a rank, {ms:.1f} ms out and back{stayed})"
     return f", the idle job's state copied out and back, kept in host memory ({mib:.1f} MiB a rank, {ms:.1f} ms)"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from scalegate.contract.errors import ScalegateError
 from scalegate.contract.results import CaseResult
@@ -53,6 +53,9 @@ class LaunchRecord:
     duet_swap_freed: bool = False  # ... the swap freed what it copied out (a device job; a CPU job's copies are kept)
     # ... what stayed in a rank's CUDA caching allocator while it was swapped out, the most of any rank (None off CUDA)
     duet_swap_idle_bytes: int | None = None
+    # ... what a swapped-out rank's whole process held on its GPU by NVML's count (its CUDA context, NCCL's buffers and
+    # the allocator's share above), the most of any rank (None off CUDA, or where NVML did not list the rank's pid)
+    duet_swap_idle_device_bytes: int | None = None
     # a duet on CPU: gloo's worker threads "bound" with the rank or "free: why" (contract/affinity.py), or "" (no duet,
     # CUDA, a base commit whose ranks do not say)
     duet_threads: str = ""
@@ -171,10 +174,14 @@ def swapped(result: CaseResult) -> dict[str, Any]:
         "duet_swap_bytes": max(int(s.get("swap_bytes") or 0) for s in swaps),
         "duet_swap_s": max(float(s.get("swap_out_s") or 0.0) + float(s.get("swap_in_s") or 0.0) for s in swaps),
         "duet_swap_freed": any(s.get("freed") for s in swaps),
-        "duet_swap_idle_bytes": max(
-            (int(s["idle_reserved_bytes"]) for s in swaps if s.get("idle_reserved_bytes") is not None), default=None
-        ),
+        "duet_swap_idle_bytes": _most(s.get("idle_reserved_bytes") for s in swaps),
+        "duet_swap_idle_device_bytes": _most(s.get("idle_device_bytes") for s in swaps),
     }
+
+
+def _most(values: Iterable[Any]) -> int | None:
+    """The largest of the ranks' readings that were taken (None where none was)."""
+    return max((int(value) for value in values if value is not None), default=None)
 
 
 def duet_status(result: CaseResult) -> str:

@@ -97,13 +97,40 @@ def nvml_reader(device_index: int, pid: int) -> Callable[[], int]:
     handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
 
     def read() -> int:
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if proc.pid == pid and proc.usedGpuMemory is not None:
-                return int(proc.usedGpuMemory)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+        held = _attributed(pynvml, handle, pid)
+        return held if held is not None else int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
 
     read()  # fail here, at set-up, rather than inside the sampling thread
     return read
+
+
+def process_reader(device_index: int, pid: int, nvml: Any = None) -> Callable[[], int | None] | None:
+    """A reader of the bytes NVML attributes to ``pid`` on GPU ``device_index`` (its CUDA context, NCCL's buffers and
+    its allocator's reserve): None where there is no NVML; the reader answers None where NVML lists no such process
+    (a container whose PID namespace hides the host's pids) rather than the device's whole use. ``nvml``: the pynvml
+    module (a stand-in in unit tests, where no GPU exists)."""
+    try:
+        if nvml is None:
+            import pynvml as nvml
+        nvml.nvmlInit()
+        handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
+    except Exception:  # no pynvml, no driver: nothing to attribute
+        return None
+
+    def read() -> int | None:
+        try:
+            return _attributed(nvml, handle, pid)
+        except Exception:  # NVMLError mid-run: no reading rather than a failed rank
+            return None
+
+    return read
+
+
+def _attributed(nvml: Any, handle: Any, pid: int) -> int | None:
+    for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        if proc.pid == pid and proc.usedGpuMemory is not None:
+            return int(proc.usedGpuMemory)
+    return None
 
 
 def downsample(samples: list[tuple[float, int]], max_points: int) -> list[tuple[float, int]]:

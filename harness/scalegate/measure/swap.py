@@ -13,7 +13,8 @@ buffer's views) move once. On CUDA the caching allocator's free blocks are then 
 What stays resident: what no optimizer reaches (module buffers, DDP's gradient buckets, DeepSpeed's or FSDP's
 communication buffers, the CUDA context and NCCL's own memory), host storages of a device job (an offloaded
 optimizer's state is out already), and a storage that cannot be resized (one that wraps memory it does not own);
-the summary counts the last. The optimizers are those the rank's thread has stepped, and those its loop names
+the summary counts the last, and on CUDA what the idle rank held in all: its caching allocator's reserve, and its
+whole process by NVML's count (the figure a partner's turn must fit beside). The optimizers are those the rank's thread has stepped, and those its loop names
 (``follow``: scalegate's own workloads name theirs before the first step).
 
 On CPU the host buffer is the same memory as the storage's, so freeing would gain nothing, and would measure the host
@@ -23,14 +24,17 @@ keeps them (``FREE_ON_CPU``; docs/evidence/duet.md, "The swap pairing, measured"
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
 import weakref
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from scalegate.measure.memory import process_reader
 
 
 class Swap:
@@ -53,6 +57,11 @@ class Swap:
         # the CUDA context and NCCL's own buffers are outside the allocator and not counted
         self.idle_reserved: int | None = None
         self.idle_allocated: int | None = None
+        # what the idle rank's process held on its GPUs after a swap-out by NVML's count, the most of any: the
+        # allocator's share above plus the CUDA context and NCCL's buffers, what the partner's turn must fit beside
+        # (None off CUDA, without NVML, or where NVML does not list the rank's pid)
+        self.idle_device: int | None = None
+        self.readers: dict[int, Callable[[], int | None] | None] = {}  # NVML's reader per GPU index, made once
         self.out_s: list[float] = []
         self.back_s: list[float] = []
         self.hook = register_optimizer_step_pre_hook(self._seen)
@@ -107,6 +116,9 @@ class Swap:
             allocated = sum(int(torch.cuda.memory_allocated(device)) for device in cuda)
             self.idle_reserved = max(self.idle_reserved or 0, reserved)
             self.idle_allocated = max(self.idle_allocated or 0, allocated)
+            held = [self._held(device) for device in cuda]
+            if all(value is not None for value in held):
+                self.idle_device = max(self.idle_device or 0, sum(value or 0 for value in held))
         self.kept_bytes = max(self.kept_bytes, kept)
         if moved:
             self.swaps += 1
@@ -132,6 +144,14 @@ class Swap:
         self.swapped.clear()
         self.back_s.append(time.perf_counter() - started)
 
+    def _held(self, device: torch.device) -> int | None:
+        """What NVML says this process holds on ``device`` now (None where it cannot say)."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index not in self.readers:
+            self.readers[index] = process_reader(index, os.getpid())
+        reader = self.readers[index]
+        return reader() if reader is not None else None
+
     def _host(self, nbytes: int, pinned: bool) -> torch.Tensor:
         free = self.pool.get((nbytes, pinned))
         if free:
@@ -143,7 +163,8 @@ class Swap:
 
     def summary(self) -> dict[str, Any]:
         """What the rank's result says of its swaps: how many, the bytes a swap moved, their median seconds, and what
-        stayed in the CUDA allocator while the job was swapped out (None off CUDA)."""
+        stayed on the GPU while the job was swapped out, in the CUDA allocator and in the whole process by NVML
+        (None off CUDA)."""
         return {
             "swaps": self.swaps,
             "swap_bytes": self.bytes,
@@ -153,6 +174,7 @@ class Swap:
             "freed": self.freed,
             "idle_reserved_bytes": self.idle_reserved,
             "idle_allocated_bytes": self.idle_allocated,
+            "idle_device_bytes": self.idle_device,
         }
 
 

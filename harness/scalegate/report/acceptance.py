@@ -118,7 +118,7 @@ def measures(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def swap_of(case: dict[str, Any]) -> str:
-    """What a gate case's swaps moved and took, and what stayed in a rank's allocator (the swap pairing's figures on
+    """What a gate case's swaps moved and took, and what stayed of a rank on its GPU (the swap pairing's figures on
     a GPU); "" where nothing was swapped or the record cannot be read."""
     if not any((launch or {}).get("duet_swap_bytes") for launch in (case.get("record") or {}).get("launches") or []):
         return ""
