@@ -50,6 +50,7 @@ class Paired:
     coordinator: Any  # launch/duet.Coordinator
     pairing: str  # "duet" or "alternate"
     refusals: Callable[[Merged], dict[str, str]] = lambda merged: {}  # {case id: why} a case pairs whole jobs
+    hinted: bool = False  # the gate named --pairing swap for the cases that alternate (once a gate)
 
     def args(self, side: str) -> list[str]:
         return [
@@ -180,6 +181,13 @@ def _paired_round(
     refused = paired.refusals(merged)
     for case_id, why in refused.items():
         print(f"gate: round {n}, {case_id}: its two jobs alternate whole, one resident at a time: {why}", flush=True)
+    if refused and not paired.hinted:
+        paired.hinted = True
+        print(
+            "HINT: --pairing swap keeps such jobs paired in turns of steps, the idle job's training state off the GPU "
+            "(docs/duet.md)",
+            flush=True,
+        )
     paired.coordinator.round_started(refused, first=sides[-1].name)
     procs: dict[str, tuple[subprocess.Popen, Path, Any]] = {}
     for side in sides:
