@@ -4,6 +4,7 @@
     python -m benchmarks.duet_replay --tolerance 0.05 --gates 20000
     python -m benchmarks.duet_replay --data experiments/data/detection-data-duet-bias.jsonl --floor 0.02   # forced A/A rounds
     python -m benchmarks.duet_replay --parity --only fifteenth   # odd rounds from odd ones, as the gate alternates
+    python -m benchmarks.duet_replay --by-run --data FILE        # each replayed gate keeps one recorded run's level
 
 A *set* is the rounds of one kind of whole-command run of experiments/duet_aa.py (case, head change, steps, note).
 Each replayed gate draws rounds at random, with replacement, from one set and runs the judge's own sequential
@@ -13,8 +14,11 @@ test over them round by round (``judge.duet.sigma_of``, ``sequential.decide``, t
 log ratio shifted by ``ln(1 - drop)``, the power at that drop; from a set whose head was really slowed it reads the
 power on those rounds as measured. The sigma floor is the judge's (``RECORDED_AA``) unless ``--floor`` names one.
 
-Rounds drawn independently: a gate's own rounds share more than that (one afternoon's host), so a whole-command
-run (experiments/duet_aa.py) is the check on this; the two are reported side by side in docs/evidence/duet.md. A real
+Rounds drawn independently: a gate's own rounds share more than that (one afternoon's host, one pair of trees), so a
+whole-command run (experiments/duet_aa.py) is the check on this; the two are reported side by side in
+docs/evidence/duet.md. ``--by-run`` keeps that share: each line of the data is a run (a gate, or a run of forced
+rounds), and a replayed gate takes one run's level (the mean of its rounds) and adds to it, round by round, a
+residual drawn from every run's rounds less their own run's mean. A real
 gate also alternates the side that turns first by round, so its first two rounds always hold one of each order;
 where a set's odd and even rounds read apart (the fifteenth set's fsdp A/A: -1.53% and +1.17%), drawing from all
 of them pairs two rounds of one order more often than a gate can. ``--parity`` draws round n from the rounds of
@@ -39,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def sets(path: Path) -> dict[tuple, list[dict]]:
     """Paired rounds by set: (kind, strategy, head change, script steps, note)."""
     out: dict[tuple, list[dict]] = {}
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text().splitlines()):
         run = json.loads(line)
         if run.get("invalid"):  # kept in the data with the reason, never replayed
             continue
@@ -61,8 +65,23 @@ def sets(path: Path) -> dict[tuple, list[dict]]:
             run.get("note", ""),
         )
         rounds = [forced(r) for r in run["rounds"] if "se_1" in r] if "layout" in run else run["rounds"]
-        out.setdefault(key, []).extend(r for r in rounds if r.get("paired"))
+        out.setdefault(key, []).extend(dict(r, run=number) for r in rounds if r.get("paired"))
     return out
+
+
+RUN_ROUNDS = 4  # a run's level counts from this many rounds (a gate that ended in two rounds is one noisy reading)
+
+
+def by_run(rounds: list[dict], metric: str) -> tuple[list[float], list[tuple[float, float]]]:
+    """The levels of the runs of ``RUN_ROUNDS`` rounds or more (each run's mean log ratio) and every round's residual
+    from its own run's level, with the round's SE: what ``--by-run`` draws a replayed gate from."""
+    runs: dict[int, list[tuple[float, float]]] = {}
+    for r in rounds:
+        runs.setdefault(r["run"], []).append(value(r, metric))
+    long = [found for found in runs.values() if len(found) >= RUN_ROUNDS]
+    levels = [statistics.fmean(log for log, _ in found) for found in long]
+    residuals = [(log - level, se) for level, found in zip(levels, long) for log, se in found]
+    return levels, residuals
 
 
 def forced(r: dict) -> dict:
@@ -103,13 +122,20 @@ def gate(
     rng,
     metric: str = "eff",
     split: dict[int, list[dict]] | None = None,
+    runs: tuple[list[float], list[tuple[float, float]]] | None = None,
 ) -> tuple:
     """One replayed gate: (status, rounds used). ``split`` (``by_parity``): round n is drawn from the recorded
-    rounds of n's parity, so a replayed gate alternates the first side as a real one does."""
+    rounds of n's parity, so a replayed gate alternates the first side as a real one does; ``runs`` (``by_run``):
+    the gate's level is one run's, its rounds that level plus residuals drawn from every run."""
     logs: list[float] = []
     ses: list[float] = []
+    level = rng.choice(runs[0]) if runs else 0.0
     for n in range(1, design.max_launches + 1):
-        log, se = value(rng.choice(split[n % 2] if split else rounds), metric)
+        if runs:
+            residual, se = rng.choice(runs[1])
+            log = level + residual
+        else:
+            log, se = value(rng.choice(split[n % 2] if split else rounds), metric)
         logs.append(log + shift)
         ses.append(se)
         sigma, _ = duet.sigma_of(logs, ses, floor)
@@ -128,10 +154,12 @@ def replay(
     seed: int,
     metric: str = "eff",
     parity: bool = False,
+    runs: bool = False,
 ) -> dict:
     rng = random.Random(seed)
     split = by_parity(rounds) if parity else None
-    found = [gate(rounds, shift, floor, design, rng, metric, split) for _ in range(gates)]
+    levels = by_run(rounds, metric) if runs else None
+    found = [gate(rounds, shift, floor, design, rng, metric, split, levels) for _ in range(gates)]
     share = {s: sum(1 for f, _ in found if f == s) / gates for s in (sequential.REGRESSED, sequential.OK)}
     return {
         "regressed": share[sequential.REGRESSED],
@@ -157,12 +185,19 @@ def main() -> int:
         "the step time's: a step that much slower)",
     )
     p.add_argument("--only", default="", help="only the sets whose name holds this text")
-    p.add_argument(
+    draw = p.add_mutually_exclusive_group()
+    draw.add_argument(
         "--parity",
         action="store_true",
         help="draw a replayed gate's round n from the recorded rounds of n's parity (the gate alternates the side "
         "that turns first by round, and a set's odd and even rounds can read apart; a set with rounds of one parity "
         "only is drawn from all of them); default: from all of them",
+    )
+    draw.add_argument(
+        "--by-run",
+        action="store_true",
+        help="keep a recorded run's level in each replayed gate: one run's mean, plus residuals drawn from every "
+        "run's rounds (each line of the data is a run); default: rounds drawn independently",
     )
     a = p.parse_args()
     step_w = a.metric == "step_w"
@@ -177,6 +212,7 @@ def main() -> int:
     )
     what = "step time at W" if step_w else "efficiency"
     drawn = ", round n drawn from the rounds of n's parity" if a.parity else ""
+    drawn += ", each gate at one recorded run's level" if a.by_run else ""
     print(f"{what}: tolerance {a.tolerance:.0%}, budget {a.budget} rounds, {a.gates} gates per line{drawn}")
     print("| set | rounds | round spread | floor | false alarms | A/A ok | caught | 5% missed as ok | mean rounds |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
@@ -191,16 +227,16 @@ def main() -> int:
         if a.only not in name:
             continue
         if change == "A/A":
-            clean = replay(rounds, 0.0, floor, design, a.gates, 1, a.metric, a.parity)
+            clean = replay(rounds, 0.0, floor, design, a.gates, 1, a.metric, a.parity, a.by_run)
             shift = -math.log(1 + a.drop) if step_w else math.log(1 - a.drop)  # a step `drop` slower at W
-            drop = replay(rounds, shift, floor, design, a.gates, 2, a.metric, a.parity)
+            drop = replay(rounds, shift, floor, design, a.gates, 2, a.metric, a.parity, a.by_run)
             print(
                 f"| {name} | {len(rounds)} | {spread:.1%} | {floor[0]:.1%} | {clean['regressed']:.1%} | "
                 f"{clean['ok']:.1%} | {drop['regressed']:.1%} | {drop['ok']:.1%} | "
                 f"{clean['rounds']:.1f} / {drop['rounds']:.1f} |"
             )
         else:
-            slowed = replay(rounds, 0.0, floor, design, a.gates, 3, a.metric, a.parity)
+            slowed = replay(rounds, 0.0, floor, design, a.gates, 3, a.metric, a.parity, a.by_run)
             mean = statistics.fmean(value(r, a.metric)[0] for r in rounds)
             print(
                 f"| {name} (measured {math.exp(mean) - 1:+.1%}) | {len(rounds)} | {spread:.1%} | {floor[0]:.1%} | "

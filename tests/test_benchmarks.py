@@ -9,6 +9,7 @@ import contextlib
 import importlib
 import inspect
 import io
+import json
 import sys
 from pathlib import Path
 from unittest import mock
@@ -100,3 +101,31 @@ def test_the_duet_replay_reads_the_recorded_rounds_and_the_canaries_raise_no_fal
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[4] == "0.0%" and float(cells[6].rstrip("%")) >= 95.0, row
+
+
+def test_the_duet_replay_by_run_keeps_a_recorded_runs_level_that_independent_draws_average_away(tmp_path):
+    """Two A/A runs of made-up rounds, one 8% above its partner's efficiency in every round and one 8% below: drawn
+    independently, a replayed gate mixes them and seldom alarms; ``--by-run`` keeps one run's level through a gate,
+    and the gates at the low run's level alarm, about half of them."""
+    from benchmarks import duet_replay
+
+    def run(level: float) -> str:
+        rounds = [
+            {"paired": True, "round": n, "eff_log": level + (0.002 if n % 2 else -0.002), "se": 0.01, "d_w": 0.0}
+            for n in range(1, 9)
+        ]
+        return json.dumps({"kind": "canary", "strategy": "ddp", "note": "made up", "rounds": rounds})
+
+    data = tmp_path / "runs.jsonl"
+    data.write_text(run(0.08) + "\n" + run(-0.08) + "\n")
+
+    def false_alarms(*extra: str) -> float:
+        out = io.StringIO()
+        argv = ["benchmarks.duet_replay", "--data", str(data), "--gates", "400", *extra]
+        with mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(out):
+            duet_replay.main()
+        [row] = [line for line in out.getvalue().splitlines() if line.startswith("| ddp A/A")]
+        return float(row.strip("|").split("|")[4].strip().rstrip("%"))
+
+    assert false_alarms() < 10.0
+    assert 35.0 < false_alarms("--by-run") < 65.0
