@@ -69,23 +69,23 @@ def test_a_swapped_out_ranks_whole_process_is_read_by_its_pid_and_never_as_the_w
     assert hidden is not None and hidden() is None
 
 
-def test_without_nvml_a_swapped_out_ranks_process_is_not_read():
+def _without_a_driver() -> None:
+    """Skip where NVML works: the fallbacks are for machines without an NVIDIA driver."""
     pynvml = pytest.importorskip("pynvml")
     try:
         pynvml.nvmlInit()
-        pytest.skip("NVML works on this machine; this is for machines without a driver")
     except pynvml.NVMLError:
-        pass
+        return
+    pytest.skip("NVML works on this machine; the fallback is for machines without a driver")
+
+
+def test_without_nvml_a_swapped_out_ranks_process_is_not_read():
+    _without_a_driver()
     assert process_reader(0, 1) is None
 
 
 def test_without_nvml_the_sampler_falls_back_to_rss_and_says_why():
-    pynvml = pytest.importorskip("pynvml")
-    try:
-        pynvml.nvmlInit()
-        pytest.skip("NVML works on this machine; the fallback is for machines without a driver")
-    except pynvml.NVMLError:
-        pass
+    _without_a_driver()
     with MemorySampler("cuda", 0, interval_s=0.01) as sampler:
         time.sleep(0.02)
     assert sampler.source.startswith("rss (nvml unavailable: NVMLError_LibraryNotFound"), sampler.source
