@@ -17,8 +17,9 @@ power on those rounds as measured. The sigma floor is the judge's (``RECORDED_AA
 Rounds drawn independently: a gate's own rounds share more than that (one afternoon's host, one pair of trees), so a
 whole-command run (experiments/duet_aa.py) is the check on this; the two are reported side by side in
 docs/evidence/duet.md. ``--by-run`` keeps that share: each line of the data is a run (a gate, or a run of forced
-rounds), and a replayed gate takes one run's level (the mean of its rounds) and adds to it, round by round, a
-residual drawn from every run's rounds less their own run's mean. A real
+rounds), and a replayed gate takes one run's level (its mean, less the share its rounds' own noise explains:
+``by_run``) and adds to it, round by round, a residual drawn from every run's rounds less their own run's mean. A
+real
 gate also alternates the side that turns first by round, so its first two rounds always hold one of each order;
 where a set's odd and even rounds read apart (the fifteenth set's fsdp A/A: -1.53% and +1.17%), drawing from all
 of them pairs two rounds of one order more often than a gate can. ``--parity`` draws round n from the rounds of
@@ -69,18 +70,36 @@ def sets(path: Path) -> dict[tuple, list[dict]]:
     return out
 
 
-RUN_ROUNDS = 4  # a run's level counts from this many rounds (a gate that ended in two rounds is one noisy reading)
+RUN_ROUNDS = 2  # a run counts from two rounds: one round has no residual of its own
 
 
 def by_run(rounds: list[dict], metric: str) -> tuple[list[float], list[tuple[float, float]]]:
-    """The levels of the runs of ``RUN_ROUNDS`` rounds or more (each run's mean log ratio) and every round's residual
-    from its own run's level, with the round's SE: what ``--by-run`` draws a replayed gate from."""
+    """The levels of the runs of ``RUN_ROUNDS`` rounds or more and every round's residual from its own run's mean,
+    with the round's SE: what ``--by-run`` draws a replayed gate from. A run's mean holds its rounds' noise besides
+    its level, so each level is its mean drawn toward the runs' grand mean by the share of its spread that noise
+    explains (one-way random effects: the between-run variance is what the means' spread leaves above the rounds'
+    own); where the means differ no more than their rounds allow, every level is the grand mean and the replay reads
+    as independent draws do."""
     runs: dict[int, list[tuple[float, float]]] = {}
     for r in rounds:
         runs.setdefault(r["run"], []).append(value(r, metric))
     long = [found for found in runs.values() if len(found) >= RUN_ROUNDS]
-    levels = [statistics.fmean(log for log, _ in found) for found in long]
-    residuals = [(log - level, se) for level, found in zip(levels, long) for log, se in found]
+    if not long:
+        return [], []
+    means = [statistics.fmean(log for log, _ in found) for found in long]
+    residuals = [(log - mean, se) for mean, found in zip(means, long) for log, se in found]
+    sizes = [len(found) for found in long]
+    total = sum(sizes)
+    grand = sum(mean * n for mean, n in zip(means, sizes)) / total
+    if len(long) < 2:
+        return [grand], residuals
+    within = sum(res**2 for res, _ in residuals) / (total - len(long))
+    spread = sum(n * (mean - grand) ** 2 for mean, n in zip(means, sizes)) / (len(long) - 1)
+    size = (total - sum(n**2 for n in sizes) / total) / (len(long) - 1)
+    between = max(0.0, (spread - within) / size)
+    if not between:
+        return [grand], residuals
+    levels = [grand + (mean - grand) * math.sqrt(between / (between + within / n)) for mean, n in zip(means, sizes)]
     return levels, residuals
 
 
@@ -225,6 +244,9 @@ def main() -> int:
         spread = statistics.stdev(value(r, a.metric)[0] for r in rounds)
         name = f"{strategy} {change}, {steps} steps" + (f" ({note})" if note else "")
         if a.only not in name:
+            continue
+        if a.by_run and not by_run(rounds, a.metric)[0]:
+            print(f"| {name} | {len(rounds)} | {spread:.1%} | – | no run of {RUN_ROUNDS} rounds or more to keep |")
             continue
         if change == "A/A":
             clean = replay(rounds, 0.0, floor, design, a.gates, 1, a.metric, a.parity, a.by_run)

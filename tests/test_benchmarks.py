@@ -129,3 +129,27 @@ def test_the_duet_replay_by_run_keeps_a_recorded_runs_level_that_independent_dra
 
     independent, kept = false_alarms(), false_alarms("--by-run")
     assert 35.0 < kept < 65.0 and independent < kept - 15.0, (independent, kept)
+
+
+def test_the_duet_replay_by_run_says_so_where_no_run_is_long_enough_to_keep(tmp_path):
+    from benchmarks import duet_replay
+
+    rounds = [{"paired": True, "round": 1, "eff_log": 0.01 * n, "se": 0.01, "d_w": 0.0} for n in range(4)]
+    data = tmp_path / "short.jsonl"  # four gates of one round each: a set to replay, no run with a residual
+    data.write_text("".join(json.dumps({"kind": "canary", "strategy": "ddp", "rounds": [r]}) + "\n" for r in rounds))
+    out = io.StringIO()
+    argv = ["benchmarks.duet_replay", "--data", str(data), "--gates", "10", "--by-run"]
+    with mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(out):
+        duet_replay.main()
+    assert f"no run of {duet_replay.RUN_ROUNDS} rounds or more to keep" in out.getvalue()
+
+
+def test_runs_whose_means_differ_no_more_than_their_rounds_allow_keep_no_level_of_their_own():
+    """Two runs of the same rounds in another order: the between-run variance is nil, so every replayed gate is at
+    the grand mean (as independent draws), not at either run's."""
+    from benchmarks import duet_replay
+
+    logs = [0.03, -0.01, 0.02, -0.04]
+    rounds = [{"run": run, "eff_log": log, "se": 0.01} for run in (0, 1) for log in (logs if run else logs[::-1])]
+    levels, residuals = duet_replay.by_run(rounds, "eff")
+    assert levels == [pytest.approx(0.0)] and len(residuals) == 8

@@ -131,7 +131,7 @@ RECORDED_AA_ALTERNATE_LOCAL = (0.038, "two launches' local efficiencies, 2.7% ea
 # The swap pairing's floors (turns of 25 steps, each job's state copied out and back between its turns), the
 # efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs, where the copies free
 # nothing (host memory): forced rounds and whole gates pooled. A script's stays above its 80 rounds' spread (5.16%):
-# a gate's rounds share a level, and replayed with it kept, false alarms pass 1% even at this floor.
+# a gate's rounds share a level, and replayed with it kept (duet_replay --by-run), false alarms pass 1% even here.
 # docs/evidence/duet.md#thirty-rounds-in-one-hour-and-a-gates-own-level
 RECORDED_AA_SWAP = {
     "workload": (
