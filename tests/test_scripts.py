@@ -178,13 +178,13 @@ def test_a_loss_pattern_needs_one_or_two_groups():
 
 
 def test_a_rank_that_returned_ends_quickly_but_runs_what_a_scripts_exit_runs(tmp_path):
-    """A rank skips the interpreter's teardown (worker/entry.py ``quick_exit``), not a team's exit: its non-daemon
+    """A rank skips the interpreter's teardown (worker/ending.py ``quick_exit``), not a team's exit: its non-daemon
     threads finish, its atexit functions run, what it printed is flushed, and the exit code is the rank's; only the
     objects' teardown is skipped."""
     program = textwrap.dedent(
         f"""
         import atexit, sys, threading, time
-        from scalegate.worker.entry import quick_exit
+        from scalegate.worker.ending import quick_exit
 
         def late():
             time.sleep(0.3)

@@ -2,7 +2,8 @@
 torchrun with the marker's arguments, and the loss pattern must match what it prints.
 
 The run is ``torchrun --standalone`` on one node with the first single-node topology's ranks (else one), the first
-strategy word and ``{steps}`` = ``--probe-steps``. A pattern the user gives that matches none of the lines is
+strategy word and ``{steps}`` = ``--probe-steps``; each rank runs the script through worker/short_run.py, which ends
+it as a gate's rank ends, without the interpreter's teardown (where torch can abort a gloo rank that finished). A pattern the user gives that matches none of the lines is
 refused with the lines it saw; without one, the first of the common stacks' patterns below that matches is taken.
 Matching is the bootstrap's (harness/scalegate/worker/script_loss.py): ``re.search`` on each line, every group a
 number.
@@ -54,7 +55,7 @@ def run(root: Path, marker: Marker, steps: int, timeout_s: float, python: str = 
     topology = Topology.parse(f"1x{per_node}")
     argv = fill(marker.argv, values(marker.strategies[0], topology, steps), marker.test_path)
     command = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={per_node}"]
-    command += [marker.script, *argv]
+    command += ["-m", "scalegate.worker.short_run", marker.script, *argv]  # each rank ended as a gate's rank ends
     said = " ".join(["torchrun", *command[3:]])
     print(f"init: one short run of the script, {steps} steps: {said}", flush=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCALEGATE_")}

@@ -186,6 +186,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from scalegate.worker.entry import quick_exit
+    from scalegate.worker.ending import quick_exit
 
     quick_exit(main())  # the session waits for this exit: torch's teardown would add 0.5-1 s to its end

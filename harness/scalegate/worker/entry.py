@@ -108,28 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def quick_exit(code: int) -> None:
-    """End a rank that returned: what an interpreter's exit runs for the program (its non-daemon threads joined, its
-    ``atexit`` functions, the streams flushed), then ``os._exit``, without the teardown of every module and object.
-    With torch imported that teardown takes 0.5-0.8 s of CPU, and between two launches of a case it is in no step
-    but on the path to the next launch, where a duet's two sides end four ranks at once on two cores (docs/duet.md).
-    A forked rank already ends this way (multiprocessing's children do); a rank that raised ends as usual, so its
-    traceback and torchelastic's error file are written."""
-    import atexit
-    import threading
-
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
 def forked_main(spec_path: str, out_dir: str, env: dict[str, str], inherited: dict[str, str]) -> int:
     """The same rank, as a function: the warm agent's forkserver forks it (harness/scalegate/worker/agent.py).
 
