@@ -260,3 +260,21 @@ def test_the_gates_swap_pairing_reaches_its_coordinator_its_sessions_and_its_fir
         assert paired_rounds.coordinator.swap and paired_rounds.coordinator.turn_steps == 10
         assert "--scaling-duet-pairing=duet" in paired_rounds.args("head")
         assert pairing.report(chosen, paired_rounds)["pairing"] == "swap"
+
+
+def test_a_swap_gate_whose_jobs_took_few_turns_says_how_many_steps_would_give_the_measured_four():
+    """The example script's default 20 steps (+5 warm-up) in the swap pairing took 3 turns of 12 a job (the cap of half
+    a job) and its A/A rounds spread ±16.6%: the verdict names the steps that give four turns of the gate's 25."""
+    head, base = _records(1.0, 1.0, rounds=2)
+
+    def swapped(record, steps: int, warmup: int, turn: int):
+        launches = tuple(dataclasses.replace(x, duet_turn_steps=turn, duet_swap_bytes=2**20) for x in record.launches)
+        return dataclasses.replace(record, steps=steps, warmup=warmup, launches=launches)
+
+    short = swapped(head, 20, 5, 12)
+    hint = "HINT: each job of 25 steps took 3 turns of 12 steps; the swap pairing's figures were measured with 4 turns"
+    assert hint in paired.few_turns(short) and "--scaling-steps 95 or more" in paired.few_turns(short)
+    assert hint in paired.timing(short, swapped(base, 20, 5, 12), None, Overrides()).message
+    assert paired.few_turns(swapped(head, 150, 3, 25)) == ""  # the script as measured: six turns a job
+    assert paired.few_turns(swapped(head, 20, 5, 5)) == ""  # --turn-steps 5: five turns
+    assert paired.few_turns(head) == ""  # no swap, no turns to count

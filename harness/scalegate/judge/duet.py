@@ -31,6 +31,8 @@ from scalegate.policy import (
     RECORDED_AA_STEP_W,
     RECORDED_AA_SWAP,
     SCRIPT_TRIM,
+    SWAP_TURN_STEPS,
+    SWAP_TURNS,
     TRIM,
     UNIT,
 )
@@ -383,9 +385,29 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
 
 
 def _hinted(message: str, record: CaseRecord, base: CaseRecord) -> str:
-    """The message, with a HINT where the GPUs were left to drift (judge/gpu.py)."""
-    advice = gpu.hint([launch.gpu_state for launch in (*record.launches, *base.launches)])
-    return f"{message}\n{advice}" if advice else message
+    """The message, with a HINT where the GPUs were left to drift (judge/gpu.py), and one where a swap round's jobs
+    took too few turns to be read (``few_turns``)."""
+    advice = [gpu.hint([launch.gpu_state for launch in (*record.launches, *base.launches)]), few_turns(record)]
+    return "\n".join([message, *(line for line in advice if line)])
+
+
+def few_turns(record: CaseRecord) -> str:
+    """A HINT where the swap pairing's jobs took fewer than ``SWAP_TURNS`` turns each: a turn of many steps keeps its
+    own level, and with a few of them a round reads that level (docs/duet.md, "Longer turns"); "" otherwise."""
+    swapped = [launch for launch in record.launches if launch.duet_swap_bytes]
+    if not swapped:
+        return ""
+    steps = record.warmup + record.steps
+    turn = max(launch.duet_turn_steps for launch in swapped)
+    if turn * SWAP_TURNS <= steps:
+        return ""
+    # a turn held half the job (the cap) asked for more: the gate's turn, unless --turn-steps named a shorter one
+    asked = max(turn, SWAP_TURN_STEPS) if turn >= steps // 2 else turn
+    return (
+        f"HINT: each job of {steps} steps took {-(-steps // turn)} turns of {turn} steps; the swap pairing's figures "
+        f"were measured with {SWAP_TURNS} turns a job or more (docs/detection.md): pass --scaling-steps "
+        f"{asked * SWAP_TURNS - record.warmup} or more (or a shorter --turn-steps)"
+    )
 
 
 def sigma_of(logs: Sequence[float], ses: Sequence[float], recorded: tuple[float, str]) -> tuple[float, str]:
