@@ -278,3 +278,21 @@ def test_a_swap_gate_whose_jobs_took_few_turns_says_how_many_steps_would_give_th
     assert paired.few_turns(swapped(head, 150, 3, 25)) == ""  # the script as measured: six turns a job
     assert paired.few_turns(swapped(head, 20, 5, 5)) == ""  # --turn-steps 5: five turns
     assert paired.few_turns(head) == ""  # no swap, no turns to count
+
+
+def test_the_pr_tables_note_keeps_a_verdicts_hint_lines_and_leaves_the_rest_to_the_logs():
+    """The PR table's note of a case is its verdict's first line; the HINT lines under it (this one, the GPU's
+    clocks) are kept in the bullet, and a crash's traceback is not."""
+    from scalegate.report import compare
+
+    message = "efficiency 0.942 (-5.8% over 5 duet rounds): still undecided\nHINT: each job of 25 steps took 3 turns"
+    crash = "the head's ranks crashed\nTraceback (most recent call last):\n  File 'x.py'\nHINT: rerun with -k it"
+    fields = {"world_size": 2, "throughput": None, "efficiency": None, "efficiency_low": None}
+    fields |= {"efficiency_high": None, "baseline_efficiency": None, "tolerance": None, "peak_mib": None}
+    rows = [
+        compare.Row(case_id="a-1x2", key="a-1x2:s", status="noisy", messages=[message], bytes_per_step=None, **fields),
+        compare.Row(case_id="b-1x2", key="b-1x2:s", status="failed", messages=[crash], bytes_per_step=None, **fields),
+    ]
+    table = compare.markdown(rows, "t")
+    assert "- `a-1x2`: efficiency 0.942 (-5.8% over 5 duet rounds): still undecided\n  HINT: each job of 25" in table
+    assert "- `b-1x2`: the head's ranks crashed\n  HINT: rerun with -k it" in table and "Traceback" not in table

@@ -190,6 +190,13 @@ def compare(
     ]
 
 
+def _note(message: str) -> str:
+    """A verdict's note in the table: its first line (a crash's traceback stays in the logs) and its HINT lines, each
+    on a line of its own within the bullet."""
+    first, *rest = message.splitlines() or [""]
+    return "\n".join([first, *(f"  {line}" for line in rest if line.startswith("HINT:"))])
+
+
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
     return "–" if value is None else format(value * scale if scale != 1.0 else value, spec)
 
@@ -239,7 +246,7 @@ def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
             f"{_fmt(r.bytes_per_step, '.2f', 1e-6)} | {ICON.get(r.status, '')} {r.status}"
             f"{' 🔇 quarantined' if r.quarantined else ''} |"
         )
-    notes = [f"- `{r.case_id}`: {m.splitlines()[0]}" for r in rows if r.status != V.OK for m in r.messages]
+    notes = [f"- `{r.case_id}`: {_note(m)}" for r in rows if r.status != V.OK for m in r.messages]
     if notes:
         lines += ["", *notes]
     held = [f"- `{r.key}`: {r.quarantined}" for r in rows if r.quarantined]
