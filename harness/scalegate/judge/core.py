@@ -86,8 +86,9 @@ def _verdict(
     if not record.oversubscribed:
         found += budgets.mfu(record, _mfu(record), baseline, overrides)
     status, message = _combine(found, overrides)
-    if record.note:
-        message = f"{message} [{record.note}]"
+    if record.note:  # on the verdict's line, before any HINT under it
+        first, _, rest = message.partition("\n")
+        message = f"{first} [{record.note}]" + (f"\n{rest}" if rest else "")
     return dataclasses.replace(
         outcome,
         status=status,

@@ -168,8 +168,9 @@ def judge_case(
         tokens_per_s=outcome.tokens_per_s,
         mfu=outcome.mfu,
         achieved_flops=outcome.achieved_flops,
-        messages=[line for line in outcome.message.splitlines()[:1] if outcome.status != V.OK]
-        or ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []),
+        messages=[_kept(outcome.message)]
+        if outcome.status != V.OK and outcome.message
+        else [] or ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []),
     )
 
 
@@ -190,11 +191,16 @@ def compare(
     ]
 
 
-def _note(message: str) -> str:
-    """A verdict's note in the table: its first line (a crash's traceback stays in the logs) and its HINT lines, each
-    on a line of its own within the bullet."""
+def _kept(message: str) -> str:
+    """What the table and its JSON keep of a verdict: its first line (a crash's traceback stays in the logs) and its
+    HINT lines."""
     first, *rest = message.splitlines() or [""]
-    return "\n".join([first, *(f"  {line}" for line in rest if line.startswith("HINT:"))])
+    return "\n".join([first, *(line for line in rest if line.startswith("HINT:"))])
+
+
+def _note(message: str) -> str:
+    """A kept message as a note of the table: each HINT on a line of its own within the case's bullet."""
+    return "\n  ".join(_kept(message).splitlines())
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
