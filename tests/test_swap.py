@@ -262,21 +262,24 @@ def test_the_gates_swap_pairing_reaches_its_coordinator_its_sessions_and_its_fir
         assert pairing.report(chosen, paired_rounds)["pairing"] == "swap"
 
 
-def test_a_swap_gate_whose_jobs_took_few_turns_says_how_many_steps_would_give_the_measured_four():
-    """The example script's default 20 steps (+5 warm-up) in the swap pairing took 3 turns of 12 a job (the cap of half
-    a job) and its A/A rounds spread ±16.6%: the verdict names the steps that give four turns of the gate's 25."""
+def test_a_swap_gate_whose_jobs_took_few_turns_says_how_many_steps_would_give_the_recorded_ones():
+    """Tried as a user: the example script's init marker (20 steps, +5 warm-up) in the swap pairing took 3 turns of 12
+    a job (the cap of half a job), and its A/A rounds spread ±16.6%. The verdict names the steps that give a script
+    the six turns of 25 its figures were recorded with; a workload's canary was recorded with four."""
     head, base = _records(1.0, 1.0, rounds=2)
 
-    def swapped(record, steps: int, warmup: int, turn: int):
+    def swapped(record, steps: int, warmup: int, turn: int, key: str = "train-1x2:script"):
         launches = tuple(dataclasses.replace(x, duet_turn_steps=turn, duet_swap_bytes=2**20) for x in record.launches)
-        return dataclasses.replace(record, steps=steps, warmup=warmup, launches=launches)
+        return dataclasses.replace(record, key=key, steps=steps, warmup=warmup, launches=launches)
 
     short = swapped(head, 20, 5, 12)
-    hint = "HINT: each job of 25 steps took 3 turns of 12 steps; the swap pairing's figures were measured with 4 turns"
-    assert hint in paired.few_turns(short) and "--scaling-steps 95 or more" in paired.few_turns(short)
+    hint = "HINT: each job of 25 steps took 3 turns of 12 steps; the swap pairing's figures were measured with 6 turns"
+    assert hint in paired.few_turns(short) and "--scaling-steps 145 or more" in paired.few_turns(short)
     assert hint in paired.timing(short, swapped(base, 20, 5, 12), None, Overrides()).message
-    assert paired.few_turns(swapped(head, 150, 3, 25)) == ""  # the script as measured: six turns a job
-    assert paired.few_turns(swapped(head, 20, 5, 5)) == ""  # --turn-steps 5: five turns
+    assert paired.few_turns(swapped(head, 150, 3, 25)) == ""  # the script as recorded: six turns a job
+    assert paired.few_turns(swapped(head, 100, 3, 25, "ddp-cnn-1x2:small")) == ""  # the canary as recorded: four
+    assert "measured with 4 turns" in paired.few_turns(swapped(head, 20, 5, 12, "ddp-cnn-1x2:small"))
+    assert paired.few_turns(swapped(head, 20, 5, 4)) == ""  # --turn-steps 4: seven turns
     assert paired.few_turns(head) == ""  # no swap, no turns to count
 
 

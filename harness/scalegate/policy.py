@@ -55,10 +55,10 @@ ALTERNATE_ROUNDS = 10
 # job's state each way, so its turns are long against it; shorter turns (10) spread the canary's rounds no less.
 # docs/evidence/duet.md#the-swap-pairing-measured
 SWAP_TURN_STEPS = 25
-# The fewest turns a job of the swap pairing takes for its rounds to read like the recorded ones (the canary's 100
-# steps and the example script's 150, in turns of 25: four to six a job); fewer get a HINT (judge/duet.py few_turns).
-# docs/duet.md#longer-turns
-SWAP_TURNS = 4
+# The fewest turns a job of the swap pairing takes for its rounds to read like the recorded ones, a workload's (the
+# canary's 100 steps in turns of 25) and a training script's (the example script's 150); fewer get a HINT
+# (judge/duet.py few_turns). docs/duet.md#longer-turns
+SWAP_TURNS = {"workload": 4, "script": 6}
 # Seconds between the starts of two rounds that do not pair in time (the rounds mode): launches a minute apart
 # share no slow phase of the host. docs/evidence/detection.md#relaunches-in-rounds-and-paritys-test
 ROUND_GAP_S = _seconds("SCALEGATE_ROUND_GAP_S", 30)

@@ -392,21 +392,23 @@ def _hinted(message: str, record: CaseRecord, base: CaseRecord) -> str:
 
 
 def few_turns(record: CaseRecord) -> str:
-    """A HINT where the swap pairing's jobs took fewer than ``SWAP_TURNS`` turns each: a turn of many steps keeps its
-    own level, and with a few of them a round reads that level (docs/duet.md, "Longer turns"); "" otherwise."""
+    """A HINT where the swap pairing's jobs took fewer turns each than its recorded ones (``SWAP_TURNS``): a turn of
+    many steps keeps its own level, and with a few of them a round reads that level (docs/duet.md, "Longer turns");
+    "" otherwise."""
     swapped = [launch for launch in record.launches if launch.duet_swap_bytes]
     if not swapped:
         return ""
     steps = record.warmup + record.steps
     turn = max(launch.duet_turn_steps for launch in swapped)
-    if turn * SWAP_TURNS <= steps:
+    fewest = SWAP_TURNS["script" if is_script(record) else "workload"]
+    if turn * fewest <= steps:
         return ""
     # a turn held half the job (the cap) asked for more: the gate's turn, unless --turn-steps named a shorter one
     asked = max(turn, SWAP_TURN_STEPS) if turn >= steps // 2 else turn
     return (
         f"HINT: each job of {steps} steps took {-(-steps // turn)} turns of {turn} steps; the swap pairing's figures "
-        f"were measured with {SWAP_TURNS} turns a job or more (docs/detection.md): pass --scaling-steps "
-        f"{asked * SWAP_TURNS - record.warmup} or more (or a shorter --turn-steps)"
+        f"were measured with {fewest} turns a job or more (docs/detection.md): pass --scaling-steps "
+        f"{asked * fewest - record.warmup} or more (or a shorter --turn-steps)"
     )
 
 
