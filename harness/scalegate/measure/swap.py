@@ -14,8 +14,9 @@ What stays resident: what no optimizer reaches (module buffers, DDP's gradient b
 communication buffers, the CUDA context and NCCL's own memory), host storages of a device job (an offloaded
 optimizer's state is out already), and a storage that cannot be resized (one that wraps memory it does not own);
 the summary counts the last, and on CUDA what the idle rank held in all: its caching allocator's reserve, and its
-whole process by NVML's count (the figure a partner's turn must fit beside). The optimizers are those the rank's thread has stepped, and those its loop names
-(``follow``: scalegate's own workloads name theirs before the first step).
+whole process by NVML's count (the figure a partner's turn must fit beside). The optimizers are those the rank's
+thread has stepped, and those its loop names (``follow``: scalegate's own workloads name theirs before the first
+step).
 
 On CPU the host buffer is the same memory as the storage's, so freeing would gain nothing, and would measure the host
 allocator's way of making memory again rather than a GPU's: a CPU job's swap copies its storages out and back and
