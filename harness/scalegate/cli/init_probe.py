@@ -3,10 +3,10 @@ torchrun with the marker's arguments, and the loss pattern must match what it pr
 
 The run is ``torchrun --standalone`` on one node with the first single-node topology's ranks (else one), the first
 strategy word and ``{steps}`` = ``--probe-steps``; each rank runs the script through worker/short_run.py, which ends
-it as a gate's rank ends, without the interpreter's teardown (where torch can abort a gloo rank that finished). A pattern the user gives that matches none of the lines is
-refused with the lines it saw; without one, the first of the common stacks' patterns below that matches is taken.
-Matching is the bootstrap's (harness/scalegate/worker/script_loss.py): ``re.search`` on each line, every group a
-number.
+it as a gate's rank ends, without the interpreter's teardown (where torch can abort a gloo rank that finished). A
+pattern the user gives that matches none of the lines is refused with the lines it saw; without one, the first of
+the common stacks' patterns below that matches is taken. Matching is the bootstrap's
+(harness/scalegate/worker/script_loss.py): ``re.search`` on each line, every group a number.
 """
 
 from __future__ import annotations
