@@ -170,7 +170,7 @@ def judge_case(
         achieved_flops=outcome.achieved_flops,
         messages=[_kept(outcome.message)]
         if outcome.status != V.OK and outcome.message
-        else [] or ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []),
+        else ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []),
     )
 
 
@@ -196,11 +196,6 @@ def _kept(message: str) -> str:
     HINT lines."""
     first, *rest = message.splitlines() or [""]
     return "\n".join([first, *(line for line in rest if line.startswith("HINT:"))])
-
-
-def _note(message: str) -> str:
-    """A kept message as a note of the table: each HINT on a line of its own within the case's bullet."""
-    return "\n  ".join(_kept(message).splitlines())
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
@@ -252,7 +247,8 @@ def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
             f"{_fmt(r.bytes_per_step, '.2f', 1e-6)} | {ICON.get(r.status, '')} {r.status}"
             f"{' 🔇 quarantined' if r.quarantined else ''} |"
         )
-    notes = [f"- `{r.case_id}`: {_note(m)}" for r in rows if r.status != V.OK for m in r.messages]
+    # a kept message's HINT lines (``_kept``), each on a line of its own within the case's bullet
+    notes = [f"- `{r.case_id}`: " + "\n  ".join(m.splitlines()) for r in rows if r.status != V.OK for m in r.messages]
     if notes:
         lines += ["", *notes]
     held = [f"- `{r.key}`: {r.quarantined}" for r in rows if r.quarantined]
