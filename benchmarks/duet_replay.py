@@ -19,8 +19,7 @@ whole-command run (experiments/duet_aa.py) is the check on this; the two are rep
 docs/evidence/duet.md. ``--by-run`` keeps that share: each line of the data is a run (a gate, or a run of forced
 rounds), and a replayed gate takes one run's level (its mean, less the share its rounds' own noise explains:
 ``by_run``) and adds to it, round by round, a residual drawn from every run's rounds less their own run's mean. A
-real
-gate also alternates the side that turns first by round, so its first two rounds always hold one of each order;
+real gate also alternates the side that turns first by round, so its first two rounds always hold one of each order;
 where a set's odd and even rounds read apart (the fifteenth set's fsdp A/A: -1.53% and +1.17%), drawing from all
 of them pairs two rounds of one order more often than a gate can. ``--parity`` draws round n from the rounds of
 n's parity instead.
@@ -173,12 +172,12 @@ def replay(
     seed: int,
     metric: str = "eff",
     parity: bool = False,
-    runs: bool = False,
+    runs: tuple[list[float], list[tuple[float, float]]] | None = None,
 ) -> dict:
+    """``runs``: ``by_run``'s levels and residuals, where each replayed gate keeps one run's level."""
     rng = random.Random(seed)
     split = by_parity(rounds) if parity else None
-    levels = by_run(rounds, metric) if runs else None
-    found = [gate(rounds, shift, floor, design, rng, metric, split, levels) for _ in range(gates)]
+    found = [gate(rounds, shift, floor, design, rng, metric, split, runs) for _ in range(gates)]
     share = {s: sum(1 for f, _ in found if f == s) / gates for s in (sequential.REGRESSED, sequential.OK)}
     return {
         "regressed": share[sequential.REGRESSED],
@@ -215,8 +214,9 @@ def main() -> int:
     draw.add_argument(
         "--by-run",
         action="store_true",
-        help="keep a recorded run's level in each replayed gate: one run's mean, plus residuals drawn from every "
-        "run's rounds (each line of the data is a run); default: rounds drawn independently",
+        help="keep a recorded run's level in each replayed gate: one run's mean, less the share its rounds' own "
+        "noise explains, plus residuals drawn from every run's rounds (each line of the data is a run); default: "
+        "rounds drawn independently",
     )
     a = p.parse_args()
     step_w = a.metric == "step_w"
@@ -245,20 +245,21 @@ def main() -> int:
         name = f"{strategy} {change}, {steps} steps" + (f" ({note})" if note else "")
         if a.only not in name:
             continue
-        if a.by_run and not by_run(rounds, a.metric)[0]:
+        runs = by_run(rounds, a.metric) if a.by_run else None
+        if runs is not None and not runs[0]:
             print(f"| {name} | {len(rounds)} | {spread:.1%} | – | no run of {RUN_ROUNDS} rounds or more to keep |")
             continue
         if change == "A/A":
-            clean = replay(rounds, 0.0, floor, design, a.gates, 1, a.metric, a.parity, a.by_run)
+            clean = replay(rounds, 0.0, floor, design, a.gates, 1, a.metric, a.parity, runs)
             shift = -math.log(1 + a.drop) if step_w else math.log(1 - a.drop)  # a step `drop` slower at W
-            drop = replay(rounds, shift, floor, design, a.gates, 2, a.metric, a.parity, a.by_run)
+            drop = replay(rounds, shift, floor, design, a.gates, 2, a.metric, a.parity, runs)
             print(
                 f"| {name} | {len(rounds)} | {spread:.1%} | {floor[0]:.1%} | {clean['regressed']:.1%} | "
                 f"{clean['ok']:.1%} | {drop['regressed']:.1%} | {drop['ok']:.1%} | "
                 f"{clean['rounds']:.1f} / {drop['rounds']:.1f} |"
             )
         else:
-            slowed = replay(rounds, 0.0, floor, design, a.gates, 3, a.metric, a.parity, a.by_run)
+            slowed = replay(rounds, 0.0, floor, design, a.gates, 3, a.metric, a.parity, runs)
             mean = statistics.fmean(value(r, a.metric)[0] for r in rounds)
             print(
                 f"| {name} (measured {math.exp(mean) - 1:+.1%}) | {len(rounds)} | {spread:.1%} | {floor[0]:.1%} | "

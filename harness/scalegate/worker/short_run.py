@@ -45,5 +45,5 @@ def _from(tb: TracebackType | None, script: str) -> TracebackType | None:
 
 
 if __name__ == "__main__":
-    code, kept = run(sys.argv[1:])
+    code, kept = run(sys.argv[1:])  # kept: the script's namespace, alive until the rank ends
     quick_exit(code)
