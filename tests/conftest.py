@@ -134,3 +134,14 @@ def without_agents(agents):
     it): the session's warm agent, if one runs, is closed first, with its namespace and its whole tree. It is
     not a leftover, but it would be counted as one; the next warm launch starts it again."""
     agents.close()
+
+
+@pytest.fixture
+def stand_in_gpus(monkeypatch):
+    """For a test that hands a rank's NVML readers a stand-in NVML (no GPU here). On a machine with a GPU, torch would
+    give its real GPU's UUID, which the stand-in does not know: here the readers find the stand-in's device through
+    ``CUDA_VISIBLE_DEVICES``, unset unless the test sets it (contract/nvml.py)."""
+    from scalegate.measure import gpu_state
+
+    monkeypatch.setattr(gpu_state, "cuda_uuid", lambda index: None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -17,6 +17,8 @@ from scalegate.judge.evidence import CaseRecord, LaunchRecord
 from scalegate.judge.outcome import Overrides
 from scalegate.measure import gpu_state
 
+pytestmark = pytest.mark.usefixtures("stand_in_gpus")
+
 
 class FakeNvml(SimpleNamespace):
     """A stand-in for pynvml (no GPU here): one device whose readings follow ``clocks`` and ``reasons``."""
@@ -29,6 +31,9 @@ class FakeNvml(SimpleNamespace):
 
     def nvmlInit(self):
         pass
+
+    def nvmlDeviceGetCount(self):
+        return 1
 
     def nvmlDeviceGetHandleByIndex(self, index):
         return index

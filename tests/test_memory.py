@@ -23,10 +23,11 @@ from scalegate.measure.memory import MAX_TIMELINE_POINTS, MemorySampler, downsam
 
 def fake_pynvml(used_by_us: int | None, device_used: int, pid: int) -> types.ModuleType:
     """A stand-in for nvidia-ml-py: only because this machine has no GPU (nvmlInit raises
-    NVMLError_LibraryNotFound here). It answers the four calls the sampler makes."""
+    NVMLError_LibraryNotFound here). It answers the calls the sampler makes."""
     fake = types.ModuleType("pynvml")
     fake.calls = []
     fake.nvmlInit = lambda: fake.calls.append("init")
+    fake.nvmlDeviceGetCount = lambda: 2
     fake.nvmlDeviceGetHandleByIndex = lambda index: ("handle", index)
     procs = [types.SimpleNamespace(pid=pid + 1, usedGpuMemory=999)]
     if used_by_us is not None:
@@ -36,6 +37,7 @@ def fake_pynvml(used_by_us: int | None, device_used: int, pid: int) -> types.Mod
     return fake
 
 
+@pytest.mark.usefixtures("stand_in_gpus")
 def test_nvml_path_reads_this_process_on_its_device(monkeypatch):
     import os
 
@@ -48,6 +50,7 @@ def test_nvml_path_reads_this_process_on_its_device(monkeypatch):
     assert sys.modules["pynvml"].calls == ["init", "init"]
 
 
+@pytest.mark.usefixtures("stand_in_gpus")
 def test_nvml_path_falls_back_to_device_used_when_the_process_is_not_listed(monkeypatch):
     import os
 
@@ -57,6 +60,7 @@ def test_nvml_path_falls_back_to_device_used_when_the_process_is_not_listed(monk
     assert sampler.source == "nvml" and sampler.peak_bytes == 7 << 30
 
 
+@pytest.mark.usefixtures("stand_in_gpus")
 def test_a_swapped_out_ranks_whole_process_is_read_by_its_pid_and_never_as_the_whole_device(monkeypatch):
     """The swap's idle figure (measure/swap.py) is what NVML attributes to the rank's pid; where NVML lists no such
     pid (a container's PID namespace) it is no reading, not the device's use, which holds the partner's job too."""

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 from scalegate.contract import duet
 from scalegate.contract.errors import ScalegateError
+from scalegate.contract.nvml import NvmlDeviceError
 from scalegate.gate import rounds
 from scalegate.gate.plan import GatePlan
 from scalegate.gate.sides import Side, pytest_argv, unpaired_base
@@ -121,14 +122,22 @@ def report(chosen: Chosen, paired: rounds.Paired | None) -> dict[str, Any]:
 
 def _refusals(baseline_dir: Path):
     """{case id: why} for the cases whose two resident jobs would not fit in device memory this round
-    (launch/duet_fit.py): their peaks from the rounds so far, else from the stored baseline. They alternate."""
+    (launch/duet_fit.py): their peaks from the rounds so far, else from the stored baseline. They alternate; so does
+    every case with a recorded peak where the GPUs ``CUDA_VISIBLE_DEVICES`` names cannot be matched to NVML's."""
 
     def refused(merged: rounds.Merged) -> dict[str, str]:
-        free = duet_fit.free_bytes()
+        unreadable = ""
+        try:
+            free = duet_fit.free_bytes()
+        except NvmlDeviceError as exc:  # which GPU is whose is unknown: no case is made resident twice on a guess
+            free, unreadable = [], f"GPU memory could not be read: {exc}"
         if free is None:
             return {}  # no GPU: nothing to check
         stored = baselines.load(baseline_dir, hostinfo.detect().profile)
-        return duet_fit.refusals(duet_fit.needs(merged, stored.cases if stored else {}), free)
+        needs = duet_fit.needs(merged, stored.cases if stored else {})
+        if unreadable:
+            return {need.case_id: unreadable for need in needs}
+        return duet_fit.refusals(needs, free)
 
     return refused
 

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from scalegate.contract import nvml
+
 # Above the recorded peaks: the NVML sampler reads every 50 ms (a peak between two readings is missed) and the
 # measured window leaves set-up out; not measured on a GPU yet (docs/duet.md).
 MARGIN = 0.15
@@ -35,7 +37,9 @@ class Need:
 
 
 def free_bytes() -> list[int] | None:
-    """Free memory per GPU now, from NVML; None where there is no NVIDIA driver or GPU (on CPU: nothing to check)."""
+    """Free memory now of each GPU a rank sees, in CUDA's order (``CUDA_VISIBLE_DEVICES``, contract/nvml.py), from
+    NVML; None where there is no NVIDIA driver or GPU (on CPU: nothing to check). Raises ``NvmlDeviceError`` where
+    the GPUs ``CUDA_VISIBLE_DEVICES`` names cannot be matched to NVML's."""
     try:
         import pynvml
 
@@ -43,8 +47,7 @@ def free_bytes() -> list[int] | None:
     except Exception:  # no pynvml, no driver (NVMLError_LibraryNotFound, _DriverNotLoaded): no GPU to share
         return None
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        return [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free) for i in range(count)]
+        return [int(pynvml.nvmlDeviceGetMemoryInfo(handle).free) for handle in nvml.visible(pynvml)]
     finally:
         pynvml.nvmlShutdown()
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from scalegate.contract import nvml as nvml_device
+
 EVERY_S = 1.0  # seconds between two readings inside the window
 # NVML's clock-event reasons (nvmlClocksEventReason*), by bit: the names a verdict uses. GpuIdle and the settings
 # are what a rank between steps or a locked clock shows; the others lower the clocks under load.
@@ -38,7 +40,7 @@ class GpuState:
             import pynvml as nvml
         self.nvml = nvml
         nvml.nvmlInit()
-        self.handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
+        self.handle = device_handle(nvml, device_index)
         self.readings: list[dict[str, Any]] = []
         self.fixed = self._fixed()
 
@@ -93,6 +95,22 @@ class GpuState:
             "capped": [name for bit, name in REASONS.items() if bits & bit and name in CAPPING],
             **self.fixed,
         }
+
+
+def device_handle(nvml: Any, device_index: int) -> Any:
+    """NVML's handle of this rank's CUDA device ``device_index``, found by the device's UUID: torch's index counts
+    only the GPUs ``CUDA_VISIBLE_DEVICES`` names, NVML's every GPU of the node (contract/nvml.py)."""
+    return nvml_device.handle(nvml, device_index, cuda_uuid(device_index))
+
+
+def cuda_uuid(device_index: int) -> str | None:
+    """The UUID torch gives CUDA device ``device_index``; None where torch has no CUDA (a unit test's stand-in NVML),
+    and NVML's device is then found through ``CUDA_VISIBLE_DEVICES``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return str(torch.cuda.get_device_properties(device_index).uuid)
 
 
 def unavailable(why: str) -> dict[str, Any]:

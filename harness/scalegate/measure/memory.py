@@ -90,11 +90,12 @@ class MemorySampler:
 
 
 def nvml_reader(device_index: int, pid: int) -> Callable[[], int]:
-    """Bytes this process uses on its GPU (the device's used memory if NVML cannot attribute it)."""
+    """Bytes this process uses on its CUDA device ``device_index`` (the device's used memory if NVML cannot attribute
+    it)."""
     import pynvml
 
     pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+    handle = gpu_state.device_handle(pynvml, device_index)
 
     def read() -> int:
         held = _attributed(pynvml, handle, pid)
@@ -105,7 +106,7 @@ def nvml_reader(device_index: int, pid: int) -> Callable[[], int]:
 
 
 def process_reader(device_index: int, pid: int, nvml: Any = None) -> Callable[[], int | None] | None:
-    """A reader of the bytes NVML attributes to ``pid`` on GPU ``device_index`` (its CUDA context, NCCL's buffers and
+    """A reader of the bytes NVML attributes to ``pid`` on CUDA device ``device_index`` (its CUDA context, NCCL's buffers and
     its allocator's reserve): None where there is no NVML; the reader answers None where NVML lists no such process
     (a container whose PID namespace hides the host's pids) rather than the device's whole use. ``nvml``: the pynvml
     module (a stand-in in unit tests, where no GPU exists)."""
@@ -113,8 +114,8 @@ def process_reader(device_index: int, pid: int, nvml: Any = None) -> Callable[[]
         if nvml is None:
             import pynvml as nvml
         nvml.nvmlInit()
-        handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
-    except Exception:  # no pynvml, no driver: nothing to attribute
+        handle = gpu_state.device_handle(nvml, device_index)
+    except Exception:  # no pynvml, no driver, a device NVML cannot match: nothing to attribute
         return None
 
     def read() -> int | None:
