@@ -88,8 +88,10 @@ def test_a_rank_finds_its_gpu_by_uuid_whatever_cuda_visible_devices_says(monkeyp
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # even where the environment is misleading
     node = Node()
     assert nvml.handle(node, 0, uuid=uuid(5)[4:]) == 5  # torch's str(uuid) has no GPU- prefix
-    with pytest.raises(nvml.NvmlDeviceError, match="NVML knows no GPU with the UUID of CUDA device 0"):
-        nvml.handle(node, 0, uuid="deadbeef")
+    assert nvml.handle(node, 0, uuid="deadbeef") == 0  # a UUID NVML does not know: the environment's GPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4")
+    with pytest.raises(nvml.NvmlDeviceError, match=r"CUDA device 1 \(NVML knows no GPU of its UUID deadbeef\)"):
+        nvml.handle(node, 1, uuid="deadbeef")
 
 
 def test_devices_nvml_cannot_tell_apart_are_named_with_the_fix(monkeypatch):

@@ -4,13 +4,14 @@ CUDA counts only the devices ``CUDA_VISIBLE_DEVICES`` names, in the order it nam
 node, in PCI bus order. Under ``CUDA_VISIBLE_DEVICES=4,5,6,7`` a rank's ``cuda:0`` is NVML's GPU 4, and NVML's GPU 0
 is another job's. So no reader takes a CUDA index as NVML's:
 
-- a rank knows its device's UUID (torch's device properties) and finds NVML's handle by it (``handle(uuid=...)``);
+- a rank knows its device's UUID (torch's device properties) and finds NVML's handle by it (``handle(uuid=...)``),
+  or through the environment as the gate does where NVML knows no such UUID;
 - the gate makes no CUDA context, so it reads ``CUDA_VISIBLE_DEVICES`` as CUDA does (``visible``): unset, every GPU
   in NVML's order; indices, those NVML indices; ``GPU-``/``MIG-`` UUIDs or their unique prefixes, matched against
   NVML's UUIDs. CUDA orders unnamed devices fastest first and NVML by bus; on a node of one GPU model the two agree.
 
-Where the devices cannot be told apart (an index NVML does not have, a prefix that names two GPUs, a UUID NVML does
-not know), ``NvmlDeviceError`` says which and what to set, rather than a reading of some other GPU.
+Where the devices cannot be told apart (an index NVML does not have, a prefix that names two GPUs), ``NvmlDeviceError``
+says which and what to set, rather than a reading of some other GPU.
 ``nvml``: the pynvml module (a stand-in in unit tests, where no GPU exists). Imports nothing of scalegate's.
 """
 
@@ -28,19 +29,20 @@ class NvmlDeviceError(RuntimeError):
 
 def handle(nvml: Any, cuda_index: int, uuid: str | None = None) -> Any:
     """NVML's handle of this process's CUDA device ``cuda_index``: by ``uuid`` where the caller has it (with or
-    without its ``GPU-``/``MIG-`` prefix), else through ``CUDA_VISIBLE_DEVICES`` (``visible``)."""
+    without its ``GPU-``/``MIG-`` prefix), else, or where NVML knows no such UUID (a MIG instance under a driver that
+    names it otherwise), through ``CUDA_VISIBLE_DEVICES`` (``visible``)."""
     if uuid:
         names = [uuid] if uuid.startswith(PREFIXES) else [prefix + uuid for prefix in PREFIXES]
         for name in names:
             try:
                 return nvml.nvmlDeviceGetHandleByUUID(name)
-            except Exception:  # NVMLError_NotFound: try the other prefix
+            except Exception:  # NVMLError_NotFound: try the other prefix, then the environment
                 continue
-        raise NvmlDeviceError(f"NVML knows no GPU with the UUID of CUDA device {cuda_index} ({uuid})")
     devices = visible(nvml)
     if not 0 <= cuda_index < len(devices):
+        known = f" (NVML knows no GPU of its UUID {uuid})" if uuid else ""
         raise NvmlDeviceError(
-            f"CUDA device {cuda_index} is not among the {len(devices)} that CUDA_VISIBLE_DEVICES="
+            f"CUDA device {cuda_index}{known} is not among the {len(devices)} that CUDA_VISIBLE_DEVICES="
             f"{os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')} names"
         )
     return devices[cuda_index]
