@@ -216,11 +216,14 @@ def test_the_page_shows_each_launchs_gpu_state_where_the_cases_recorded_one():
     """A gate phase's case on a GPU (made-up NVML readings: no GPU here) shows its clocks and what capped them, round
     by round; a page of cases without any (this CPU's) has no such section."""
     state = {"sm_clock_mhz": [1410, 1980], "mem_clock_mhz": [2619, 2619], "temperature_c_max": 71, "power_w_max": 690}
-    capped = {**state, "capped": ["sw_power_cap"], "persistence": True, "clocks_locked": False}
+    capped = {**state, "capped": ["sw_power_cap"], "persistence": True, "clocks_locked": False, "found_by": "UUID"}
     case = {"record": {"launches": [{"gpu_state": {**state, "capped": []}}, {"gpu_state": capped}]}}
     row = acceptance.judged("ab-gate", "ddp-resnet-1x1", acceptance.PASSED, "", case, compiled=False)
     lines = "\n".join(acceptance_page.gpu_state_lines([row]))
-    assert "| ab-gate | `ddp-resnet-1x1` | 2 | 1410–1980 | 2619–2619 | 71 | 690 | sw_power_cap | yes | no |" in lines
+    assert (
+        "| ab-gate | `ddp-resnet-1x1` | 2 | 1410–1980 | 2619–2619 | 71 | 690 | sw_power_cap | yes | no | UUID |"
+        in lines
+    )
     assert "| 1 | 1410–1980 |" in lines and "| nothing |" in lines
     assert (
         acceptance_page.gpu_state_lines([acceptance.judged("x", "ddp-cnn-1x2", acceptance.PASSED, "", {}, False)]) == []

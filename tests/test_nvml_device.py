@@ -116,6 +116,10 @@ def test_a_ranks_memory_sampler_gpu_state_and_swap_read_its_own_gpu_not_nvmls_gp
         pass
     assert sampler.source == "nvml" and sampler.peak_bytes == 3 * GIB  # GPU 0's 60 GiB is another job's
     assert gpu_state.device_handle(node, 1) == 5
+    assert gpu_state.GpuState(0, nvml=node).fixed["found_by"] == "CUDA_VISIBLE_DEVICES"
+    monkeypatch.setattr(gpu_state, "cuda_uuid", lambda index: uuid(6)[4:])  # what torch would give on a GPU
+    assert gpu_state.GpuState(0, nvml=node).fixed["found_by"] == "UUID" and gpu_state.device_handle(node, 0) == 6
+    monkeypatch.setattr(gpu_state, "cuda_uuid", lambda index: None)
     read = process_reader(0, os.getpid(), nvml=node)
     assert read is not None and read() == 3 * GIB
     node.asked.clear()

@@ -21,6 +21,7 @@ import os
 from typing import Any
 
 PREFIXES = ("GPU-", "MIG-")
+BY_UUID, BY_ENV = "UUID", "CUDA_VISIBLE_DEVICES"  # how ``locate`` found a device
 
 
 class NvmlDeviceError(RuntimeError):
@@ -28,14 +29,20 @@ class NvmlDeviceError(RuntimeError):
 
 
 def handle(nvml: Any, cuda_index: int, uuid: str | None = None) -> Any:
-    """NVML's handle of this process's CUDA device ``cuda_index``: by ``uuid`` where the caller has it (with or
-    without its ``GPU-``/``MIG-`` prefix), else, or where NVML knows no such UUID (a MIG instance under a driver that
-    names it otherwise), through ``CUDA_VISIBLE_DEVICES`` (``visible``)."""
+    """NVML's handle of this process's CUDA device ``cuda_index`` (``locate``)."""
+    return locate(nvml, cuda_index, uuid)[0]
+
+
+def locate(nvml: Any, cuda_index: int, uuid: str | None = None) -> tuple[Any, str]:
+    """NVML's handle of this process's CUDA device ``cuda_index``, and how it was found (``BY_UUID`` or ``BY_ENV``):
+    by ``uuid`` where the caller has it (with or without its ``GPU-``/``MIG-`` prefix), else, or where NVML knows no
+    such UUID (a MIG instance under a driver that names it otherwise), through ``CUDA_VISIBLE_DEVICES``
+    (``visible``)."""
     if uuid:
         names = [uuid] if uuid.startswith(PREFIXES) else [prefix + uuid for prefix in PREFIXES]
         for name in names:
             try:
-                return nvml.nvmlDeviceGetHandleByUUID(name)
+                return nvml.nvmlDeviceGetHandleByUUID(name), BY_UUID
             except Exception:  # NVMLError_NotFound: try the other prefix, then the environment
                 continue
     devices = visible(nvml)
@@ -45,7 +52,7 @@ def handle(nvml: Any, cuda_index: int, uuid: str | None = None) -> Any:
             f"CUDA device {cuda_index}{known} is not among the {len(devices)} that CUDA_VISIBLE_DEVICES="
             f"{os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')} names"
         )
-    return devices[cuda_index]
+    return devices[cuda_index], BY_ENV
 
 
 def visible(nvml: Any) -> list[Any]:

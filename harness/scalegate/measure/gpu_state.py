@@ -5,7 +5,8 @@ capped measures the GPU, not the commit. ``GpuState`` reads the rank's device at
 second through it (from the memory sampler's thread: measure/memory.py) and at its end, and keeps what a verdict
 needs: the SM and memory clocks (lowest and highest), the hottest temperature, the highest power draw and the limit,
 every clock-event (throttle) reason seen, persistence mode, and whether application clocks are set away from the
-default. Off CUDA, or where NVML cannot start, it says why instead. Worker side.
+default, and how NVML's device was found (``found_by``: by the rank's UUID, or through ``CUDA_VISIBLE_DEVICES``:
+contract/nvml.py). Off CUDA, or where NVML cannot start, it says why instead. Worker side.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ class GpuState:
             import pynvml as nvml
         self.nvml = nvml
         nvml.nvmlInit()
-        self.handle = device_handle(nvml, device_index)
+        self.handle, found_by = nvml_device.locate(nvml, device_index, cuda_uuid(device_index))
         self.readings: list[dict[str, Any]] = []
-        self.fixed = self._fixed()
+        self.fixed = {**self._fixed(), "found_by": found_by}
 
     def _fixed(self) -> dict[str, Any]:
         """What does not move within a window: persistence mode, the power limit, the clocks' settings."""

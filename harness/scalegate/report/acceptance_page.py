@@ -199,8 +199,9 @@ def gpu_state_lines(rows: list[CaseRow]) -> list[str]:
         "",
         "Per launch (a gate's cases: per round, the head side's), from NVML through the measured window.",
         "",
-        "| phase | case | launch | SM MHz | memory MHz | max °C | max W | capped by | persistence | clocks locked |",
-        "|---|---|--:|---|---|--:|--:|---|---|---|",
+        "| phase | case | launch | SM MHz | memory MHz | max °C | max W | capped by | persistence | clocks locked "
+        "| GPU found by |",
+        "|---|---|--:|---|---|--:|--:|---|---|---|---|",
     ]
     for row, n, s in found:
         span = "–".join(str(v) for v in s.get("sm_clock_mhz") or []) or "–"
@@ -208,7 +209,7 @@ def gpu_state_lines(rows: list[CaseRow]) -> list[str]:
         lines.append(
             f"| {row.phase} | `{row.case_id}` | {n} | {span} | {mem} | {s.get('temperature_c_max') or '–'} | "
             f"{s.get('power_w_max') or '–'} | {', '.join(s.get('capped') or []) or 'nothing'} | "
-            f"{_yes(s.get('persistence'))} | {_yes(s.get('clocks_locked'))} |"
+            f"{_yes(s.get('persistence'))} | {_yes(s.get('clocks_locked'))} | {s.get('found_by') or '–'} |"
         )
     return [*lines, ""]
 
