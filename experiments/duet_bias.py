@@ -3,6 +3,8 @@
     python -m experiments.duet_bias --rounds 8 --layout gate      # as the gate runs: base in a worktree, head here
     python -m experiments.duet_bias --rounds 8 --layout swapped   # the worktree's side called "head"
     python -m experiments.duet_bias --rounds 8 --layout same      # both sides run in one tree
+    python -m experiments.duet_bias --rounds 8 --layout equal     # the base's worktree beside, at a path as long
+    python -m experiments.duet_bias --rounds 8 --layout sibling   # beside, at a path as long as the gate's
     python -m experiments.duet_bias --rounds 8 --kind script --steps 600   # the example script in its own repo
     python -m experiments.duet_bias --extra "--scaling-duet-threads free"   # gloo's threads free (auto binds them)
     python -m experiments.duet_bias --kind script --steps 600 --extra "--scaling-reference-launches 4"
@@ -112,8 +114,12 @@ def one_run(a: argparse.Namespace) -> list[dict]:
         empty = gate_dir / "no-baselines"
         settings = ["--scaling-tolerance", str(policy.AB_GATE_TOLERANCE), "--scaling-max-launches", str(a.rounds)]
         command = session_command(project, sys.executable, settings, empty)
-        # equal: a sibling whose name is as long as the repository's ("base" beside "repo")
-        where = repo.parent / "base".ljust(len(repo.name), "-") if a.layout == "equal" else gate_dir / "base-tree"
+        # equal: a sibling whose name is as long as the repository's ("base" beside "repo"); sibling: a sibling whose
+        # path is as long as the gate's nested worktree (the path's length without the nesting)
+        where = gate_dir / "base-tree"
+        if a.layout in ("equal", "sibling"):
+            length = len(repo.name) if a.layout == "equal" else len(str(where)) - len(str(repo.parent)) - 1
+            where = repo.parent / "base".ljust(length, "-")
         with worktree.checkout(repo, "HEAD", where) as base:
             trees = {"swapped": (repo, base.path), "same": (repo, repo)}.get(a.layout, (base.path, repo))
             sides = [
@@ -149,9 +155,10 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument(
         "--layout",
-        choices=("gate", "swapped", "same", "equal"),
+        choices=("gate", "swapped", "same", "equal", "sibling"),
         default="gate",
-        help="equal: as the gate, the base's worktree beside the repository at a path of the same length",
+        help="equal: as the gate, the base's worktree beside the repository at a path of the same length; sibling: "
+        "beside it, at a path as long as the gate's (inside the repository's results)",
     )
     p.add_argument("--out", type=Path, default=Path("/tmp/duet-bias.jsonl"))
     p.add_argument("--note", default="")
