@@ -77,7 +77,7 @@ def test_cuda_visible_devices_maps_a_cuda_index_to_nvmls_gpu(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert nvml.visible(node) == list(range(8))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    assert nvml.visible(node) == [4, 5, 6, 7] and nvml.handle(node, 0) == 4
+    assert nvml.visible(node) == [4, 5, 6, 7] and nvml.locate(node, 0) == (4, nvml.BY_ENV)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{uuid(6)},{uuid(2)[:12]}")  # a whole UUID, and a prefix as CUDA takes
     assert nvml.visible(node) == [6, 2]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1,foo,5")  # CUDA stops at the first entry it cannot read
@@ -87,11 +87,11 @@ def test_cuda_visible_devices_maps_a_cuda_index_to_nvmls_gpu(monkeypatch):
 def test_a_rank_finds_its_gpu_by_uuid_whatever_cuda_visible_devices_says(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # even where the environment is misleading
     node = Node()
-    assert nvml.handle(node, 0, uuid=uuid(5)[4:]) == 5  # torch's str(uuid) has no GPU- prefix
-    assert nvml.handle(node, 0, uuid="deadbeef") == 0  # a UUID NVML does not know: the environment's GPU
+    assert nvml.locate(node, 0, uuid=uuid(5)[4:]) == (5, nvml.BY_UUID)  # torch's str(uuid) has no GPU- prefix
+    assert nvml.locate(node, 0, uuid="deadbeef") == (0, nvml.BY_ENV)  # a UUID NVML does not know: the environment's GPU
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4")
     with pytest.raises(nvml.NvmlDeviceError, match=r"CUDA device 1 \(NVML knows no GPU of its UUID deadbeef\)"):
-        nvml.handle(node, 1, uuid="deadbeef")
+        nvml.locate(node, 1, uuid="deadbeef")
 
 
 def test_devices_nvml_cannot_tell_apart_are_named_with_the_fix(monkeypatch):
@@ -104,7 +104,7 @@ def test_devices_nvml_cannot_tell_apart_are_named_with_the_fix(monkeypatch):
         nvml.visible(node)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     with pytest.raises(nvml.NvmlDeviceError, match="CUDA device 2 is not among the 2 that CUDA_VISIBLE_DEVICES=4,5"):
-        nvml.handle(node, 2)
+        nvml.locate(node, 2)
 
 
 def test_a_ranks_memory_sampler_gpu_state_and_swap_read_its_own_gpu_not_nvmls_gpu_0(monkeypatch):
@@ -115,10 +115,10 @@ def test_a_ranks_memory_sampler_gpu_state_and_swap_read_its_own_gpu_not_nvmls_gp
     with MemorySampler("cuda", 0, interval_s=0.005) as sampler:
         pass
     assert sampler.source == "nvml" and sampler.peak_bytes == 3 * GIB  # GPU 0's 60 GiB is another job's
-    assert gpu_state.device_handle(node, 1) == 5
+    assert gpu_state.locate(node, 1)[0] == 5
     assert gpu_state.GpuState(0, nvml=node).fixed["found_by"] == "CUDA_VISIBLE_DEVICES"
     monkeypatch.setattr(gpu_state, "cuda_uuid", lambda index: uuid(6)[4:])  # what torch would give on a GPU
-    assert gpu_state.GpuState(0, nvml=node).fixed["found_by"] == "UUID" and gpu_state.device_handle(node, 0) == 6
+    assert gpu_state.GpuState(0, nvml=node).fixed["found_by"] == "UUID" and gpu_state.locate(node, 0)[0] == 6
     monkeypatch.setattr(gpu_state, "cuda_uuid", lambda index: None)
     read = process_reader(0, os.getpid(), nvml=node)
     assert read is not None and read() == 3 * GIB

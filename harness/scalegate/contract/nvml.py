@@ -4,7 +4,7 @@ CUDA counts only the devices ``CUDA_VISIBLE_DEVICES`` names, in the order it nam
 node, in PCI bus order. Under ``CUDA_VISIBLE_DEVICES=4,5,6,7`` a rank's ``cuda:0`` is NVML's GPU 4, and NVML's GPU 0
 is another job's. So no reader takes a CUDA index as NVML's:
 
-- a rank knows its device's UUID (torch's device properties) and finds NVML's handle by it (``handle(uuid=...)``),
+- a rank knows its device's UUID (torch's device properties) and finds NVML's handle by it (``locate(uuid=...)``),
   or through the environment as the gate does where NVML knows no such UUID;
 - the gate makes no CUDA context, so it reads ``CUDA_VISIBLE_DEVICES`` as CUDA does (``visible``): unset, every GPU
   in NVML's order; indices, those NVML indices; ``GPU-``/``MIG-`` UUIDs or their unique prefixes, matched against
@@ -26,11 +26,6 @@ BY_UUID, BY_ENV = "UUID", "CUDA_VISIBLE_DEVICES"  # how ``locate`` found a devic
 
 class NvmlDeviceError(RuntimeError):
     """A CUDA device this process sees that NVML cannot be matched to."""
-
-
-def handle(nvml: Any, cuda_index: int, uuid: str | None = None) -> Any:
-    """NVML's handle of this process's CUDA device ``cuda_index`` (``locate``)."""
-    return locate(nvml, cuda_index, uuid)[0]
 
 
 def locate(nvml: Any, cuda_index: int, uuid: str | None = None) -> tuple[Any, str]:

@@ -125,19 +125,18 @@ def _refusals(baseline_dir: Path):
     (launch/duet_fit.py): their peaks from the rounds so far, else from the stored baseline. They alternate; so does
     every case with a recorded peak where the GPUs ``CUDA_VISIBLE_DEVICES`` names cannot be matched to NVML's."""
 
+    def needs(merged: rounds.Merged) -> list[duet_fit.Need]:
+        stored = baselines.load(baseline_dir, hostinfo.detect().profile)
+        return duet_fit.needs(merged, stored.cases if stored else {})
+
     def refused(merged: rounds.Merged) -> dict[str, str]:
-        unreadable = ""
         try:
             free = duet_fit.free_bytes()
         except NvmlDeviceError as exc:  # which GPU is whose is unknown: no case is made resident twice on a guess
-            free, unreadable = [], f"GPU memory could not be read: {exc}"
+            return {need.case_id: f"GPU memory could not be read: {exc}" for need in needs(merged)}
         if free is None:
             return {}  # no GPU: nothing to check
-        stored = baselines.load(baseline_dir, hostinfo.detect().profile)
-        needs = duet_fit.needs(merged, stored.cases if stored else {})
-        if unreadable:
-            return {need.case_id: unreadable for need in needs}
-        return duet_fit.refusals(needs, free)
+        return duet_fit.refusals(needs(merged), free)
 
     return refused
 

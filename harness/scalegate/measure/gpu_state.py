@@ -41,7 +41,7 @@ class GpuState:
             import pynvml as nvml
         self.nvml = nvml
         nvml.nvmlInit()
-        self.handle, found_by = nvml_device.locate(nvml, device_index, cuda_uuid(device_index))
+        self.handle, found_by = locate(nvml, device_index)
         self.readings: list[dict[str, Any]] = []
         self.fixed = {**self._fixed(), "found_by": found_by}
 
@@ -98,10 +98,11 @@ class GpuState:
         }
 
 
-def device_handle(nvml: Any, device_index: int) -> Any:
-    """NVML's handle of this rank's CUDA device ``device_index``, found by the device's UUID: torch's index counts
-    only the GPUs ``CUDA_VISIBLE_DEVICES`` names, NVML's every GPU of the node (contract/nvml.py)."""
-    return nvml_device.handle(nvml, device_index, cuda_uuid(device_index))
+def locate(nvml: Any, device_index: int) -> tuple[Any, str]:
+    """NVML's handle of this rank's CUDA device ``device_index``, and how it was found: by the device's UUID, since
+    torch's index counts only the GPUs ``CUDA_VISIBLE_DEVICES`` names and NVML's every GPU of the node
+    (contract/nvml.py)."""
+    return nvml_device.locate(nvml, device_index, cuda_uuid(device_index))
 
 
 def cuda_uuid(device_index: int) -> str | None:

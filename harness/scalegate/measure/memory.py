@@ -95,7 +95,7 @@ def nvml_reader(device_index: int, pid: int) -> Callable[[], int]:
     import pynvml
 
     pynvml.nvmlInit()
-    handle = gpu_state.device_handle(pynvml, device_index)
+    handle, _ = gpu_state.locate(pynvml, device_index)
 
     def read() -> int:
         held = _attributed(pynvml, handle, pid)
@@ -106,15 +106,15 @@ def nvml_reader(device_index: int, pid: int) -> Callable[[], int]:
 
 
 def process_reader(device_index: int, pid: int, nvml: Any = None) -> Callable[[], int | None] | None:
-    """A reader of the bytes NVML attributes to ``pid`` on CUDA device ``device_index`` (its CUDA context, NCCL's buffers and
-    its allocator's reserve): None where there is no NVML; the reader answers None where NVML lists no such process
-    (a container whose PID namespace hides the host's pids) rather than the device's whole use. ``nvml``: the pynvml
-    module (a stand-in in unit tests, where no GPU exists)."""
+    """A reader of the bytes NVML attributes to ``pid`` on CUDA device ``device_index`` (its CUDA context, NCCL's
+    buffers and its allocator's reserve): None where there is no NVML; the reader answers None where NVML lists no such
+    process (a container whose PID namespace hides the host's pids) rather than the device's whole use. ``nvml``: the
+    pynvml module (a stand-in in unit tests, where no GPU exists)."""
     try:
         if nvml is None:
             import pynvml as nvml
         nvml.nvmlInit()
-        handle = gpu_state.device_handle(nvml, device_index)
+        handle, _ = gpu_state.locate(nvml, device_index)
     except Exception:  # no pynvml, no driver, a device NVML cannot match: nothing to attribute
         return None
 
