@@ -1,6 +1,7 @@
 """Where an A/A duet's mean log ratio comes from (issue 34: it must lie within ±0.5%; the canaries read about -1%).
 
-    python -m experiments.duet_bias --rounds 8 --layout gate      # as the gate runs: base in a worktree, head here
+    python -m experiments.duet_bias --rounds 8 --layout gate      # as the gate runs: base beside, head here
+    python -m experiments.duet_bias --rounds 8 --layout nested    # base nested in the run directory (23 deeper)
     python -m experiments.duet_bias --rounds 8 --layout swapped   # the worktree's side called "head"
     python -m experiments.duet_bias --rounds 8 --layout same      # both sides run in one tree
     python -m experiments.duet_bias --rounds 8 --layout equal     # the base's worktree beside, at a path as long
@@ -114,13 +115,15 @@ def one_run(a: argparse.Namespace) -> list[dict]:
         empty = gate_dir / "no-baselines"
         settings = ["--scaling-tolerance", str(policy.AB_GATE_TOLERANCE), "--scaling-max-launches", str(a.rounds)]
         command = session_command(project, sys.executable, settings, empty)
-        # equal: a sibling whose name is as long as the repository's ("base" beside "repo"); sibling: a sibling whose
-        # path is as long as the gate's nested worktree (the path's length without the nesting)
+        # gate: where the gate puts it (worktree.base_tree: beside, a path as long as the repository's); nested: in
+        # the run directory; equal: a sibling whose name is as long as the repository's ("base" beside "repo");
+        # sibling: a sibling whose path is as long as the nested one (the path's length without the nesting)
         where = gate_dir / "base-tree"
         if a.layout in ("equal", "sibling"):
             length = len(repo.name) if a.layout == "equal" else len(str(where)) - len(str(repo.parent)) - 1
             where = repo.parent / "base".ljust(length, "-")
-        with worktree.checkout(repo, "HEAD", where) as base:
+        tree = worktree.base_tree(repo, "HEAD", where) if a.layout == "gate" else worktree.checkout(repo, "HEAD", where)
+        with tree as base:
             trees = {"swapped": (repo, base.path), "same": (repo, repo)}.get(a.layout, (base.path, repo))
             sides = [
                 Side(name="base", tree=trees[0], argv=command),
@@ -155,10 +158,11 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument(
         "--layout",
-        choices=("gate", "swapped", "same", "equal", "sibling"),
+        choices=("gate", "nested", "swapped", "same", "equal", "sibling"),
         default="gate",
-        help="equal: as the gate, the base's worktree beside the repository at a path of the same length; sibling: "
-        "beside it, at a path as long as the gate's (inside the repository's results)",
+        help="gate: where the gate checks the base out (beside the repository, at a path as long as its own); nested: "
+        "in the run directory (the gate's until 2026-11-28); equal: beside, at a path of the same length, named "
+        "base-; sibling: beside, at a path as long as the nested one",
     )
     p.add_argument("--out", type=Path, default=Path("/tmp/duet-bias.jsonl"))
     p.add_argument("--note", default="")

@@ -64,6 +64,16 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def base_trees_left(repo: Path) -> list[str]:
+    """Base trees a gate left behind: worktrees registered in ``repo`` besides itself, directories beside it named as
+    the gate names them (gate/worktree.place), and links in its run directories."""
+    listed = git(repo, "worktree", "list", "--porcelain").splitlines()
+    trees = [line.split(" ", 1)[1] for line in listed if line.startswith("worktree ")]
+    beside = repo.parent.glob(worktree.PREFIX + "*")
+    links = repo.parent.glob("**/gate-*/base-tree*")
+    return [t for t in trees if Path(t).resolve() != repo.resolve()] + [str(p) for p in [*beside, *links]]
+
+
 def checkout_repo(where: Path) -> str:
     """This checkout's files (tracked and untracked-but-not-ignored) as a fresh repository of one commit, "base";
     its hash."""

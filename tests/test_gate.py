@@ -13,7 +13,7 @@ import pytest
 
 from scalegate.launch import netns
 from tests.conftest import ROOT
-from tests.repos import SLOW_COMMIT, SLOW_DDP, checkout_repo, commit_change, slow_commit
+from tests.repos import SLOW_COMMIT, SLOW_DDP, base_trees_left, checkout_repo, commit_change, slow_commit
 
 pytestmark = pytest.mark.slow
 
@@ -253,11 +253,7 @@ def _assert_ab_gate_failed(run, tmp_path, repo, case_id: str) -> str:
         == len(json.loads((latest / "base" / f"{case_id}.json").read_text())["record"]["launches"])
         >= 2
     )
-    assert (
-        not list((tmp_path / "gate").glob("gate-*/base-tree*"))
-        and "base-tree"
-        not in subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
-    )
+    assert not base_trees_left(repo)
     again = subprocess.run(
         [sys.executable, "-m", "scalegate", "compare", str(latest), "--base-run", str(latest / "base")],
         cwd=repo,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.repos import checkout_repo, commit_change, slow_commit
+from tests.repos import base_trees_left, checkout_repo, commit_change, slow_commit
 
 pytestmark = pytest.mark.slow
 
@@ -82,8 +82,7 @@ def _left_behind(repo: Path) -> list[str]:
     """Worker processes of this repository, or base worktrees still registered."""
     procs = subprocess.run(["pgrep", "-af", str(repo)], capture_output=True, text=True).stdout.splitlines()
     procs = [p for p in procs if "pgrep" not in p]
-    trees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
-    return procs + [line for line in trees.splitlines() if "base-tree" in line]
+    return procs + base_trees_left(repo)
 
 
 @pytest.mark.nightly  # ~3 min: the two-node path's verdict; the default tier runs the emulated 2x1 duet (test_gate.py)

@@ -15,7 +15,7 @@ from scalegate.contract.errors import SpecError
 from scalegate.contract.topology import Topology
 from scalegate.launch import Settings, slurm
 from scalegate.plan import cluster
-from tests.repos import outside_slurm_env, srun_gate_command
+from tests.repos import base_trees_left, outside_slurm_env, srun_gate_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -250,8 +250,7 @@ def test_the_ab_gate_across_two_slurm_nodes_passes_a_commit_against_itself_and_f
     assert slow.returncode == 1, slow.stdout[-4000:] + slow.stderr[-3000:]
     table = (tmp_path / "slow.md").read_text()
     assert "❌ regressed" in table and "duet against the base commit" in table and "on 2 node(s)" in table
-    trees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
-    assert "base-tree" not in trees
+    assert not base_trees_left(repo)
 
 
 @pytest.mark.slow
@@ -289,5 +288,4 @@ def test_scancel_of_a_two_node_gate_mid_round_stops_both_nodes_and_leaves_nothin
     time.sleep(3)  # the sessions end with their gate (PR_SET_PDEATHSIG)
     procs = subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True, text=True).stdout.splitlines()
     assert not [p for p in procs if "pgrep" not in p], procs
-    trees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
-    assert "base-tree" not in trees and not list(out.glob("gate-*/**/base-tree*")), trees
+    assert not base_trees_left(repo) and not list(out.glob("gate-*/**/base-tree*"))

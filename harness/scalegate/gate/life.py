@@ -99,16 +99,23 @@ class Gate:
         environments.check_same_device(base_env, head_env)
         head_env = {**head_env, "scalegate": hostinfo.commit(plan.project.root)}  # the code each side imports
         with contextlib.ExitStack() as held:  # whatever ends the gate, each is undone in the reverse order
-            # the base tree: checked out beside the working tree on every node; node 0 also removes what a killed
-            # node left on a shared filesystem
+            # the base tree: checked out beside the working tree on every node, at a path as long as its own, and
+            # linked from the run directory; node 0 also removes what a killed node left on a shared filesystem
             if plan.nodes is not None and plan.node == 0:
                 held.callback(worktree.remove_left, plan.project.root, plan.gate_dir)
-            tree = plan.gate_dir / f"base-tree-node{plan.node}"
-            base = held.enter_context(worktree.base_tree(plan.project.root, plan.base, tree))
+            link = plan.gate_dir / f"base-tree-node{plan.node}"
+            base = held.enter_context(worktree.base_tree(plan.project.root, plan.base, link))
+            if base.note:
+                print(f"gate: {base.note}", flush=True)
+                self.notes.append(base.note)
             base_env = {**base_env, "scalegate": hostinfo.commit(base.path)}
             sides = self._sides(base.path, base_env["python"])
             chosen = pairing.choose(plan, base.path, base_env["python"])
-            print(f"gate: A/B, {plan.project.root} against {base.ref} ({base.commit[:12]}): {chosen.says}", flush=True)
+            print(
+                f"gate: A/B, {plan.project.root} against {base.ref} ({base.commit[:12]}, checked out at {base.path}): "
+                f"{chosen.says}",
+                flush=True,
+            )
             # parity: both front ends in each launch, no base needed (node 0: the other nodes have no part in it)
             parity_run, parity_code = pairing.parity(plan, plan.project.root, plan.gate_dir)
             # the rounds: both sides once a round, paired where they can be; the other nodes follow node 0

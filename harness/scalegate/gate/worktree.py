@@ -1,9 +1,14 @@
 """The base commit of an A/B gate run, checked out beside the working tree and always removed afterwards.
 
-    with worktree.checkout(root, "origin/main", gate_dir / "base-tree") as base:
-        ...  # base.path holds the commit's files; base.commit its full hash
+    with worktree.base_tree(root, "origin/main", gate_dir / "base-tree-node0") as base:
+        ...  # base.path holds the commit's files; base.commit its full hash; base.note says where it is not beside
 
-A ``git worktree`` (detached) shares the repository's objects, so a checkout costs the files only. Both
+A ``git worktree`` (detached) shares the repository's objects, so a checkout costs the files only. The gate puts it
+beside the repository, in a hidden directory whose path is exactly as long as the repository's (``place``), and
+links it from the run directory: every path either side's ranks see (their directory, ``sys.path``, the script's
+path, every module's file) is then as long as the other side's. A base tree nested in the run directory, 23 or more
+characters deeper, doubled the variance of a script's 1x1 reference in forced A/A swap rounds (docs/evidence/duet.md,
+"Where the base's tree lies"). Both
 sides run in the same Python environment unless ``--base-python`` names the base side's
 (harness/scalegate/gate/environments.py): then a PR that changes a dependency's version is measured too (docs/gate.md).
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -26,6 +32,12 @@ class Tree:
     path: Path
     commit: str
     ref: str
+    note: str = ""  # where the tree's path is not as long as the working tree's: where it is, and why
+
+
+# the name of a base tree beside the repository: hidden, "sg" where the name has room, random hex to the length
+PREFIX = ".sg"
+TRIES = 64
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -77,15 +89,46 @@ def checkout(root: Path, ref: str, path: Path) -> Iterator[Tree]:
 
 
 def remove(root: Path, path: Path) -> None:
-    if _git(root, "worktree", "remove", "--force", str(path)).returncode != 0:
-        shutil.rmtree(path, ignore_errors=True)
+    """The tree at ``path`` removed and unregistered; where ``path`` is the run directory's link to a tree beside the
+    repository, that tree and the link."""
+    tree = Path(os.readlink(path)) if path.is_symlink() else path
+    if _git(root, "worktree", "remove", "--force", str(tree)).returncode != 0:
+        shutil.rmtree(tree, ignore_errors=True)
+    if path.is_symlink():
+        path.unlink()
     _git(root, "worktree", "prune")
 
 
+def place(root: Path, link: Path) -> tuple[Path, str]:
+    """An empty directory for the base tree beside ``root``, its path exactly as long as ``root``'s, linked from
+    ``link`` (in the gate's run directory) while it lives; with a note, ``link`` itself where none can be made there
+    (the parent not writable, every name of that length taken)."""
+    length = len(root.name)
+    head = PREFIX if length > len(PREFIX) else "."[: length - 1]
+    why = f"every name of {length} character(s) beside it is taken"
+    for _ in range(TRIES):
+        path = root.parent / (head + secrets.token_hex(length)[: length - len(head)])
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            why = f"{root.parent} is not writable ({exc.strerror})"
+            break
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(path)
+        return path, ""
+    note = (
+        f"the base commit is checked out at {link}, {len(str(link)) - len(str(root))} characters deeper than {root}: "
+        f"{why}. A script's swap rounds spread more where the two sides' paths differ in length (docs/duet.md)"
+    )
+    return link, note
+
+
 def remove_left(root: Path, gate_dir: Path) -> list[Path]:
-    """The base trees other nodes' gates left under ``gate_dir`` (a node killed before its own clean-up), removed
-    where this node sees them (a shared filesystem); the ones removed."""
-    left = sorted(p for p in gate_dir.glob("base-tree-node*") if p.is_dir())
+    """The base trees other nodes' gates left (a node killed before its own clean-up), found by their links in
+    ``gate_dir`` and removed where this node sees them (a shared filesystem); the ones removed."""
+    left = sorted(p for p in gate_dir.glob("base-tree-node*") if p.is_symlink() or p.is_dir())
     for path in left:
         remove(root, path)
     return left
@@ -105,12 +148,21 @@ def copy_checkout(root: Path, dest: Path) -> None:
 
 
 @contextlib.contextmanager
-def base_tree(root: Path, ref: str | None, path: Path) -> Iterator[Tree]:
-    """The A/B gate's base side: ``ref`` checked out at ``path`` (``checkout``), or, without a ref (``--base-python``
-    alone: the same code in another environment), the working tree itself, left as it is."""
+def base_tree(root: Path, ref: str | None, link: Path) -> Iterator[Tree]:
+    """The A/B gate's base side: ``ref`` checked out beside ``root`` at a path as long as its own (``place``), linked
+    from ``link``; or, without a ref (``--base-python`` alone: the same code in another environment), the working
+    tree itself, left as it is."""
     if ref:
-        with checkout(root, ref, path) as tree:
-            yield tree
+        resolve(root, ref)  # bad input before anything is made
+        path, note = place(root, link)
+        try:
+            with checkout(root, ref, path) as tree:
+                yield Tree(path=tree.path, commit=tree.commit, ref=tree.ref, note=note)
+        finally:
+            if link.is_symlink():
+                link.unlink()
+            if path != link and path.is_dir() and not any(path.iterdir()):
+                path.rmdir()  # made by place, left empty where the checkout failed
         return
     done = _git(root, "rev-parse", "HEAD")
     yield Tree(path=root, commit=done.stdout.strip() if done.returncode == 0 else "", ref="the working tree")

@@ -1,0 +1,63 @@
+"""Where the A/B gate checks out its base commit: beside the repository, at a path exactly as long as the
+repository's, linked from the run directory, and removed however the gate ends (gate/worktree.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scalegate.gate import worktree
+from tests.repos import base_trees_left, git
+
+
+def _repo(where):
+    where.mkdir(parents=True)
+    git(where, "init", "-q")
+    (where / "train.py").write_text("print('step')\n")
+    git(where, "add", "train.py")
+    git(where, "commit", "-q", "-m", "base")
+    return where
+
+
+@pytest.mark.parametrize("name", ["r", "ab", "abc", "repo", "my-training-repository"])
+def test_the_base_tree_lies_beside_the_repository_at_a_path_as_long_as_its_own(tmp_path, name):
+    repo = _repo(tmp_path / name)
+    link = tmp_path / "results" / "gate-1" / "base-tree-node0"
+    with worktree.base_tree(repo, "HEAD", link) as base:
+        assert base.path.parent == repo.parent and len(str(base.path)) == len(str(repo)), base.path
+        assert base.note == "" and (base.path / "train.py").is_file()
+        assert link.is_symlink() and link.resolve() == base.path.resolve()  # where a user finds it while it runs
+        assert base_trees_left(repo)  # registered while it lives
+    assert not base.path.exists() and not link.is_symlink() and not base_trees_left(repo)
+
+
+def test_where_no_name_of_that_length_is_free_the_tree_is_nested_in_the_run_directory_with_a_note(tmp_path):
+    repo = _repo(tmp_path / "r")  # a one-character name: 16 of them, all taken below
+    for c in "0123456789abcdef":
+        (repo.parent / c).mkdir()
+    link = tmp_path / "results" / "gate-1" / "base-tree-node0"
+    with worktree.base_tree(repo, "HEAD", link) as base:
+        assert base.path == link and not link.is_symlink() and (link / "train.py").is_file()
+        assert "characters deeper than" in base.note and "every name of 1 character(s) beside it is taken" in base.note
+    assert not link.exists() and not base_trees_left(repo)
+
+
+def test_a_base_ref_that_is_no_commit_makes_nothing(tmp_path):
+    repo = _repo(tmp_path / "repo")
+    link = tmp_path / "results" / "gate-1" / "base-tree-node0"
+    with pytest.raises(worktree.ScalegateError, match="'nope' is not a commit"):
+        with worktree.base_tree(repo, "nope", link):
+            pass
+    assert sorted(p.name for p in repo.parent.iterdir()) == ["repo"] and not link.parent.exists()
+
+
+def test_node_0_removes_the_trees_a_killed_nodes_gate_left_by_their_links(tmp_path):
+    repo = _repo(tmp_path / "repo")
+    gate_dir = tmp_path / "results" / "gate-slurm-7-0"
+    for node in (1, 2):  # each node's gate made its tree and was killed before removing it
+        path, note = worktree.place(repo, gate_dir / f"base-tree-node{node}")
+        git(repo, "worktree", "add", "--detach", "--force", str(path), "HEAD")
+        assert note == "" and (path / "train.py").is_file()
+    assert len(base_trees_left(repo)) == 6  # two registered, two beside the repository, two links
+    removed = worktree.remove_left(repo, gate_dir)
+    assert [p.name for p in removed] == ["base-tree-node1", "base-tree-node2"]
+    assert not base_trees_left(repo) and not list(gate_dir.iterdir())
