@@ -3,6 +3,10 @@ repository's, linked from the run directory, and removed however the gate ends (
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from scalegate.gate import worktree
@@ -61,3 +65,28 @@ def test_node_0_removes_the_trees_a_killed_nodes_gate_left_by_their_links(tmp_pa
     removed = worktree.remove_left(repo, gate_dir)
     assert [p.name for p in removed] == ["base-tree-node1", "base-tree-node2"]
     assert not base_trees_left(repo) and not list(gate_dir.iterdir())
+
+
+def test_a_tree_whose_gate_was_killed_outright_is_removed_by_the_next_and_one_in_use_is_not(tmp_path):
+    repo = _repo(tmp_path / "repo")
+    killed = subprocess.run(  # a gate's process killed outright with its base tree checked out: no clean-up runs
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; from pathlib import Path; from scalegate.gate import worktree\n"
+            "with worktree.base_tree(Path(sys.argv[1]), 'HEAD', Path(sys.argv[2])) as base:\n"
+            "    print(base.path, flush=True); os.kill(os.getpid(), 9)",
+            str(repo),
+            str(tmp_path / "results" / "gate-1" / "base-tree-node0"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -9 and killed.stdout.strip(), killed.stderr
+    left = Path(killed.stdout.strip())
+    assert (left / "train.py").is_file() and str(left) in git(repo, "worktree", "list")
+    with worktree.base_tree(repo, "HEAD", tmp_path / "results" / "gate-2" / "base-tree-node0") as base:
+        assert worktree.sweep(repo) == [left]  # the killed one's, not this process's own
+        assert not left.exists() and (base.path / "train.py").is_file()
+        assert str(base.path) in git(repo, "worktree", "list")
+    assert base_trees_left(repo) == [str(tmp_path / "results" / "gate-1" / "base-tree-node0")]  # its link, dangling

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,10 @@ class Tree:
 # the name of a base tree beside the repository: hidden, "sg" where the name has room, random hex to the length
 PREFIX = ".sg"
 TRIES = 64
+# every tree scalegate checks out is locked in git with its owner, so a later run can tell one whose process was
+# killed outright (no clean-up ran) from one in use (``sweep``)
+OWNER = "scalegate: pid {pid} on {host}"
+OWNER_RE = re.compile(r"scalegate: pid (\d+) on (\S+)$")
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -76,7 +82,8 @@ def checkout(root: Path, ref: str, path: Path) -> Iterator[Tree]:
     """``ref`` of ``root`` checked out (detached) at ``path`` for the duration; removed however the block ends."""
     commit = resolve(root, ref)
     path.parent.mkdir(parents=True, exist_ok=True)
-    done = _git(root, "worktree", "add", "--detach", "--force", str(path), commit)
+    owner = OWNER.format(pid=os.getpid(), host=socket.gethostname())
+    done = _git(root, "worktree", "add", "--detach", "--force", "--lock", "--reason", owner, str(path), commit)
     if done.returncode != 0:
         raise ScalegateError(
             f"could not check out --base {ref} ({commit[:12]}) at {path}: {done.stderr.strip()}",
@@ -92,7 +99,7 @@ def remove(root: Path, path: Path) -> None:
     """The tree at ``path`` removed and unregistered; where ``path`` is the run directory's link to a tree beside the
     repository, that tree and the link."""
     tree = Path(os.readlink(path)) if path.is_symlink() else path
-    if _git(root, "worktree", "remove", "--force", str(tree)).returncode != 0:
+    if _git(root, "worktree", "remove", "--force", "--force", str(tree)).returncode != 0:  # twice: it is locked
         shutil.rmtree(tree, ignore_errors=True)
     if path.is_symlink():
         path.unlink()
@@ -103,7 +110,7 @@ def place(root: Path, link: Path) -> tuple[Path, str]:
     """An empty directory for the base tree beside ``root``, its path exactly as long as ``root``'s, linked from
     ``link`` (in the gate's run directory) while it lives; with a note, ``link`` itself where none can be made there
     (the parent not writable, every name of that length taken)."""
-    length = len(root.name)
+    length = len(os.fsencode(root.name))  # bytes, as a rank's environment and arguments hold them
     head = PREFIX if length > len(PREFIX) else "."[: length - 1]
     why = f"every name of {length} character(s) beside it is taken"
     for _ in range(TRIES):
@@ -115,14 +122,43 @@ def place(root: Path, link: Path) -> tuple[Path, str]:
         except OSError as exc:
             why = f"{root.parent} is not writable ({exc.strerror})"
             break
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(path)
+        try:
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(path)
+        except OSError as exc:
+            path.rmdir()
+            why = f"the link {link} could not be made ({exc.strerror})"
+            break
         return path, ""
     note = (
         f"the base commit is checked out at {link}, {len(str(link)) - len(str(root))} characters deeper than {root}: "
         f"{why}. A script's swap rounds spread more where the two sides' paths differ in length (docs/duet.md)"
     )
     return link, note
+
+
+def sweep(root: Path) -> list[Path]:
+    """The trees scalegate checked out on this host for a process that is gone (killed outright: SIGKILL, the OOM
+    killer), removed; the ones removed. A tree whose owner runs, or that another host made, is left alone."""
+    listed = _git(root, "worktree", "list", "--porcelain").stdout
+    gone = []
+    for block in listed.split("\n\n"):
+        fields = dict(line.split(" ", 1) for line in block.splitlines() if " " in line)
+        owner = OWNER_RE.match(fields.get("locked", ""))
+        if owner and owner[2] == socket.gethostname() and not _running(int(owner[1])):
+            remove(root, Path(fields["worktree"]))
+            gone.append(Path(fields["worktree"]))
+    return gone
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def remove_left(root: Path, gate_dir: Path) -> list[Path]:
