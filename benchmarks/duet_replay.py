@@ -12,7 +12,8 @@ test over them round by round (``judge.duet.sigma_of``, ``sequential.decide``, t
 ``--tolerance``, alpha 1%, beta 5%, ``--budget`` rounds, two rounds before either verdict), exactly as
 ``judge.duet.timing`` decides a gate. From an A/A set it reads the false alarms, and, with every round's efficiency
 log ratio shifted by ``ln(1 - drop)``, the power at that drop; from a set whose head was really slowed it reads the
-power on those rounds as measured. The sigma floor is the judge's (``RECORDED_AA``) unless ``--floor`` names one.
+power on those rounds as measured. The sigma floor is the judge's for the rounds' pairing (``RECORDED_AA``, or
+``RECORDED_AA_SWAP``, ``RECORDED_AA_ALTERNATE``) unless ``--floor`` names one.
 
 Rounds drawn independently: a gate's own rounds share more than that (one afternoon's host, one pair of trees), so a
 whole-command run (experiments/duet_aa.py) is the check on this; the two are reported side by side in
@@ -65,8 +66,16 @@ def sets(path: Path) -> dict[tuple, list[dict]]:
             run.get("note", ""),
         )
         rounds = [forced(r) for r in run["rounds"] if "se_1" in r] if "layout" in run else run["rounds"]
-        out.setdefault(key, []).extend(dict(r, run=number) for r in rounds if r.get("paired"))
+        out.setdefault(key, []).extend(dict(r, run=number, pairing=pairing_of(run)) for r in rounds if r.get("paired"))
     return out
+
+
+def pairing_of(run: dict) -> str:
+    """The pairing a run's rounds were measured in: a forced run's ``pairing``, a whole gate's ``--pairing``, else the
+    duet (the gate's default)."""
+    args = run.get("gate_args", [])
+    named = args[args.index("--pairing") + 1] if "--pairing" in args[:-1] else run.get("pairing", "duet")
+    return named if named in ("swap", "alternate") else "duet"
 
 
 RUN_ROUNDS = 2  # a run counts from two rounds: one round has no residual of its own
@@ -194,7 +203,9 @@ def main() -> int:
     p.add_argument("--drop", type=float, default=0.05, help="the drop shifted into A/A rounds")
     p.add_argument("--budget", type=int, default=8)
     p.add_argument("--gates", type=int, default=10000)
-    p.add_argument("--floor", type=float, help="the sigma floor (default: the judge's RECORDED_AA for the kind)")
+    p.add_argument(
+        "--floor", type=float, help="the sigma floor (default: the judge's for the kind and the rounds' pairing)"
+    )
     p.add_argument(
         "--metric",
         choices=("eff", "step_w"),
@@ -238,7 +249,7 @@ def main() -> int:
     for (kind, strategy, change, steps, note), rounds in sets(a.data).items():
         if len(rounds) < 4:
             continue
-        floor = duet.measured_floor("script" if kind == "script" else "workload", step_w)
+        floor = duet.measured_floor("script" if kind == "script" else "workload", step_w, rounds[0]["pairing"])
         if a.floor is not None:
             floor = (a.floor, "--floor")
         spread = statistics.stdev(value(r, a.metric)[0] for r in rounds)

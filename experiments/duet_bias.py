@@ -11,6 +11,7 @@
     python -m experiments.duet_bias --kind script --steps 600 --extra "--scaling-reference-launches 4"
     python -m experiments.duet_bias --kind script --steps 150 --turn-steps 150   # turns of a launch's whole steps
     python -m experiments.duet_bias --pairing swap --turn-steps 25   # the swap pairing (the idle job swapped out)
+    python -m experiments.duet_bias --layout same --pad-base 46     # one tree, the base's environment 46 bytes larger
 
 One A/A duet of ``ddp-cnn-1x2`` (and its 1x1 reference) for a fixed number of rounds, driven by the gate's own
 ``gate.rounds.run`` and coordinator, in a throwaway copy of this checkout. Where the head's step time at W and at
@@ -30,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.duet_estimators import raw_row
@@ -99,6 +101,16 @@ def by_pair(h, b) -> dict:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class PaddedSide(Side):
+    """A side whose sessions (and so their ranks) carry ``pad`` more bytes of environment: SCALEGATE_PAD=xxx..."""
+
+    pad: int = 0
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), **({"SCALEGATE_PAD": "x" * self.pad} if self.pad else {})}
+
+
 def one_run(a: argparse.Namespace) -> list[dict]:
     """``a.rounds`` rounds under one coordinator, in a fresh throwaway repository and base worktree."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,7 +138,7 @@ def one_run(a: argparse.Namespace) -> list[dict]:
         with tree as base:
             trees = {"swapped": (repo, base.path), "same": (repo, repo)}.get(a.layout, (base.path, repo))
             sides = [
-                Side(name="base", tree=trees[0], argv=command),
+                PaddedSide(name="base", tree=trees[0], argv=command, pad=a.pad_base),
                 Side(name="head", tree=trees[1], argv=command),
             ]
 
@@ -194,6 +206,12 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=1, help="runs of --rounds each, every one in a fresh repository")
     p.add_argument("--with-single", action="store_true", help="single-cnn-1x1 in the first round too, as duet_aa")
     p.add_argument("--extra", default="", help="more pytest options for both sides' sessions, as one string")
+    p.add_argument(
+        "--pad-base",
+        type=int,
+        default=0,
+        help="the base side's environment this many bytes larger (SCALEGATE_PAD): a longer path's size, no path",
+    )
     a = p.parse_args()
     load = os.getloadavg()[0]
     started = time.monotonic()
@@ -212,6 +230,7 @@ def main() -> int:
         "steps": a.steps,
         "duet_threads": duet_threads(a.extra),  # until 2026-11-27: "bind_threads", "all" where bound, "" free
         "layout": a.layout,
+        "pad_base": a.pad_base,
         "pairing": a.pairing,
         "turn_steps": a.turn_steps,
         "first": a.first,

@@ -153,3 +153,16 @@ def test_runs_whose_means_differ_no_more_than_their_rounds_allow_keep_no_level_o
     rounds = [{"run": run, "eff_log": log, "se": 0.01} for run in (0, 1) for log in (logs if run else logs[::-1])]
     levels, residuals = duet_replay.by_run(rounds, "eff")
     assert levels == [pytest.approx(0.0)] and len(residuals) == 8
+
+
+def test_the_replay_floors_each_set_by_the_pairing_its_rounds_ran_in():
+    from benchmarks import duet_replay
+    from scalegate import policy
+    from scalegate.judge import duet
+
+    assert duet_replay.pairing_of({"gate_args": ["--pairing", "swap"]}) == "swap"  # a whole gate's
+    assert duet_replay.pairing_of({"pairing": "alternate", "layout": "gate"}) == "alternate"  # a forced run's
+    assert duet_replay.pairing_of({"gate_args": ["--max-minutes", "10"]}) == duet_replay.pairing_of({}) == "duet"
+    assert duet.measured_floor("script", False, "swap") == policy.RECORDED_AA_SWAP["script"][0]
+    assert duet.measured_floor("workload", True, "alternate") == policy.RECORDED_AA_ALTERNATE["workload"][1]
+    assert duet.measured_floor("script") == policy.RECORDED_AA["script"]

@@ -58,9 +58,12 @@ def aa_floor(record: CaseRecord, baseline: BaselineFile | None, step_w: bool = F
     return measured_floor("script" if is_script(record) else "workload", step_w)
 
 
-def measured_floor(kind: str, step_w: bool = False) -> tuple[float, str]:
-    """The floor measured on the 2-core VMs for ``kind`` ("workload" or "script"): the efficiency's, or the step
-    time at W's (benchmarks/duet_replay.py replays with it)."""
+def measured_floor(kind: str, step_w: bool = False, pairing: str = "duet") -> tuple[float, str]:
+    """The floor measured on the 2-core VMs for ``kind`` ("workload" or "script") in ``pairing`` (the duet, "swap"
+    or "alternate"): the efficiency's, or the step time at W's (benchmarks/duet_replay.py replays with it)."""
+    if pairing in ("swap", "alternate"):
+        efficiency, at_w = (RECORDED_AA_SWAP if pairing == "swap" else RECORDED_AA_ALTERNATE)[kind]
+        return at_w if step_w else efficiency
     return (RECORDED_AA_STEP_W if step_w else RECORDED_AA)[kind]
 
 
@@ -69,18 +72,12 @@ def alternate_floor(record: CaseRecord, step_w: bool = False, local: bool = Fals
     ``local``: of the efficiency read from each launch's same-launch local steps (``RECORDED_AA_ALTERNATE_LOCAL``)."""
     if local and not step_w:
         return RECORDED_AA_ALTERNATE_LOCAL
-    return _recorded(RECORDED_AA_ALTERNATE, record, step_w)
+    return measured_floor("script" if is_script(record) else "workload", step_w, "alternate")
 
 
 def swap_floor(record: CaseRecord, step_w: bool = False) -> tuple[float, str]:
     """Sigma's floor in the swap pairing: the spread of its recorded A/A rounds (``RECORDED_AA_SWAP``)."""
-    return _recorded(RECORDED_AA_SWAP, record, step_w)
-
-
-def _recorded(table: dict, record: CaseRecord, step_w: bool) -> tuple[float, str]:
-    """A pairing's recorded floor for the record's kind (workload or script): the efficiency's or the step at W's."""
-    efficiency, at_w = table["script" if is_script(record) else "workload"]
-    return at_w if step_w else efficiency
+    return measured_floor("script" if is_script(record) else "workload", step_w, "swap")
 
 
 def speed_drop(step_time: float) -> float:
