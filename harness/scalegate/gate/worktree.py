@@ -137,9 +137,10 @@ def place(root: Path, link: Path) -> tuple[Path, str]:
     return link, note
 
 
-def sweep(root: Path) -> list[Path]:
+def sweep(root: Path, runs: Path | None = None) -> list[Path]:
     """The trees scalegate checked out on this host for a process that is gone (killed outright: SIGKILL, the OOM
-    killer), removed; the ones removed. A tree whose owner runs, or that another host made, is left alone."""
+    killer), removed with their links in the run directories under ``runs``; the ones removed. A tree whose owner
+    runs, or that another host made, is left alone."""
     listed = _git(root, "worktree", "list", "--porcelain").stdout
     gone = []
     for block in listed.split("\n\n"):
@@ -148,6 +149,9 @@ def sweep(root: Path) -> list[Path]:
         if owner and owner[2] == socket.gethostname() and not _running(int(owner[1])):
             remove(root, Path(fields["worktree"]))
             gone.append(Path(fields["worktree"]))
+    for link in runs.glob("*/base-tree-node*") if runs is not None and gone else []:
+        if link.is_symlink() and Path(os.readlink(link)) in gone:
+            link.unlink()
     return gone
 
 
