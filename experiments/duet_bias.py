@@ -11,7 +11,7 @@
     python -m experiments.duet_bias --kind script --steps 600 --extra "--scaling-reference-launches 4"
     python -m experiments.duet_bias --kind script --steps 150 --turn-steps 150   # turns of a launch's whole steps
     python -m experiments.duet_bias --pairing swap --turn-steps 25   # the swap pairing (the idle job swapped out)
-    python -m experiments.duet_bias --layout same --pad-base 46     # one tree, the base's environment 46 bytes larger
+    python -m experiments.duet_bias --layout same --pad-base 23     # one tree, the base's environment 46 bytes larger
 
 One A/A duet of ``ddp-cnn-1x2`` (and its 1x1 reference) for a fixed number of rounds, driven by the gate's own
 ``gate.rounds.run`` and coordinator, in a throwaway copy of this checkout. Where the head's step time at W and at
@@ -210,7 +210,8 @@ def main() -> int:
         "--pad-base",
         type=int,
         default=0,
-        help="the base side's environment this many bytes larger (SCALEGATE_PAD): a longer path's size, no path",
+        help="the base side's sessions get SCALEGATE_PAD, this many bytes long (with its name, its end and its pointer, "
+        "23 bytes more): a longer path's size, without the path",
     )
     a = p.parse_args()
     load = os.getloadavg()[0]

@@ -82,14 +82,15 @@ def checkout(root: Path, ref: str, path: Path) -> Iterator[Tree]:
     """``ref`` of ``root`` checked out (detached) at ``path`` for the duration; removed however the block ends."""
     commit = resolve(root, ref)
     path.parent.mkdir(parents=True, exist_ok=True)
-    owner = OWNER.format(pid=os.getpid(), host=socket.gethostname())
-    done = _git(root, "worktree", "add", "--detach", "--force", "--lock", "--reason", owner, str(path), commit)
+    done = _git(root, "worktree", "add", "--detach", "--force", str(path), commit)
     if done.returncode != 0:
         raise ScalegateError(
             f"could not check out --base {ref} ({commit[:12]}) at {path}: {done.stderr.strip()}",
             "remove the directory, run `git worktree prune`, and rerun",
         )
     try:
+        # locked apart from `add`, whose --reason needs git 2.33 (Ubuntu 20.04 has 2.25); `lock --reason` has 2.10
+        _git(root, "worktree", "lock", "--reason", OWNER.format(pid=os.getpid(), host=socket.gethostname()), str(path))
         yield Tree(path=path, commit=commit, ref=ref)
     finally:
         remove(root, path)
