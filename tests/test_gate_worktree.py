@@ -85,8 +85,34 @@ def test_a_tree_whose_gate_was_killed_outright_is_removed_by_the_next_and_one_in
     assert killed.returncode == -9 and killed.stdout.strip(), killed.stderr
     left = Path(killed.stdout.strip())
     assert (left / "train.py").is_file() and str(left) in git(repo, "worktree", "list")
+    assert f", linked from {tmp_path / 'results' / 'gate-1' / 'base-tree-node0'}" in git(
+        repo, "worktree", "list", "--porcelain"
+    )  # the link the next gate removes with it, wherever the killed gate's results were
     with worktree.base_tree(repo, "HEAD", tmp_path / "results" / "gate-2" / "base-tree-node0") as base:
-        assert worktree.sweep(repo, tmp_path / "results") == [left]  # the killed one's, not this process's own
+        assert worktree.sweep(repo) == [left]  # the killed one's, not this process's own
         assert not left.exists() and (base.path / "train.py").is_file()
         assert str(base.path) in git(repo, "worktree", "list")
     assert not base_trees_left(repo)  # its link in its run directory too
+
+
+def test_a_bisect_killed_outright_leaves_its_tree_to_the_next_sweep(tmp_path):
+    repo = _repo(tmp_path / "repo")
+    where = tmp_path / "results" / "bisect" / "bisect-1" / "tree"
+    killed = subprocess.run(  # cli/bisect.py's checkout, no link: its lock names the owner alone
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; from pathlib import Path; from scalegate.gate import worktree\n"
+            "with worktree.checkout(Path(sys.argv[1]), 'HEAD', Path(sys.argv[2])):\n"
+            "    os.kill(os.getpid(), 9)",
+            str(repo),
+            str(where),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -9 and (where / "train.py").is_file(), killed.stderr
+    locked = [line for line in git(repo, "worktree", "list", "--porcelain").splitlines() if line.startswith("locked")]
+    assert len(locked) == 1 and worktree.OWNER_RE.match(locked[0].split(" ", 1)[1])[3] is None, locked
+    assert worktree.sweep(repo) == [where]
+    assert not where.exists() and not base_trees_left(repo)

@@ -10,7 +10,8 @@ is sure (the gate's budget). A commit where a selected case is ``regressed`` is 
 is ``ok`` it is good; anything else (undecided within the budget, a crashed case, no result) is skipped (exit 125),
 so an unsure step can never point bisect the wrong way; a crash of the gate itself stops the bisect (exit 255),
 naming the commit and the error. Parity is left out: it needs no base. The worktree and
-the bisect state are removed whatever happens (Ctrl-C, a failing step).
+the bisect state are removed whatever happens (Ctrl-C, a failing step); those of a bisect killed outright (SIGKILL)
+are removed by the next bisect or gate in the repository on that host.
 
 Exit codes: 0 a first bad commit was found (printed), 1 none (every candidate skipped, or BAD is not bad),
 2 bad input.
@@ -113,6 +114,8 @@ def _bisect(good: str, bad: str, user_args: list[str], results_dir: Path) -> int
     if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", good_commit, bad_commit]).returncode:
         raise ScalegateError(f"GOOD {good} is not an ancestor of BAD {bad}", "pass an older good commit first")
     out = (results_dir / time.strftime("bisect-%Y%m%d-%H%M%S")).resolve()
+    for left in worktree.sweep(repo):
+        print(f"bisect: removed {left}, a tree that a killed scalegate process left on this host", flush=True)
     with worktree.checkout(repo, bad_commit, out / "tree") as tree:
         git = lambda *a: subprocess.run(["git", *a], cwd=tree.path, capture_output=True, text=True)  # noqa: E731
         try:

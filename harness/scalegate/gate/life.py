@@ -103,7 +103,7 @@ class Gate:
             # linked from the run directory; node 0 also removes what a killed node left on a shared filesystem
             if plan.nodes is not None and plan.node == 0:
                 held.callback(worktree.remove_left, plan.project.root, plan.gate_dir)
-            for left in worktree.sweep(plan.project.root, plan.gate_dir.parent) if plan.base else []:
+            for left in worktree.sweep(plan.project.root) if plan.base else []:
                 print(f"gate: removed {left}, a tree that a killed scalegate process left on this host", flush=True)
             link = plan.gate_dir / f"base-tree-node{plan.node}"
             base = held.enter_context(worktree.base_tree(plan.project.root, plan.base, link))

@@ -41,9 +41,10 @@ class Tree:
 PREFIX = ".sg"
 TRIES = 64
 # every tree scalegate checks out is locked in git with its owner, so a later run can tell one whose process was
-# killed outright (no clean-up ran) from one in use (``sweep``)
+# killed outright (no clean-up ran) from one in use (``sweep``), and the link to it a run directory holds
 OWNER = "scalegate: pid {pid} on {host}"
-OWNER_RE = re.compile(r"scalegate: pid (\d+) on (\S+)$")
+LINKED = ", linked from {link}"
+OWNER_RE = re.compile(r"scalegate: pid (\d+) on ([^\s,]+)(?:, linked from (.+))?$")
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -78,8 +79,9 @@ def resolve(root: Path, ref: str, what: str = "--base") -> str:
 
 
 @contextlib.contextmanager
-def checkout(root: Path, ref: str, path: Path) -> Iterator[Tree]:
-    """``ref`` of ``root`` checked out (detached) at ``path`` for the duration; removed however the block ends."""
+def checkout(root: Path, ref: str, path: Path, link: Path | None = None) -> Iterator[Tree]:
+    """``ref`` of ``root`` checked out (detached) at ``path`` for the duration; removed however the block ends. Its
+    lock names its owner and ``link``, the run directory's link to it, so that ``sweep`` removes both."""
     commit = resolve(root, ref)
     path.parent.mkdir(parents=True, exist_ok=True)
     done = _git(root, "worktree", "add", "--detach", "--force", str(path), commit)
@@ -90,7 +92,8 @@ def checkout(root: Path, ref: str, path: Path) -> Iterator[Tree]:
         )
     try:
         # locked apart from `add`, whose --reason needs git 2.33 (Ubuntu 20.04 has 2.25); `lock --reason` has 2.10
-        _git(root, "worktree", "lock", "--reason", OWNER.format(pid=os.getpid(), host=socket.gethostname()), str(path))
+        owner = OWNER.format(pid=os.getpid(), host=socket.gethostname()) + (LINKED.format(link=link) if link else "")
+        _git(root, "worktree", "lock", "--reason", owner, str(path))
         yield Tree(path=path, commit=commit, ref=ref)
     finally:
         remove(root, path)
@@ -138,21 +141,23 @@ def place(root: Path, link: Path) -> tuple[Path, str]:
     return link, note
 
 
-def sweep(root: Path, runs: Path | None = None) -> list[Path]:
-    """The trees scalegate checked out on this host for a process that is gone (killed outright: SIGKILL, the OOM
-    killer), removed with their links in the run directories under ``runs``; the ones removed. A tree whose owner
-    runs, or that another host made, is left alone."""
+def sweep(root: Path) -> list[Path]:
+    """The trees scalegate (a gate, a bisect) checked out on this host for a process that is gone (killed outright:
+    SIGKILL, the OOM killer), removed with the links to them that their locks name; the ones removed. A tree whose
+    owner runs, or that another host made, is left alone."""
     listed = _git(root, "worktree", "list", "--porcelain").stdout
     gone = []
     for block in listed.split("\n\n"):
         fields = dict(line.split(" ", 1) for line in block.splitlines() if " " in line)
         owner = OWNER_RE.match(fields.get("locked", ""))
-        if owner and owner[2] == socket.gethostname() and not _running(int(owner[1])):
-            remove(root, Path(fields["worktree"]))
-            gone.append(Path(fields["worktree"]))
-    for link in runs.glob("*/base-tree-node*") if runs is not None and gone else []:
-        if link.is_symlink() and Path(os.readlink(link)) in gone:
+        if not owner or owner[2] != socket.gethostname() or _running(int(owner[1])):
+            continue
+        tree = Path(fields["worktree"])
+        remove(root, tree)
+        link = Path(owner[3]) if owner[3] else None
+        if link is not None and link.is_symlink() and Path(os.readlink(link)) == tree:
             link.unlink()
+        gone.append(tree)
     return gone
 
 
@@ -197,7 +202,7 @@ def base_tree(root: Path, ref: str | None, link: Path) -> Iterator[Tree]:
         resolve(root, ref)  # bad input before anything is made
         path, note = place(root, link)
         try:
-            with checkout(root, ref, path) as tree:
+            with checkout(root, ref, path, link if path != link else None) as tree:
                 yield Tree(path=tree.path, commit=tree.commit, ref=tree.ref, note=note)
         finally:
             if link.is_symlink():
