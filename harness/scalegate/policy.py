@@ -135,7 +135,7 @@ RECORDED_AA_ALTERNATE_LOCAL = (0.038, "two launches' local efficiencies, 2.7% ea
 # The swap pairing's floors (turns of 25 steps, each job's state copied out and back between its turns), the
 # efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs, where the copies free
 # nothing (host memory): forced rounds and whole gates pooled. A script's efficiency floor is from rounds whose two
-# sides' paths are of one length, as the gate lays them out (gate/worktree.py), above their spread (3.5%); replayed
+# sides' paths are of one length, as the gate lays them out (gate/worktree.py), above their spread (3.7%); replayed
 # with each run's level kept (duet_replay --by-run), 0.1% of A/A gates alarm at it.
 # docs/evidence/duet.md#the-gates-own-layout-measured
 RECORDED_AA_SWAP = {
@@ -146,7 +146,7 @@ RECORDED_AA_SWAP = {
     "script": (
         (
             0.045,
-            "110 A/A swap rounds in 15 runs of the example script (150 steps, turns of 25), both sides' paths of one "
+            "167 A/A swap rounds in 24 runs of the example script (150 steps, turns of 25), both sides' paths of one "
             "length, recorded on the 2-core VMs",
         ),
         (0.0408, "26 A/A swap rounds of the example script's step time at W recorded on the 2-core VMs"),
