@@ -15,6 +15,7 @@ sides run in the same Python environment unless ``--base-python`` names the base
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import re
@@ -149,7 +150,7 @@ def sweep(root: Path) -> list[Path]:
     gone = []
     for block in listed.split("\n\n"):
         fields = dict(line.split(" ", 1) for line in block.splitlines() if " " in line)
-        owner = OWNER_RE.match(fields.get("locked", ""))
+        owner = OWNER_RE.match(_unquoted(fields.get("locked", "")))
         if not owner or owner[2] != socket.gethostname() or _running(int(owner[1])):
             continue
         tree = Path(fields["worktree"])
@@ -159,6 +160,14 @@ def sweep(root: Path) -> list[Path]:
             link.unlink()
         gone.append(tree)
     return gone
+
+
+def _unquoted(reason: str) -> str:
+    """A lock reason as ``git worktree list --porcelain`` prints it, unquoted: git quotes one that holds a byte
+    outside printable ASCII (a link under ``/home/josé``) as a C string, octal escapes and all."""
+    if len(reason) < 2 or not reason.startswith('"') or not reason.endswith('"'):
+        return reason
+    return codecs.escape_decode(reason[1:-1].encode("ascii", "backslashreplace"))[0].decode(errors="surrogateescape")
 
 
 def _running(pid: int) -> bool:
