@@ -153,11 +153,9 @@ def sweep(root: Path) -> list[Path]:
         owner = OWNER_RE.match(_unquoted(fields.get("locked", "")))
         if not owner or owner[2] != socket.gethostname() or _running(int(owner[1])):
             continue
-        tree = Path(fields["worktree"])
-        remove(root, tree)
-        link = Path(owner[3]) if owner[3] else None
-        if link is not None and link.is_symlink() and Path(os.readlink(link)) == tree:
-            link.unlink()
+        tree, link = Path(fields["worktree"]), Path(owner[3]) if owner[3] else None
+        linked = link is not None and link.is_symlink() and Path(os.readlink(link)) == tree
+        remove(root, link if linked else tree)  # given the link, the tree and the link
         gone.append(tree)
     return gone
 
