@@ -45,6 +45,11 @@ def is_script(record: CaseRecord) -> bool:
     return record.key.endswith(":script")
 
 
+def kind_of(record: CaseRecord) -> str:
+    """The kind the recorded floors and turns are kept by: "script" (a user's training script) or "workload"."""
+    return "script" if is_script(record) else "workload"
+
+
 def aa_floor(record: CaseRecord, baseline: BaselineFile | None, step_w: bool = False) -> tuple[float, str]:
     """Sigma's floor from A/A duets, and where it comes from: the spread the profile's baseline recorded for this case
     (``record-baselines --duet-aa N``), else ``RECORDED_AA``, fitted on the 2-core VMs. ``step_w``: the floor of the
@@ -55,7 +60,7 @@ def aa_floor(record: CaseRecord, baseline: BaselineFile | None, step_w: bool = F
         return recorded.sigma_step_w, recorded.describe() + " (step time at W)"
     if not step_w and recorded is not None:
         return recorded.sigma, recorded.describe()
-    return measured_floor("script" if is_script(record) else "workload", step_w)
+    return measured_floor(kind_of(record), step_w)
 
 
 def measured_floor(kind: str, step_w: bool = False, pairing: str = "duet") -> tuple[float, str]:
@@ -72,12 +77,12 @@ def alternate_floor(record: CaseRecord, step_w: bool = False, local: bool = Fals
     ``local``: of the efficiency read from each launch's same-launch local steps (``RECORDED_AA_ALTERNATE_LOCAL``)."""
     if local and not step_w:
         return RECORDED_AA_ALTERNATE_LOCAL
-    return measured_floor("script" if is_script(record) else "workload", step_w, "alternate")
+    return measured_floor(kind_of(record), step_w, "alternate")
 
 
 def swap_floor(record: CaseRecord, step_w: bool = False) -> tuple[float, str]:
     """Sigma's floor in the swap pairing: the spread of its recorded A/A rounds (``RECORDED_AA_SWAP``)."""
-    return measured_floor("script" if is_script(record) else "workload", step_w, "swap")
+    return measured_floor(kind_of(record), step_w, "swap")
 
 
 def speed_drop(step_time: float) -> float:
@@ -397,7 +402,7 @@ def few_turns(record: CaseRecord) -> str:
         return ""
     steps = record.warmup + record.steps
     turn = max(launch.duet_turn_steps for launch in swapped)
-    fewest = SWAP_TURNS["script" if is_script(record) else "workload"]
+    fewest = SWAP_TURNS[kind_of(record)]
     if turn * fewest <= steps:
         return ""
     # a turn held half the job (the cap) asked for more: the gate's turn, unless --turn-steps named a shorter one
