@@ -33,6 +33,7 @@ class Ranks:
     ) -> None:
         self.most_steps = most_steps
         self.errors: list[BaseException] = []
+        self.stopped_in_turn: list[tuple[float, int, str]] = []  # (when, rank, why): a real rank's process exits there
         self.summaries: list[dict] = []
         self.threads = [
             threading.Thread(target=self.rank, args=(c, side, job, r, world, steps, log, step_s), daemon=True)
@@ -41,7 +42,11 @@ class Ranks:
 
     def rank(self, c, side, job, rank, world, steps, log, step_s) -> None:
         try:
-            turns = Turns(c.address, side, job, rank, world, lambda: None, most_steps=self.most_steps)
+
+            def stopped(why: str) -> None:
+                self.stopped_in_turn.append((time.monotonic(), rank, why))
+
+            turns = Turns(c.address, side, job, rank, world, lambda: None, most_steps=self.most_steps, stopped=stopped)
             turns.turn(-1)  # the setup's turn
             for step in range(steps):
                 turns.turn(step - 1)
@@ -196,6 +201,51 @@ def test_a_turn_never_given_back_stops_both_naming_every_ranks_last_step():
     assert "last steps done: rank 0 1, rank 1 2" in message
     # past half the limit the held rank said where it was: in this test's own code, not in torch
     assert "; rank 0 (node 0) is stuck outside torch, in hang (" in message and "test_duet.py:" in message
+    # the stuck rank read the stop while still in its turn (a real rank's process exits there), not after its step
+    ((when, rank, why),) = head.stopped_in_turn
+    stuck_until = next(t for t, side, step, r, what in log if (side, step, r, what) == ("head", 2, 0, "end"))
+    assert rank == 0 and when < stuck_until - 1.0, (when, stuck_until)
+    assert why.startswith("the duet stopped this head job (y/launch, rank 0) in its turn: the head side's job")
+    assert not base.stopped_in_turn  # the waiting side reads its stop at its turn boundary
+    assert any(isinstance(e, DuetStopped) for e in head.errors)  # and the stuck rank's next turn() raises it too
+
+
+def test_a_rank_stopped_in_its_turn_ends_its_process_at_once_and_says_why(tmp_path):
+    """A real rank process holding its turn (stuck in its step) when the coordinator gives up on it exits within a
+    second or two, with exit code 75, the why on its stderr and in torchrun's error file; it does not sit out the
+    launch's time limit."""
+    import json
+    import os
+    import subprocess
+
+    from scalegate.measure.turns import STOPPED_EXIT
+
+    rank = (
+        "import sys, time\n"
+        "from scalegate.measure.turns import Turns\n"
+        "t = Turns(sys.argv[1], 'head', 'z/launch', 0, 1, lambda: None)\n"
+        "t.turn(-1)\n"
+        "print('in its turn', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    error_file = tmp_path / "error.json"
+    env = {**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    with Coordinator(pair_wait_s=30, turn_s=1.0) as c:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", rank, c.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        base = Ranks(c, "base", "z/launch", 1, 4, []).start()  # its partner, a rank thread that waits its turn
+        try:
+            out, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+        base.join()
+    assert any(isinstance(e, DuetStopped) for e in base.errors)
+    assert proc.returncode == STOPPED_EXIT, (proc.returncode, err[-2000:])
+    assert "in its turn" in out
+    said = "the duet stopped this head job (z/launch, rank 0) in its turn: the head side's job z/launch did not give"
+    assert f"scalegate: {said}" in err and err.rstrip().endswith("; the rank exits"), err[-2000:]
+    assert said in json.loads(error_file.read_text())["message"]["message"]
 
 
 def _where_while(block, release) -> dict:

@@ -20,7 +20,9 @@ and speaks JSON lines:
     coordinator -> rank   {"op": "solo", "why": ...}   no partner: run alone, ask for no more turns
     coordinator -> rank   {"op": "alone", "why": ...}  alternate pairing: the whole job runs now, its partner before
                                                        or after it, never beside it
-    coordinator -> rank   {"op": "stop", "why": ...}   stop with this message (the other side failed, a hang)
+    coordinator -> rank   {"op": "stop", "why": ...}   stop with this message (the other side failed, a hang); a
+                                                       rank that holds its turn reads it in its watcher thread and
+                                                       its process exits at once (measure/turns.py)
 
 A multi-node gate's other nodes follow node 0 over the same address (gate/nodes.py):
 

@@ -12,11 +12,17 @@ comes home when it is granted the next, both outside every step's time (measure/
 the first turn is the whole job (``alone``): it starts after its partner has left, or before its partner starts. A
 turn held past half the coordinator's turn limit (the ``limit_s`` of its ``go``) makes the client say where the
 rank's own thread is (``where``: its innermost Python frame, and whether that is inside torch), so that a hang's
-message can name the rank that is stuck outside a collective rather than every rank still in the turn. Worker side.
+message can name the rank that is stuck outside a collective rather than every rank still in the turn. A ``stop``
+that comes while the rank holds its turn (the coordinator took the turn for hung, or the partner failed) finds the
+rank stuck in its step, where no turn() call will read it: the watcher reads it and ends the rank's process at once
+(``exit_stopped``), so a hung job's ranks stop holding the host when the coordinator gives up on them, not at the
+launch's time limit. Worker side.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import socket
 import sys
 import threading
@@ -35,6 +41,27 @@ class DuetStopped(BaseException):
     a team's script's own ``except Exception`` around its step does not swallow it (raised in its step hook)."""
 
 
+STOPPED_EXIT = 75  # a rank ended by a stop in the middle of its turn (EX_TEMPFAIL: the gate says why)
+STOP_POLL_S = 1.0  # how often a held turn's watcher looks for a stop
+
+
+def exit_stopped(why: str) -> None:
+    """End this rank's process now: it is stuck in its turn, and the coordinator has stopped its job. The why goes to
+    the rank's stderr and to torchrun's error file, which the launcher's failure message quotes."""
+    print(f"scalegate: {why}; the rank exits", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+        try:
+            raise DuetStopped(why)
+        except DuetStopped as exc:
+            ErrorHandler().record_exception(exc)
+    except Exception:  # noqa: BLE001 - the rank exits whatever the error file does
+        pass
+    os._exit(STOPPED_EXIT)
+
+
 class Turns:
     def __init__(
         self,
@@ -46,6 +73,7 @@ class Turns:
         sync: Callable[[], None],
         node: int = 0,
         most_steps: int = 0,
+        stopped: Callable[[str], None] = exit_stopped,
     ) -> None:
         self.side, self.job, self.rank, self.sync = side, job, rank, sync
         self.sock = duet.connect(address, WAIT_S)
@@ -61,6 +89,12 @@ class Turns:
         self.swap: Swap | None = None  # the swap pairing: the job's state out of device memory between its turns
         self.owner = threading.get_ident()  # the rank's thread: its frame is what a ``where`` reports
         self.sending = threading.Lock()  # the watcher's ``where`` and the rank's own lines never interleave
+        # held while ``holding`` changes and while the watcher reads a message of a held turn: the coordinator sends
+        # nothing but a stop before the turn is given back, so the watcher never takes the rank's next go
+        self.reading = threading.Lock()
+        self.pending: dict[str, Any] | None = None  # a message the watcher read in a held turn: turn() takes it
+        self.closed = False  # the watcher read the coordinator's end of the connection: turn() finds it too
+        self.stopped = stopped  # what a stop in the middle of a held turn does (the worker's: exit_stopped)
         self.granted_at, self.limit_s, self.said_at = 0.0, 0.0, 0.0
         self.ended = threading.Event()
         self.watcher: threading.Thread | None = None
@@ -83,7 +117,8 @@ class Turns:
             self.sync()
             if self.swap is not None:
                 self.swap.out()
-            self.holding = False
+            with self.reading:
+                self.holding = False
             self._send({"op": "done", "step": step})
         started = time.perf_counter()
         answer = self._read()
@@ -116,7 +151,8 @@ class Turns:
                 self.sync()
             if self.swap is not None:
                 self.swap.out()  # its device memory free before the partner's next turn, not at the process's exit
-            self.holding = False
+            with self.reading:
+                self.holding = False
             self._send({"op": "bye", "step": step})
         except OSError:
             pass
@@ -132,8 +168,13 @@ class Turns:
             self.watcher.start()
 
     def _watching(self) -> None:
-        """While a turn is held past half its limit, say where the rank is, again every quarter of the limit."""
-        while not self.ended.wait(max(0.05, self.limit_s / 8)):
+        """While a turn is held past half its limit, say where the rank is, again every quarter of the limit; a stop
+        that comes while the turn is held ends the rank (``stopped``)."""
+        while not self.ended.wait(max(0.05, min(self.limit_s / 8, STOP_POLL_S))):
+            why = self._stop_in_turn()
+            if why:
+                self.stopped(why)
+                return
             now = time.monotonic()
             held = self.holding and now - self.granted_at > self.limit_s / 2
             if held and (not self.said_at or now - self.said_at > self.limit_s / 4):
@@ -142,6 +183,23 @@ class Turns:
                     self._send({"op": "where", **where(self.owner)})
                 except OSError:
                     return
+
+    def _stop_in_turn(self) -> str:
+        """The coordinator's stop, where one came while this rank holds its turn ("" if none)."""
+        with self.reading:
+            if not self.holding or self.pending is not None or self.closed or self.ended.is_set():
+                return ""
+            try:
+                if not self.lines.buffer and not select.select([self.sock], [], [], 0)[0]:
+                    return ""
+                message = self.lines.read()
+            except (OSError, ValueError):
+                return ""
+            self.closed = message is None  # the gate ended: turn()'s own read finds the end again
+            self.pending = message  # turn() reads it in its place (a stop too, where ``stopped`` returns)
+            if message is None or message.get("op") != "stop":
+                return ""
+            return f"the duet stopped this {self.side} job ({self.job}, rank {self.rank}) in its turn: {message.get('why')}"
 
     def follow(self, optimizer: Any) -> None:
         """The swap pairing: swap what ``optimizer`` reaches from this job's next turn on (its own steps name it
@@ -168,6 +226,9 @@ class Turns:
         }
 
     def _read(self) -> dict[str, Any]:
+        if self.pending is not None:
+            answer, self.pending = self.pending, None
+            return answer
         try:
             answer = self.lines.read()
         except (socket.timeout, OSError) as exc:
