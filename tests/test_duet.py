@@ -668,6 +668,23 @@ def test_the_verdict_and_the_pairing_line_name_turns_of_several_steps():
     assert "took turns step by step" in pairing_markdown(found | {"turn_steps": 1})
 
 
+def test_the_pairing_line_names_a_stopped_job_once_with_the_partner_it_stopped():
+    """A hung job and the partner the coordinator stopped for it: one entry, after the jobs that ran alone."""
+    from scalegate.gate.verdict import pairing_markdown
+
+    why = "the base side's job ddp-cnn-2x1 did not give its turn back in 15 s: rank(s) 1 (node 1) still in the turn"
+    jobs = {
+        "0:base:ddp-cnn-2x1": {"side": "base", "job": "ddp-cnn-2x1", "solo": "", "failed": why},
+        "0:head:ddp-cnn-2x1": {"side": "head", "job": "ddp-cnn-2x1", "solo": "", "failed": f"stopped: {why}"},
+        "0:head:single-cnn-1x1": {"side": "head", "job": "single-cnn-1x1", "solo": "no base job joined", "failed": ""},
+        "0:base:single-cnn-1x1": {"side": "base", "job": "single-cnn-1x1", "solo": "", "failed": ""},
+    }
+    line = pairing_markdown({"duet": True, "pairing": "duet", "turn_steps": 1, "jobs": jobs})
+    assert "(1 jobs paired, docs/duet.md). Not paired: head single-cnn-1x1: no base job joined." in line
+    assert f" Stopped by the duet: base ddp-cnn-2x1: {why} (and the head job with it).\n" in line
+    assert line.count("did not give its turn back") == 1
+
+
 def test_a_rounds_pooled_launches_say_bound_only_where_every_one_was():
     from scalegate.gate.merge import pooled
 

@@ -66,14 +66,15 @@ def judge(run_dir: Path, baseline_dir: Path, base_dir: Path | None = None) -> tu
 
 
 def pairing_markdown(found: dict) -> str:
-    """One line under the A/B table: how base and head took turns, and the jobs that ran alone."""
+    """One line under the A/B table: how base and head took turns, the jobs that ran alone, and the jobs the
+    coordinator stopped (a hang, a rank that died, their partners) with why."""
     if not found.get("duet"):
         return f"\nNot paired ({found.get('why_not')}): each round ran the base's session, then the head's.\n"
+    jobs = found["jobs"].values()
     alone = [
-        f"{j['side']} {j['job']}: {j['solo'] or j['failed']}"
-        for j in found["jobs"].values()
-        if (j["solo"] and not j.get("alternate")) or j["failed"]
+        f"{j['side']} {j['job']}: {j['solo']}" for j in jobs if j["solo"] and not j.get("alternate") and not j["failed"]
     ]
+    stopped = _stopped(list(jobs))
     paired = sum(1 for j in found["jobs"].values() if not j["failed"] and (j.get("alternate") or not j["solo"]))
     how = {
         "duet": f"took turns {duet.turn_length(int(found.get('turn_steps') or 1))}",
@@ -82,7 +83,28 @@ def pairing_markdown(found: dict) -> str:
         "alternate": "took turns one whole job at a time, one resident at once",
     }.get(found.get("pairing", "duet"), "took turns")
     line = f"\nPaired: base and head {how} ({paired} jobs paired, docs/duet.md)."
-    return line + ("" if not alone else " Not paired: " + "; ".join(alone) + ".") + "\n"
+    line += "" if not alone else " Not paired: " + "; ".join(alone) + "."
+    return line + ("" if not stopped else " Stopped by the duet: " + "; ".join(stopped) + ".") + "\n"
+
+
+def _stopped(jobs: list[dict]) -> list[str]:
+    """Each job the coordinator failed, with why; a partner stopped for that job's failure (the coordinator's
+    ``stopped: WHY``) is named with it rather than with the why again."""
+    failed = [j for j in jobs if j["failed"]]
+    partners = {
+        (j["job"], j["failed"].removeprefix("stopped: ")): j["side"]
+        for j in failed
+        if j["failed"].startswith("stopped: ")
+    }
+    said = []
+    for j in failed:
+        if j["failed"].startswith("stopped: ") and any(
+            (j["job"], k["failed"]) == (k["job"], j["failed"].removeprefix("stopped: ")) for k in failed
+        ):
+            continue  # named with the job whose failure stopped it
+        partner = partners.get((j["job"], j["failed"]))
+        said.append(f"{j['side']} {j['job']}: {j['failed']}" + (f" (and the {partner} job with it)" if partner else ""))
+    return said
 
 
 def notes_markdown(notes: list[str]) -> str:
