@@ -235,6 +235,7 @@ def test_a_result_file_without_a_judge_record_is_bad_input(tmp_path):
     "setup, expected",
     [
         (lambda d: d / "missing", "does not exist"),
+        (lambda d: (d / "run.json").write_text("{}") and d / "run.json", "is a file, not a run directory"),
         (lambda d: write_run(d / "empty"), "holds no case results"),
         (lambda d: (write_run(d / "bad") / "x.json").write_text("{nope") and d / "bad", "is malformed"),
     ],

@@ -12,9 +12,8 @@ from scalegate.contract.errors import ScalegateError
 def load_run(run_dir: Path) -> list[dict[str, Any]]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ScalegateError(
-            f"run directory {run_dir} does not exist", "pass a directory under results/, e.g. results/latest"
-        )
+        what = "is a file, not a run directory" if run_dir.exists() else "does not exist"
+        raise ScalegateError(f"run directory {run_dir} {what}", "pass a directory under results/, e.g. results/latest")
     cases = []
     for path in sorted(run_dir.glob("*.json")):
         try:
