@@ -53,6 +53,8 @@ BAD_OPTIONS = [
     ),
     (["--scaling-inject-fault", "hang:rank=1"], "--scaling-inject-fault 'hang:rank=1': missing step"),
     (["--scaling-inject-fault", "explode:rank=1"], "unknown fault 'explode'"),
+    (["--scaling-baseline-dir", __file__], f"--scaling-baseline-dir {__file__} is a file, not a directory"),
+    (["--scaling-results-dir", __file__], f"--scaling-results-dir {__file__} is a file, not a directory"),
 ]
 
 

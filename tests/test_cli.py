@@ -247,6 +247,31 @@ def test_compare_bad_input_exits_2_with_one_line_and_a_hint(tmp_path, setup, exp
     assert "HINT:" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["compare", "RUN", "--baseline-dir", "FILE"],
+        ["report", "RUN", "--baseline-dir", "FILE"],
+        ["update-baselines", "RUN", "--baseline-dir", "FILE"],
+        ["record-baselines", "--baseline-dir", "FILE"],
+        ["record-baselines", "--results-dir", "FILE"],
+        ["gate", "--base", "HEAD", "--results-dir", "FILE"],
+        ["bisect", "HEAD~1", "HEAD", "-k", "ddp-cnn-1x2", "--results-dir", "FILE"],
+    ],
+)
+def test_a_directory_option_given_a_file_is_a_usage_error_before_anything_runs(tmp_path, command):
+    """A baseline or results directory that is a file was read as holding no baseline (compare, report) or failed
+    only when the first result was written (record-baselines after its rounds)."""
+    run = write_run(tmp_path / "run", make_case())
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a directory\n")
+    done = cli(*[{"RUN": run, "FILE": a_file}.get(arg, arg) for arg in command])
+    option = command[command.index("FILE") - 1]
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"{option} {a_file} is a file, not a directory" in done.stderr and "HINT: pass a directory" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_compare_unusable_baseline_file_exits_2(tmp_path):
     run = write_run(tmp_path / "run", make_case())
     bad = tmp_path / f"{PROFILE}.json"

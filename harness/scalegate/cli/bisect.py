@@ -33,6 +33,7 @@ from scalegate.cli import forward
 from scalegate.contract import checkout
 from scalegate.contract.errors import ScalegateError
 from scalegate.gate import worktree
+from scalegate.plan.option_types import output_dir
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255  # git bisect run's meanings (128 and above stop the bisect)
 
@@ -172,7 +173,10 @@ def add_parser(sub) -> None:
     b.add_argument("good")
     b.add_argument("bad")
     b.add_argument(
-        "--results-dir", default="results/bisect", help="where the steps' gate runs go (default: %(default)s)"
+        "--results-dir",
+        default="results/bisect",
+        type=output_dir("--results-dir"),
+        help="where the steps' gate runs go (default: %(default)s)",
     )
     b.add_argument(
         "--package",

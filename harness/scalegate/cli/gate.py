@@ -28,6 +28,7 @@ from scalegate.gate import project
 from scalegate.gate.life import Gate, Stopped
 from scalegate.gate.plan import PAIRINGS, GatePlan
 from scalegate.gate.verdict import EXIT_BAD_INPUT
+from scalegate.plan.option_types import output_dir
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
@@ -100,7 +101,12 @@ def add_parser(sub) -> None:
         help="a time budget: no round starts that would end past M minutes by the longest round so far; the cases "
         "still undecided are judged on the rounds they had (noisy), and the table says why (default: none)",
     )
-    g.add_argument("--results-dir", default="results/gate", help="where the gate's runs go (default: %(default)s)")
+    g.add_argument(
+        "--results-dir",
+        default="results/gate",
+        type=output_dir("--results-dir"),
+        help="where the gate's runs go (default: %(default)s)",
+    )
     g.add_argument("--markdown", help="also write the table to this file (a PR comment)")
     g.add_argument("--json", help="also write the verdicts as JSON to this file")
     forward.add(g)

@@ -31,6 +31,7 @@ from scalegate.gate.project import Project
 from scalegate.gate.sides import Side
 from scalegate.plan import declare
 from scalegate.plan.option_groups import Recorded
+from scalegate.plan.option_types import output_dir
 
 # One launch per case per round: relaunches would put consecutive launches back into the baseline.
 ROUND = ["--scaling-launches", "1", "--scaling-max-launches", "1", "--scaling-confirm", "0"]
@@ -110,8 +111,13 @@ def add_parser(sub, baseline_dir: str) -> None:
         help="instead: N A/A duet rounds of the selection (the checkout against itself, as `gate --base` runs a "
         "round); each case's spread between rounds becomes the duet gate's sigma floor (docs/duet.md)",
     )
-    r.add_argument("--results-dir", default="results", help="the rounds go under RESULTS_DIR/record-<time>/")
-    r.add_argument("--baseline-dir", default=baseline_dir)
+    r.add_argument(
+        "--results-dir",
+        default="results",
+        type=output_dir("--results-dir"),
+        help="the rounds go under RESULTS_DIR/record-<time>/",
+    )
+    r.add_argument("--baseline-dir", default=baseline_dir, type=output_dir("--baseline-dir"))
     declare.declare(r.add_argument, (Recorded,), prefix="")  # checked before the first round, not after the last
     forward.add(r)
     r.set_defaults(handler=main)

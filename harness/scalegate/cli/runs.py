@@ -18,6 +18,7 @@ from pathlib import Path
 from scalegate.gate.project import Project
 from scalegate.plan import declare
 from scalegate.plan.option_groups import Recorded
+from scalegate.plan.option_types import output_dir
 from scalegate.record import baselines, merge, runfiles
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
@@ -112,7 +113,11 @@ def add_parsers(sub) -> None:
     c = sub.add_parser("compare", help="judge a run against its baselines: markdown table, JSON, exit code")
     c.add_argument("run")
     c.add_argument("--baseline", help="a baseline file (default: baselines/<the run's profile>.json)")
-    c.add_argument("--baseline-dir", help="baseline directory (default: baselines/ of this checkout)")
+    c.add_argument(
+        "--baseline-dir",
+        type=output_dir("--baseline-dir"),
+        help="baseline directory (default: baselines/ of this checkout)",
+    )
     c.add_argument("--json", help="also write the verdicts as JSON to this file")
     c.add_argument("--markdown", help="also write the markdown table to this file (for a PR comment)")
     c.add_argument("--tolerance", type=float, help="override every efficiency tolerance (fraction)")
@@ -137,7 +142,7 @@ def add_parsers(sub) -> None:
         help="A/B: judge RUN against this run of the base commit (default: RUN/base where a gate wrote one)",
     )
     r.add_argument("--baseline")
-    r.add_argument("--baseline-dir")
+    r.add_argument("--baseline-dir", type=output_dir("--baseline-dir"))
     r.add_argument("--bandwidth-gbit", type=float, default=100.0, help="projection link bandwidth (default: 100)")
     r.add_argument("--latency-us", type=float, default=5.0, help="projection latency per message (default: 5)")
     r.set_defaults(handler=lambda args, extra: cmd_report(args))
@@ -148,6 +153,6 @@ def add_parsers(sub) -> None:
         help="one run, or several launches of the same cases: their spread becomes "
         "the baseline's noise (docs/detection.md: use 3 or more on shared machines)",
     )
-    u.add_argument("--baseline-dir", default=str(Project.find().baselines))
+    u.add_argument("--baseline-dir", default=str(Project.find().baselines), type=output_dir("--baseline-dir"))
     declare.declare(u.add_argument, (Recorded,), prefix="")  # checked as read, as record-baselines does
     u.set_defaults(handler=lambda args, extra: cmd_update(args))

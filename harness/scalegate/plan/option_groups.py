@@ -260,7 +260,9 @@ class Sequential:
 class Baselines:
     """Where baselines are, and whether this run writes or needs them."""
 
-    baseline_dir: str | None = option(None, "baseline directory (default: baselines/ beside the rootdir)")
+    baseline_dir: str | None = option(
+        None, "baseline directory (default: baselines/ beside the rootdir)", check=t.output_dir
+    )
     update_baselines: bool = option(False, "write this run's measurements as baselines", flag=True)
     require_baseline: bool = option(False, "fail cases that have no baseline", flag=True)
     default_tolerance: float = option(
@@ -295,7 +297,7 @@ class FaultInjection:
 class Output:
     """What a run writes beside its verdicts: results, profiler traces, a checkpoint window, TensorBoard scalars."""
 
-    results_dir: str = option("results", "where each run's results go (default: %(default)s)")
+    results_dir: str = option("results", "where each run's results go (default: %(default)s)", check=t.output_dir)
     profile: bool = option(
         False,
         "after each case's measured steps, profile a few more and write a Chrome trace per rank to "

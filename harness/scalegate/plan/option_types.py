@@ -120,6 +120,21 @@ def directory(option: str) -> Callable[[str], str | None]:
     return check
 
 
+def output_dir(option: str) -> Callable[[str], str]:
+    """A directory the suite reads or writes (one it writes into is made if missing): a file at that path is
+    refused, not read as an empty directory."""
+
+    def check(text: str) -> str:
+        if Path(text).exists() and not Path(text).is_dir():
+            raise usage(
+                f"{option} {text} is a file, not a directory",
+                "pass a directory (one the suite writes into is created if missing)",
+            )
+        return text
+
+    return check
+
+
 def link_rate(option: str) -> Callable[[str], str]:
     """A ``tc`` rate such as ``1gbit``, lower-cased as ``tc`` takes it."""
 
