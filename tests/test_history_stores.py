@@ -30,6 +30,7 @@ def _nothing_made_but(where: Path, kept: set[str]) -> None:
         ("https://example.org/history.sqlite", "is a https:// URL, which the history cannot open"),
         ("mysql:history", "is a mysql:// URL, which the history cannot open"),
         ("sqlite://", "names no file"),
+        ("sqlite://history.sqlite", "names a host, which a SQLite file has not"),
     ],
 )
 def test_a_url_of_a_kind_the_history_cannot_open_is_bad_input_and_makes_no_file(tmp_path, monkeypatch, url, said):
@@ -67,11 +68,18 @@ def test_a_postgresql_url_without_psycopg_names_the_extra_to_install(tmp_path, m
     assert "HINT: install the history extra: pip install 'scalegate[history]'" in done.stderr
 
 
-def test_a_sqlite_url_is_the_file_it_names(tmp_path):
+def test_a_sqlite_url_is_the_file_it_names_relative_after_three_slashes_as_in_sqlalchemy(tmp_path, monkeypatch):
+    """``sqlite:////abs/h.sqlite`` is that absolute path; ``sqlite:///h.sqlite`` is h.sqlite here (SQLAlchemy's and
+    MLflow's reading), not /h.sqlite at the filesystem's root."""
     nightly = write_run(tmp_path / "nightly-1", case("ddp-cnn-1x2", 0.8))
     done = run("history", "add", nightly, "--db", f"sqlite:///{tmp_path}/h.sqlite")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "h.sqlite").exists() and run("history", "list", "--db", tmp_path / "h.sqlite").returncode == 0
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert run("history", "add", nightly, "--db", "sqlite:///rel.sqlite").returncode == 0
+    assert (work / "rel.sqlite").exists() and not Path("/rel.sqlite").exists()
 
 
 def _dump(where: str) -> dict[str, list[tuple]]:

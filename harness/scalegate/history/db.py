@@ -1,7 +1,8 @@
 """Where the history is kept: a SQLite file (the embedded default) or a PostgreSQL server (a team's clusters).
 
 ``--db`` / ``SCALEGATE_HISTORY_DB`` names it: a path is a SQLite file, ``postgresql://`` (or ``postgres://``) a
-server, ``sqlite:///PATH`` a file too. Any other URL is refused with a HINT, never taken for a file name: a
+server, ``sqlite:///PATH`` a file too (SQLAlchemy's form: ``sqlite:///history.sqlite`` is relative,
+``sqlite:////srv/history.sqlite`` absolute). Any other URL is refused with a HINT, never taken for a file name: a
 mistyped URL must not silently start a new history under ``./postgresql:/...``.
 
 Both stores answer one small interface (``Db``): queries written once with ``?`` placeholders, a write
@@ -56,8 +57,14 @@ def locate(given: str | Path) -> Location:
         if "://" not in text:
             text = f"{scheme}://{text.split(':', 1)[1].lstrip('/')}"
         return Location(kind=POSTGRESQL, target=text, name=_redact(text))
-    if kind == SQLITE:
-        path = urllib.parse.urlsplit(text).path if "://" in text else text.split(":", 1)[1]
+    if kind == SQLITE:  # SQLAlchemy's form, which MLflow and Optuna take too: three slashes, then the file's path
+        rest = text.split(":", 1)[1]
+        if rest.startswith("//") and not rest.startswith("///") and rest != "//":
+            raise ScalegateError(
+                f"history database {text} names a host, which a SQLite file has not",
+                "write sqlite:///relative/path.sqlite or sqlite:////absolute/path.sqlite (or the path alone)",
+            )
+        path = rest[3:] if rest.startswith("///") else rest.removeprefix("//")
         if not path:
             raise ScalegateError(f"history database {text} names no file", "write sqlite:///path/to/history.sqlite")
         return Location(kind=SQLITE, target=path, name=path)
