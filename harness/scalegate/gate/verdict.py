@@ -91,18 +91,13 @@ def _stopped(jobs: list[dict]) -> list[str]:
     """Each job the coordinator failed, with why; a partner stopped for that job's failure (the coordinator's
     ``stopped: WHY``) is named with it rather than with the why again."""
     failed = [j for j in jobs if j["failed"]]
-    partners = {
-        (j["job"], j["failed"].removeprefix("stopped: ")): j["side"]
-        for j in failed
-        if j["failed"].startswith("stopped: ")
-    }
+    causes = {(j["job"], j["failed"]) for j in failed}
     said = []
     for j in failed:
-        if j["failed"].startswith("stopped: ") and any(
-            (j["job"], k["failed"]) == (k["job"], j["failed"].removeprefix("stopped: ")) for k in failed
-        ):
+        why = j["failed"].removeprefix("stopped: ")
+        if why != j["failed"] and (j["job"], why) in causes:
             continue  # named with the job whose failure stopped it
-        partner = partners.get((j["job"], j["failed"]))
+        partner = next((k["side"] for k in failed if (k["job"], k["failed"]) == (j["job"], f"stopped: {why}")), "")
         said.append(f"{j['side']} {j['job']}: {j['failed']}" + (f" (and the {partner} job with it)" if partner else ""))
     return said
 
