@@ -54,6 +54,16 @@ def test_a_base_ref_that_is_no_commit_makes_nothing(tmp_path):
     assert sorted(p.name for p in repo.parent.iterdir()) == ["repo"] and not link.parent.exists()
 
 
+def test_a_base_ref_outside_any_repository_says_there_is_no_repository_not_that_the_ref_is_unknown(tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    link = tmp_path / "results" / "gate-1" / "base-tree-node0"
+    with pytest.raises(worktree.ScalegateError, match=f"--base needs a git checkout, and {plain} is not inside one"):
+        with worktree.base_tree(plain, "HEAD", link):
+            pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
+
+
 def test_node_0_removes_the_trees_a_killed_nodes_gate_left_by_their_links(tmp_path):
     repo = _repo(tmp_path / "repo")
     gate_dir = tmp_path / "results" / "gate-slurm-7-0"

@@ -110,7 +110,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _bisect(good: str, bad: str, user_args: list[str], results_dir: Path) -> int:
-    repo = worktree.toplevel(Path.cwd())
+    repo = worktree.toplevel(Path.cwd(), "bisect")
     good_commit, bad_commit = worktree.resolve(repo, good, "GOOD"), worktree.resolve(repo, bad, "BAD")
     if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", good_commit, bad_commit]).returncode:
         raise ScalegateError(f"GOOD {good} is not an ancestor of BAD {bad}", "pass an older good commit first")

@@ -58,13 +58,13 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
         ) from None
 
 
-def toplevel(start: Path) -> Path:
-    """The repository that holds ``start``; bad input when there is none."""
+def toplevel(start: Path, needs: str = "--base") -> Path:
+    """The repository that holds ``start``; bad input when there is none (``needs``: what needs one)."""
     done = _git(start, "rev-parse", "--show-toplevel")
     if done.returncode != 0:
         raise ScalegateError(
-            f"--base needs a git checkout, and {start} is not inside one",
-            "run the gate from your repository's checkout, or drop --base",
+            f"{needs} needs a git checkout, and {start} is not inside one",
+            "run it from your repository's checkout" + (", or drop --base" if needs == "--base" else ""),
         )
     return Path(done.stdout.strip())
 
@@ -72,6 +72,7 @@ def toplevel(start: Path) -> Path:
 def resolve(root: Path, ref: str, what: str = "--base") -> str:
     done = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if done.returncode != 0 or not done.stdout.strip():
+        toplevel(root)  # no repository at all: that is the error, not the ref
         raise ScalegateError(
             f"{what} {ref!r} is not a commit of {root}",
             "fetch it first (e.g. `git fetch origin main` and --base origin/main), or pass a hash",
