@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -270,6 +271,40 @@ def test_a_directory_option_given_a_file_is_a_usage_error_before_anything_runs(t
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"{option} {a_file} is a file, not a directory" in done.stderr and "HINT: pass a directory" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "command, said",
+    [
+        (["compare", "RUN", "--markdown", "DIR"], "--markdown DIR is a directory, not a file"),
+        (
+            ["compare", "RUN", "--json", "FILE/verdicts.json"],
+            "--json FILE/verdicts.json lies under FILE, which is a file",
+        ),
+        (["gate", "--base", "HEAD", "--markdown", "DIR"], "--markdown DIR is a directory, not a file"),
+        (
+            ["gate", "--base", "HEAD", "--json", "FILE/x/v.json"],
+            "--json FILE/x/v.json lies under FILE, which is a file",
+        ),
+        (["history", "check", "--json", "DIR"], "--json DIR is a directory, not a file"),
+    ],
+)
+def test_an_output_file_that_cannot_be_written_is_a_usage_error_before_the_run(tmp_path, command, said):
+    """Written when the command ends: a gate's PR comment failed with a traceback after its rounds."""
+    run = write_run(tmp_path / "run", make_case())
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a directory\n")
+    where = {"RUN": str(run), "DIR": str(tmp_path), "FILE": str(a_file)}
+    done = cli(*[re.sub("RUN|DIR|FILE", lambda m: where[m.group()], arg) for arg in command])
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert re.sub("DIR|FILE", lambda m: where[m.group()], said) in done.stderr and "Traceback" not in done.stderr
+
+
+def test_compare_makes_the_directories_above_its_markdown_and_json(tmp_path):
+    run = write_run(tmp_path / "run", make_case())
+    done = cli("compare", run, "--markdown", tmp_path / "pr" / "a" / "c.md", "--json", tmp_path / "pr" / "b" / "c.json")
+    assert done.returncode in (0, 1), done.stderr
+    assert (tmp_path / "pr" / "a" / "c.md").read_text() and json.loads((tmp_path / "pr" / "b" / "c.json").read_text())
 
 
 def test_compare_unusable_baseline_file_exits_2(tmp_path):

@@ -23,12 +23,13 @@ import sys
 from pathlib import Path
 
 from scalegate.cli import forward
+from scalegate.contract import atomic
 from scalegate.contract.errors import ScalegateError
 from scalegate.gate import project
 from scalegate.gate.life import Gate, Stopped
 from scalegate.gate.plan import PAIRINGS, GatePlan
 from scalegate.gate.verdict import EXIT_BAD_INPUT
-from scalegate.plan.option_types import output_dir
+from scalegate.plan.option_types import output_dir, output_file
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
@@ -49,9 +50,9 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         return found.code
     print(found.text, end="")
     if args.markdown:
-        Path(args.markdown).write_text(found.text)
+        atomic.write_text(Path(args.markdown), found.text)
     if args.json:
-        Path(args.json).write_text(json.dumps(found.data, indent=2) + "\n")
+        atomic.write_text(Path(args.json), json.dumps(found.data, indent=2) + "\n")
     return found.code
 
 
@@ -107,8 +108,10 @@ def add_parser(sub) -> None:
         type=output_dir("--results-dir"),
         help="where the gate's runs go (default: %(default)s)",
     )
-    g.add_argument("--markdown", help="also write the table to this file (a PR comment)")
-    g.add_argument("--json", help="also write the verdicts as JSON to this file")
+    g.add_argument(
+        "--markdown", type=output_file("--markdown"), help="also write the table to this file (a PR comment)"
+    )
+    g.add_argument("--json", type=output_file("--json"), help="also write the verdicts as JSON to this file")
     forward.add(g)
     g.set_defaults(handler=main)
 

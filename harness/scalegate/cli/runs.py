@@ -15,10 +15,11 @@ import argparse
 import json
 from pathlib import Path
 
+from scalegate.contract import atomic
 from scalegate.gate.project import Project
 from scalegate.plan import declare
 from scalegate.plan.option_groups import Recorded
-from scalegate.plan.option_types import output_dir
+from scalegate.plan.option_types import output_dir, output_file
 from scalegate.record import baselines, merge, runfiles
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
@@ -57,11 +58,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     text = compare.markdown(rows, title, args.strict) + compare.parity_markdown(parity)
     print(text, end="")
     if args.markdown:
-        Path(args.markdown).write_text(text)
+        atomic.write_text(Path(args.markdown), text)
     if args.json:
         data = compare.to_json(rows, args.run, baseline, args.strict)
         data["parity"] = [{k: p.get(k) for k in ("case_id", "status", "ratio", "problems", "launches")} for p in parity]
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+        atomic.write_text(Path(args.json), json.dumps(data, indent=2) + "\n")
     failed = any(r.failed(args.strict) for r in rows) or any(p.get("failed") for p in parity)
     return EXIT_REGRESSION if failed else EXIT_OK
 
@@ -118,8 +119,12 @@ def add_parsers(sub) -> None:
         type=output_dir("--baseline-dir"),
         help="baseline directory (default: baselines/ of this checkout)",
     )
-    c.add_argument("--json", help="also write the verdicts as JSON to this file")
-    c.add_argument("--markdown", help="also write the markdown table to this file (for a PR comment)")
+    c.add_argument("--json", type=output_file("--json"), help="also write the verdicts as JSON to this file")
+    c.add_argument(
+        "--markdown",
+        type=output_file("--markdown"),
+        help="also write the markdown table to this file (for a PR comment)",
+    )
     c.add_argument("--tolerance", type=float, help="override every efficiency tolerance (fraction)")
     c.add_argument("--strict", "--scaling-strict", action="store_true", help="a noisy case fails too")
     c.add_argument(

@@ -19,11 +19,12 @@ import json
 import os
 from pathlib import Path
 
-from scalegate.contract import affinity
+from scalegate.contract import affinity, atomic
 from scalegate.contract.errors import ScalegateError
 from scalegate.history import changepoint, check, ingest, store, summary
 from scalegate.history.db import locate
 from scalegate.plan import hostinfo
+from scalegate.plan.option_types import output_file
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 
@@ -142,7 +143,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     verdicts, settings, runs = _verdicts(args)
     print(summary.text(verdicts, settings, runs), end="")
     if args.json:
-        Path(args.json).write_text(json.dumps(summary.to_json(verdicts, settings, runs), indent=2) + "\n")
+        atomic.write_text(Path(args.json), json.dumps(summary.to_json(verdicts, settings, runs), indent=2) + "\n")
     return EXIT_REGRESSION if any(v.failed for v in verdicts) else EXIT_OK
 
 
@@ -241,7 +242,11 @@ def add_parser(sub, baseline_dir: str) -> None:
     s.set_defaults(handler=lambda args, extra: cmd_show(args))
     c = hs.add_parser("check", parents=[db], help="change points per case and metric; exit 1 on a new regression")
     _judging(c, baseline_dir)
-    c.add_argument("--json", help="also write every series' verdict and change points as JSON to this file")
+    c.add_argument(
+        "--json",
+        type=output_file("--json"),
+        help="also write every series' verdict and change points as JSON to this file",
+    )
     c.set_defaults(handler=lambda args, extra: cmd_check(args))
     r = hs.add_parser("report", parents=[db], help="DIR/index.html: every series' verdict and figure, filterable")
     r.add_argument("--out", required=True)

@@ -135,6 +135,30 @@ def output_dir(option: str) -> Callable[[str], str]:
     return check
 
 
+def output_file(option: str) -> Callable[[str], str]:
+    """A file a command writes when it ends (a PR comment, its JSON), its directories made then: refused now where
+    it is a directory or lies under a file, rather than after the run it reports on."""
+
+    def check(text: str) -> str:
+        path = Path(text)
+        if path.is_dir():
+            raise usage(
+                f"{option} {text} is a directory, not a file",
+                "name a file to write (the directories above it are made)",
+            )
+        above = path.parent
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        if not above.is_dir():
+            raise usage(
+                f"{option} {text} lies under {above}, which is a file",
+                "name a file in a directory (the directories above it are made)",
+            )
+        return text
+
+    return check
+
+
 def link_rate(option: str) -> Callable[[str], str]:
     """A ``tc`` rate such as ``1gbit``, lower-cased as ``tc`` takes it."""
 
