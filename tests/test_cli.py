@@ -258,6 +258,8 @@ def test_compare_bad_input_exits_2_with_one_line_and_a_hint(tmp_path, setup, exp
         ["record-baselines", "--results-dir", "FILE"],
         ["gate", "--base", "HEAD", "--results-dir", "FILE"],
         ["bisect", "HEAD~1", "HEAD", "-k", "ddp-cnn-1x2", "--results-dir", "FILE"],
+        ["report", "RUN", "--out", "FILE"],
+        ["history", "report", "--out", "FILE"],
     ],
 )
 def test_a_directory_option_given_a_file_is_a_usage_error_before_anything_runs(tmp_path, command):

@@ -141,7 +141,7 @@ def add_parsers(sub) -> None:
     c.set_defaults(handler=lambda args, extra: cmd_compare(args))
     r = sub.add_parser("report", help="PNG plots, a markdown page and an interactive index.html for a run")
     r.add_argument("run")
-    r.add_argument("--out", help="output directory (default: RUN/report)")
+    r.add_argument("--out", type=output_dir("--out"), help="output directory (default: RUN/report)")
     r.add_argument(
         "--base-run",
         help="A/B: judge RUN against this run of the base commit (default: RUN/base where a gate wrote one)",

@@ -24,7 +24,7 @@ from scalegate.contract.errors import ScalegateError
 from scalegate.history import changepoint, check, ingest, store, summary
 from scalegate.history.db import locate
 from scalegate.plan import hostinfo
-from scalegate.plan.option_types import output_file
+from scalegate.plan.option_types import output_dir, output_file
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 
@@ -249,7 +249,7 @@ def add_parser(sub, baseline_dir: str) -> None:
     )
     c.set_defaults(handler=lambda args, extra: cmd_check(args))
     r = hs.add_parser("report", parents=[db], help="DIR/index.html: every series' verdict and figure, filterable")
-    r.add_argument("--out", required=True)
+    r.add_argument("--out", required=True, type=output_dir("--out"), help="the page's directory (made if missing)")
     r.add_argument(
         "--static",
         action="store_true",
