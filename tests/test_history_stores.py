@@ -31,6 +31,7 @@ def _nothing_made_but(where: Path, kept: set[str]) -> None:
         ("mysql:history", "is a mysql:// URL, which the history cannot open"),
         ("sqlite://", "names no file"),
         ("sqlite://history.sqlite", "names a host, which a SQLite file has not"),
+        (".", "history database . is a directory, not a SQLite file"),
     ],
 )
 def test_a_url_of_a_kind_the_history_cannot_open_is_bad_input_and_makes_no_file(tmp_path, monkeypatch, url, said):

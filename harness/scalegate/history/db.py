@@ -44,6 +44,15 @@ def _redact(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
+def _sqlite(path: str) -> Location:
+    if Path(path).is_dir():
+        raise ScalegateError(
+            f"history database {path} is a directory, not a SQLite file",
+            "pass a SQLite file path, e.g. --db results/history.sqlite (or SCALEGATE_HISTORY_DB)",
+        )
+    return Location(kind=SQLITE, target=path, name=path)
+
+
 def locate(given: str | Path) -> Location:
     """``given`` as a store; a URL of a kind no store here opens is bad input."""
     text = str(given)
@@ -51,7 +60,7 @@ def locate(given: str | Path) -> Location:
     scheme = found["scheme"].lower() if found else ""
     is_url = found is not None and ("://" in text or scheme in _KNOWN or scheme in _FOREIGN)
     if not is_url:
-        return Location(kind=SQLITE, target=text, name=text)
+        return _sqlite(text)
     kind = _KNOWN.get(scheme)
     if kind == POSTGRESQL:
         if "://" not in text:
@@ -67,7 +76,7 @@ def locate(given: str | Path) -> Location:
         path = rest[3:] if rest.startswith("///") else rest.removeprefix("//")
         if not path:
             raise ScalegateError(f"history database {text} names no file", "write sqlite:///path/to/history.sqlite")
-        return Location(kind=SQLITE, target=path, name=path)
+        return _sqlite(path)
     raise ScalegateError(
         f"history database {_redact(text)} is a {scheme}:// URL, which the history cannot open",
         "pass a SQLite file path (e.g. results/history.sqlite) or a PostgreSQL URL "
