@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -307,6 +308,17 @@ def test_compare_makes_the_directories_above_its_markdown_and_json(tmp_path):
     done = cli("compare", run, "--markdown", tmp_path / "pr" / "a" / "c.md", "--json", tmp_path / "pr" / "b" / "c.json")
     assert done.returncode in (0, 1), done.stderr
     assert (tmp_path / "pr" / "a" / "c.md").read_text() and json.loads((tmp_path / "pr" / "b" / "c.json").read_text())
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "inf"])
+def test_a_duration_in_the_environment_that_is_no_number_of_seconds_stops_with_one_line(value):
+    """The settings the tests shorten (policy.py) are read at import: a bad one was a ValueError traceback."""
+    env = {**os.environ, "SCALEGATE_DUET_TURN_S": value}
+    done = subprocess.run(
+        [sys.executable, "-m", "scalegate", "gate", "--base", "HEAD"], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.startswith(f"error: SCALEGATE_DUET_TURN_S='{value}' is not a number of seconds\nHINT: unset it")
 
 
 def test_compare_unusable_baseline_file_exits_2(tmp_path):

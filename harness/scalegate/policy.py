@@ -8,11 +8,28 @@ that tests may shorten reads an environment variable named beside it; a gate nev
 
 from __future__ import annotations
 
+import math
 import os
+import sys
 
 
 def _seconds(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
+    """A duration the environment may set (the tests shorten them); a value that is no number of seconds stops the
+    process with one line, as bad input does, before anything runs."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        print(
+            f"error: {name}={text!r} is not a number of seconds\nHINT: unset it, or set it to seconds ({name}={default:g})",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return value
 
 
 # --- one case's launches (plan/option_groups.py defaults) -------------------------------------------------------
