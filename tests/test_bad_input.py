@@ -55,6 +55,7 @@ BAD_OPTIONS = [
     (["--scaling-inject-fault", "explode:rank=1"], "unknown fault 'explode'"),
     (["--scaling-baseline-dir", __file__], f"--scaling-baseline-dir {__file__} is a file, not a directory"),
     (["--scaling-results-dir", __file__], f"--scaling-results-dir {__file__} is a file, not a directory"),
+    (["--scaling-tensorboard", __file__], f"--scaling-tensorboard {__file__} is a file, not a directory"),
 ]
 
 

@@ -192,8 +192,7 @@ def tensorboard_dir(option: str) -> Callable[[str], Path | None]:
     def check(text: str) -> Path | None:
         if not text:
             return None
-        if Path(text).exists() and not Path(text).is_dir():
-            raise usage(f"{option} {text} is a file, not a directory", "pass a directory (it is created if missing)")
+        output_dir(option)(text)
         if not _importable("tensorboard"):
             raise usage(
                 f"{option} needs the tensorboard package, which cannot be imported (No module named 'tensorboard')",
