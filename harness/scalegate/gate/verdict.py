@@ -75,7 +75,7 @@ def pairing_markdown(found: dict) -> str:
         f"{j['side']} {j['job']}: {j['solo']}" for j in jobs if j["solo"] and not j.get("alternate") and not j["failed"]
     ]
     stopped = _stopped(list(jobs))
-    paired = sum(1 for j in found["jobs"].values() if not j["failed"] and (j.get("alternate") or not j["solo"]))
+    paired = sum(1 for j in jobs if not j["failed"] and (j.get("alternate") or not j["solo"]))
     how = {
         "duet": f"took turns {duet.turn_length(int(found.get('turn_steps') or 1))}",
         "swap": f"took turns {duet.turn_length(int(found.get('turn_steps') or 1))}, the idle job's training state "

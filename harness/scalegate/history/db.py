@@ -73,7 +73,7 @@ def locate(given: str | Path) -> Location:
                 f"history database {text} names a host, which a SQLite file has not",
                 "write sqlite:///relative/path.sqlite or sqlite:////absolute/path.sqlite (or the path alone)",
             )
-        path = rest[3:] if rest.startswith("///") else rest.removeprefix("//")
+        path = rest[3:] if rest.startswith("///") else "" if rest == "//" else rest
         if not path:
             raise ScalegateError(f"history database {text} names no file", "write sqlite:///path/to/history.sqlite")
         return _sqlite(path)
