@@ -12,6 +12,8 @@ import pytest
 from scalegate.launch import warm
 
 ROOT = Path(__file__).resolve().parents[1]
+# tests/assets holds teams' projects that the tests copy and run in their own sessions, not tests of this one
+collect_ignore_glob = ["assets/*"]
 
 
 def run_suite(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -50,6 +50,16 @@ RECORDED_TOLERANCE = 0.10
 # docs/evidence/detection.md#relaunches-in-rounds-and-paritys-test
 CONFIRM_PAUSE_S = _seconds("SCALEGATE_CONFIRM_PAUSE_S", 20)
 
+# --- the collective ledger and a busy host (judge/ledger.py, judge/core.py) ---------------------------------------
+# The rise in a case's collective bytes a step, across nodes or within one, that regresses it without timing: the
+# ledger repeats to the byte between launches, so the tolerance only leaves room for a rounding of sizes.
+# docs/memory-and-wire.md#a-a-ledgers-repeat
+LEDGER_TOLERANCE = 0.01
+# A timing verdict is noisy, never regressed, where a rank's stepping thread waited for a core this share of its
+# measured steps or more (another process on its cores), or the host's steal reached it.
+# docs/evidence/detection.md#a-busy-host-measured
+CONTENDED_WAIT = 0.25
+
 # --- the PR gate (gate/plan.py) ----------------------------------------------------------------------------------
 # The drop the stored-baseline gate catches: the CPU profile's baselines record 25%, so the gate names its own.
 STORED_GATE_TOLERANCE = 0.10

@@ -43,6 +43,10 @@ class RankResult:
     shard_granularity: str = "element"
     wire_factor: float | None = None
     wire: dict[str, Any] = field(default_factory=dict)  # bytes sent in the measured window (scalegate/measure/wire.py)
+    # every collective of the measured steps, per step (scalegate/measure/ledger.py); {} from a rank without one
+    ledger: dict[str, Any] = field(default_factory=dict)
+    # the stepping thread's wait for a core and the host's steal through the window (scalegate/measure/contention.py)
+    cpu_wait: dict[str, Any] = field(default_factory=dict)
     # the same-launch reference (harness/scalegate/measure/local_steps.py): distributed step i, then this rank's local step i
     pair_step_times_s: list[float] = field(default_factory=list)
     local_step_times_s: list[float] = field(default_factory=list)

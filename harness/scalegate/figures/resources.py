@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from scalegate.contract.results import CaseResult
-from scalegate.figures import breakdown
+from scalegate.figures import breakdown, ledger
 
 DEFAULT_MEMORY_TOLERANCE = 0.25  # RSS moves with the allocator and the Python heap
 DEFAULT_BYTES_TOLERANCE = 0.05  # byte counts repeat to ~0.1% on a private loopback
@@ -67,6 +67,25 @@ def wire(result: CaseResult) -> dict[str, Any]:
     return out
 
 
+def cpu_wait(result: CaseResult) -> dict[str, float]:
+    """How much other work held the case's cores through its window (measure/contention.py): the most any rank's
+    stepping thread waited for a core, over its measured steps' time; the host's steal over its cores' time. {} where
+    the ranks did not measure it."""
+    shares, steals = [], []
+    for r in result.ranks:
+        found = r.cpu_wait or {}
+        busy = sum(r.step_times_s)
+        if found.get("wait_s") is None or busy <= 0:
+            return {}
+        shares.append(found["wait_s"] / busy)
+        if found.get("steal_share") is not None:
+            steals.append(found["steal_share"])
+    out = {"cpu_wait": round(max(shares), 4)} if shares else {}
+    if steals:
+        out["steal"] = round(max(steals), 4)
+    return out
+
+
 def memory_source(result: CaseResult) -> str:
     """What measured the peaks, and for RSS how the ranks were started: a rank forked by the warm agent counts
     ~50 MiB of shared-library pages where a cold torchrun rank counts ~105 (same anonymous memory, measured on
@@ -114,6 +133,7 @@ def summary(result: CaseResult) -> dict[str, Any]:
             for r in result.ranks
         ],
         "wire": wire(result),
+        "ledger": ledger.summarize(result),  # every collective of the measured steps (figures/ledger.py)
         # --scaling-compile: the slowest rank's first, compiling forward and backward (not in any step time)
         "compile_s": max((r.compile_s for r in result.ranks if r.compile_s is not None), default=None),
         "breakdown": breakdown.summary(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from scalegate.contract import atomic
+from scalegate.figures import ledger
 from scalegate.judge import CaseRecord, gpu
 from scalegate.judge import duet as judge_duet
 from scalegate.judge.evidence import ALTERNATE, PAIRED, LaunchRecord, threads_of
@@ -98,6 +99,9 @@ def pooled(launches: Sequence[LaunchRecord]) -> tuple[LaunchRecord, ...]:
             duet=next((launch.duet for launch in launches if launch.duet != PAIRED), PAIRED),
             duet_threads=threads_of([launch.duet_threads for launch in launches]),
             gpu_state=gpu.pool([launch.gpu_state for launch in launches]),
+            ledger=ledger.pool([launch.ledger for launch in launches]),
+            cpu_wait=max((launch.cpu_wait for launch in launches if launch.cpu_wait is not None), default=None),
+            steal=max((launch.steal for launch in launches if launch.steal is not None), default=None),
         ),
     )
 

@@ -23,10 +23,11 @@ import dataclasses
 import math
 import statistics
 
+from scalegate import policy
 from scalegate.contract import metrics
 from scalegate.figures import peaks, stats
 from scalegate.figures.stats import Estimate
-from scalegate.judge import ab, budgets, estimates, references, timing
+from scalegate.judge import ab, budgets, estimates, ledger, references, timing
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord
 from scalegate.judge.outcome import AB, LOCAL, SEVERITY, MetricVerdict, Outcome, Overrides
@@ -72,7 +73,8 @@ def _verdict(
     problems = tuple(dict.fromkeys([*record.problems, *budgets.final_loss(record, budget)]))
     if problems:  # a wrong fast run is not a pass: no performance verdict
         return dataclasses.replace(outcome, problems=problems, message="\n".join(problems))
-    found: list[MetricVerdict] = []
+    exact = _exact(record, baseline, overrides, base)  # the collectives, judged exactly before anything timed
+    found: list[MetricVerdict] = list(exact.metrics)
     found += budgets.memory(record, record.launches[0], budget)
     found += budgets.wire(record, record.launches[0], budget)
     found += budgets.checkpoint(record, record.launches[0], budget)
@@ -86,6 +88,8 @@ def _verdict(
     if not record.oversubscribed:
         found += budgets.mfu(record, _mfu(record), baseline, overrides)
     status, message = _combine(found, overrides)
+    if exact.note:  # the collectives changed without deciding the case: said beside the verdict that did
+        message = f"{message}\n{exact.note}"
     if record.note:  # on the verdict's line, before any HINT under it
         first, _, rest = message.partition("\n")
         message = f"{first} [{record.note}]" + (f"\n{rest}" if rest else "")
@@ -99,7 +103,24 @@ def _verdict(
         next_launches=more,
         needs_reference=needs_reference,
         tolerance=_tolerance_used(record, gate, baseline, overrides),
+        collectives=exact.as_dict(),
     )
+
+
+def _exact(
+    record: CaseRecord, baseline: BaselineFile | None, overrides: Overrides, base: CaseRecord | None
+) -> ledger.Exact:
+    """The ledger's verdict against the base commit's launches, else against the stored baseline's ledger."""
+    head = [launch.ledger for launch in record.launches]
+    tolerance = overrides.ledger_tolerance
+    if base is not None:
+        theirs = [launch.ledger for launch in base.launches]
+        return ledger.judge(head, theirs, "the base commit", tolerance, record.where)
+    entry = baseline.cases.get(record.key) if baseline else None
+    if entry is None:
+        return ledger.Exact(ledger.NONE)  # nothing stored for the case: its other verdicts say so
+    found = [entry["ledger"]] if entry.get("ledger") else [{"unavailable": "recorded before the ledger existed"}]
+    return ledger.judge(head, found, "the baseline", tolerance, record.where)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +156,14 @@ def _efficiency(
         else _timing(record, outcome, baseline, overrides)
     )
     metric = "local_efficiency" if decided.gate in (LOCAL, AB) else "efficiency"
+    busy = _contended(record, base)
+    if busy and decided.status in (V.OK, V.IMPROVED, V.REGRESSED, V.NOISY):
+        return _Efficiency(  # another program's load is not the change's: no timing verdict from this host now
+            verdict=MetricVerdict(metric=metric, status=V.NOISY, message=f"{decided.message}\n{busy}"),
+            gate=decided.gate,
+            sequential=decided.sequential,
+            timed=True,
+        )
     return _Efficiency(
         verdict=MetricVerdict(metric=metric, status=decided.status, message=decided.message),
         gate=decided.gate,
@@ -142,6 +171,26 @@ def _efficiency(
         next_launches=decided.next_launches,
         needs_reference=decided.needs_reference,
         timed=True,
+    )
+
+
+def _contended(record: CaseRecord, base: CaseRecord | None) -> str:
+    """Why the timing cannot be trusted where other work held a launch's cores (figures/resources.py ``cpu_wait``),
+    else ""."""
+    launches = [*record.launches, *(base.launches if base is not None else ())]
+    wait = max((launch.cpu_wait or 0.0 for launch in launches), default=0.0)
+    steal = max((launch.steal or 0.0 for launch in launches), default=0.0)
+    if wait < policy.CONTENDED_WAIT and steal < policy.CONTENDED_WAIT:
+        return ""
+    what = (
+        f"a rank waited for a core {wait:.0%} of its measured steps"
+        if wait >= policy.CONTENDED_WAIT
+        else f"the hypervisor took {steal:.0%} of the host's cores (steal)"
+    )
+    return (
+        f"timing not judged: other processes held the case's cores ({what}; the limit is "
+        f"{policy.CONTENDED_WAIT:.0%}) [{record.where}]\nHINT: rerun with nothing else running on these cores; "
+        f"the collectives are judged all the same"
     )
 
 

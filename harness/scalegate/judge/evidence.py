@@ -61,6 +61,12 @@ class LaunchRecord:
     duet_threads: str = ""
     # on a GPU: its state through the window, the ranks' pooled (judge/gpu.py); {} on CPU or from an older rank
     gpu_state: dict[str, Any] = field(default_factory=dict, compare=False)  # a dict: left out of eq and hash
+    # every collective of the measured steps, the ranks' together (figures/ledger.py ``summarize``); {} where none
+    ledger: dict[str, Any] = field(default_factory=dict, compare=False)
+    # the most any rank's stepping thread waited for a core, as a share of its measured steps, and the host's steal
+    # as a share of its cores' time (figures/resources.py ``cpu_wait``); None where not measured
+    cpu_wait: float | None = None
+    steal: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +146,7 @@ def _tuples(launch: dict[str, Any]) -> dict[str, Any]:
 
 def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
     """One launch's numbers; ``wire`` is ``scalegate.figures.resources.wire(result)``."""
-    from scalegate.figures import resources  # launch side
+    from scalegate.figures import ledger, resources  # launch side
     from scalegate.figures.resources import memory_source
 
     unavailable = next((r.extra.get("local_unavailable") for r in result.ranks if r.extra.get("local_unavailable")), "")
@@ -161,6 +167,8 @@ def launch_record(result: CaseResult, wire: dict[str, Any]) -> LaunchRecord:
         **swapped(result),
         duet_threads=duet_threads(result),
         gpu_state=gpu.pool([r.extra.get("gpu_state") or {} for r in result.ranks]),
+        ledger=ledger.summarize(result),
+        **resources.cpu_wait(result),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scalegate import policy
 from scalegate.judge import metric as V
 from scalegate.record.quarantine import today
 
@@ -33,6 +34,7 @@ class Overrides:
     strict: bool = False  # noisy fails too
     require_baseline: bool = False  # no baseline fails
     noisy_limit: float = V.DEFAULT_NOISY_LIMIT
+    ledger_tolerance: float = policy.LEDGER_TOLERANCE  # --scaling-ledger-tolerance: collective bytes a step (ledger.py)
     today: str = field(default_factory=today)  # ISO date: a quarantine in the baseline runs until its date
 
 
@@ -89,6 +91,8 @@ class Outcome:
     result: "CaseResult | None" = None
     resources: dict[str, Any] = field(default_factory=dict)
     stragglers: dict[str, Any] = field(default_factory=dict)  # which rank arrives last (figures/stragglers.py)
+    # the exact verdict on the collective ledger (judge/ledger.py ``Exact.as_dict``): its state, lines and bytes
+    collectives: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:

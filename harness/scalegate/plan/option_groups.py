@@ -200,6 +200,12 @@ class Judging:
         "commit's (default: efficiency only)",
         check=t.fraction,
     )
+    ledger_tolerance: float = option(
+        policy.LEDGER_TOLERANCE,
+        "how far a case's collective bytes a step, across nodes or within one, may rise above the base commit's "
+        "or the baseline's before it regresses, without timing (default: %(default)s)",
+        check=t.fraction,
+    )
     strict: bool = option(False, "also fail cases whose timing is too noisy to judge", flag=True)
     confirm: int = option(
         1,

@@ -161,6 +161,8 @@ def _validate_entry(path: Path, key: str, entry: Any, fix: str) -> None:
         raise BaselineError(
             f"baseline file {path}: case {key!r} {DUET_AA} {duet_aa_problem(entry[DUET_AA])}", DUET_AA_FIX
         )
+    if "ledger" in entry and ledger_problem(entry["ledger"]):
+        raise BaselineError(f"baseline file {path}: case {key!r} ledger {ledger_problem(entry['ledger'])}", fix)
     for metric in METRICS:
         ref = entry.get(metric)
         if ref is None:
@@ -187,6 +189,28 @@ def _validate_entry(path: Path, key: str, entry: Any, fix: str) -> None:
                 raise BaselineError(
                     f"baseline file {path}: case {key!r} metric {metric!r} {extra} {found!r} is not a number >= 0", fix
                 )
+
+
+LEDGER_ROW = {"op": str, "dtype": str, "size": int, "span": str, "groups": int, "calls": float, "bytes": float}
+
+
+def ledger_problem(found: Any) -> str:
+    """What is wrong with a case's stored ledger (figures/ledger.py ``summarize``), "" if nothing."""
+    if not isinstance(found, dict) or not isinstance(found.get("rows"), list):
+        return "is not an object with a list of rows"
+    for name in ("intra", "cross"):
+        if not _is_number(found.get(name)):
+            return f"has no number {name!r} (bytes a step)"
+    for row in found["rows"]:
+        for name, kind in LEDGER_ROW.items():
+            value = row.get(name) if isinstance(row, dict) else None
+            if not (_is_number(value) if kind in (int, float) else isinstance(value, kind)):
+                return f"row {row!r} has no {kind.__name__} {name!r}"
+    return ""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @contextlib.contextmanager

@@ -113,6 +113,9 @@ def _resource_entries(found: dict[str, Any]) -> dict[str, Any]:
             "unit": "s/GB",
             "format": found["checkpoint"].get("format", "?"),
         }
+    collectives = found.get("ledger") or {}
+    if collectives.get("steady") and not collectives.get("unavailable"):  # the exact verdict's reference
+        out["ledger"] = {k: collectives[k] for k in ("source", "rows", "calls", "intra", "cross", "steady")}
     sent = (found.get("wire") or {}).get("bytes_per_step")
     if sent is not None:
         out["bytes_per_step"] = {

@@ -192,6 +192,7 @@ class _Steps:
                 )
             self.clock.keep(measured)
             if measured:
+                window.step()
                 self.times.append(elapsed)
                 self.losses.append(value)
             else:
@@ -320,6 +321,8 @@ def _result(
         full_state_bytes=setup.full_state,
         shard_group=strategy.shard_group_size(),
         wire=window.wire.result(spec.steps),
+        ledger=window.ledger.result(),
+        cpu_wait=window.cpu_wait.result(),
         extra=extra,
         **series,
         **_promises(strategy, ctx),

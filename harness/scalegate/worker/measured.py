@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import psutil
 import torch
 
 from scalegate.contract.spec import CaseSpec
+from scalegate.measure.contention import CpuWait
+from scalegate.measure.ledger import ENV_OFF, Ledger
 from scalegate.measure.memory import MemorySampler
 from scalegate.measure.wire import WireCounter
 from scalegate.strategies.base import RankContext
@@ -13,14 +17,18 @@ from scalegate.worker import faults
 
 
 class MeasuredWindow:
-    """The measured window's instruments: bytes on the wire, peak memory, CPU time, and the injected ballast held
-    through it. Opened just before the first measured step, closed right after the last one."""
+    """The measured window's instruments: the collective ledger, bytes on the wire, peak memory, CPU time and the
+    wait for a core, and the injected ballast held through it. Opened just before the first measured step, closed
+    right after the last one; ``step()`` ends each measured step for the ledger."""
 
     def __init__(self, spec: CaseSpec, ctx: RankContext) -> None:
         self.spec, self.ctx = spec, ctx
         self.process = psutil.Process()
         self.sampler = MemorySampler(ctx.device.type, ctx.device.index, interval_s=spec.memory_interval_ms / 1000)
         self.wire = WireCounter()
+        off = os.environ.get(ENV_OFF) == "1"
+        self.ledger = Ledger(enabled=not off, why_off=f"{ENV_OFF}=1" if off else "")
+        self.cpu_wait = CpuWait()
         self.ballast: torch.Tensor | None = None
 
     def open(self) -> None:
@@ -30,8 +38,15 @@ class MeasuredWindow:
         self.cpu0 = self.process.cpu_times()
         self.sampler.__enter__()
         self.ballast = faults.inject_memory_fault(self.spec)
+        self.cpu_wait.open()
+        self.ledger.open()  # last: the window's own barriers and readings are no collective of the steps
+
+    def step(self) -> None:
+        self.ledger.step()
 
     def close(self) -> None:
+        self.ledger.close()
+        self.cpu_wait.close()
         self.sampler.__exit__(None, None, None)
         self.ballast = None  # the sampler is done: free the injected ballast before the windows after the steps
         self.cpu1 = self.process.cpu_times()

@@ -127,6 +127,7 @@ class StepClock:
             if self.spec.faults.slowdown and self.ctx.world_size > 1:  # injected: this step, a fraction longer
                 self._slow_down()
             self._mark()
+            self.window.step()
             self.collective_s.append(self.comm)
             self.comm = 0.0
             if step == self.last:
@@ -216,6 +217,8 @@ class StepClock:
             memory_timeline=window.sampler.timeline(),
             cuda_memory=cuda_peaks(self.ctx.device),
             wire=window.wire.result(steps),
+            ledger=window.ledger.result(),
+            cpu_wait=window.cpu_wait.result(),
             extra={
                 "script": True,
                 "optimizer_steps": self.count,
