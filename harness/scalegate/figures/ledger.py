@@ -134,6 +134,15 @@ def summarize(result: CaseResult) -> dict[str, Any]:
     return out
 
 
+def bytes_per_step(resources: dict[str, Any]) -> float | None:
+    """The job's collective bytes sent a step for a table (``resources`` of a result file): the ledger's, across
+    nodes and within them; a namespace counter's where no ledger was recorded; None where neither was."""
+    found = resources.get("ledger") or {}
+    if found.get("source") == SOURCE:
+        return float(found.get("intra") or 0.0) + float(found.get("cross") or 0.0)
+    return (resources.get("wire") or {}).get("bytes_per_step")
+
+
 def pool(ledgers: list[dict[str, Any]]) -> dict[str, Any]:
     """Several launches' ledgers as one: the first, unless another issued other collectives (then not steady)."""
     first = ledgers[0] if ledgers else {}

@@ -37,7 +37,9 @@ from scalegate.history.store import Point, Run
 from scalegate.record import baselines, quarantine
 
 HIGHER_IS_BETTER = ("efficiency", "local_efficiency", "throughput", "mfu")
-LOWER_IS_BETTER = ("peak_memory_bytes", "bytes_per_step", "checkpoint_s_per_gb")
+# the collectives' (the ledger's): bytes the job's ranks send across nodes a step, and its collectives a step
+LEDGER = ("cross_node_bytes_per_step", "collectives_per_step")
+LOWER_IS_BETTER = ("peak_memory_bytes", "bytes_per_step", "checkpoint_s_per_gb", *LEDGER)
 CHECKED = HIGHER_IS_BETTER + LOWER_IS_BETTER
 REGRESSION, IMPROVEMENT, SUSPICIOUS = "regression", "improvement", "suspicious"
 NO_CHANGE, INSUFFICIENT = "no change", "insufficient data"
@@ -117,6 +119,8 @@ class SeriesVerdict:
 UNITS = {
     "peak_memory_bytes": ("peak memory (MiB)", 2**20),
     "bytes_per_step": ("MB on the wire per step", 1e6),
+    "cross_node_bytes_per_step": ("MB across nodes per step (collectives)", 1e6),
+    "collectives_per_step": ("collectives per step", 1.0),
     "throughput": ("throughput (samples/s)", 1.0),
     "checkpoint_s_per_gb": ("checkpoint save + load (s/GB)", 1.0),
 }
@@ -129,8 +133,10 @@ def unit(metric: str) -> tuple[str, float]:
 def fmt(metric: str, value: float) -> str:
     if metric in ("peak_memory_bytes",):
         return f"{value / 2**20:.1f} MiB"
-    if metric == "bytes_per_step":
+    if metric in ("bytes_per_step", "cross_node_bytes_per_step"):
         return f"{value / 1e6:.2f} MB"
+    if metric == "collectives_per_step":
+        return f"{value:g} a step"
     if metric == "throughput":
         return f"{value:.1f}/s"
     if metric == "checkpoint_s_per_gb":

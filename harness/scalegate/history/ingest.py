@@ -1,7 +1,8 @@
 """A finished run directory -> the history's ``Run`` and one ``CaseRow`` per case (the metrics the check reads).
 
 Metrics, each where the run measured it: efficiency, local_efficiency, throughput (samples/s), mfu, peak
-memory (the largest rank's, bytes), bytes on the wire per step, final loss. A case that failed correctness
+memory (the largest rank's, bytes), bytes on the wire per step, final loss, and from the collective ledger the
+bytes sent across nodes a step and the collectives a step. A case that failed correctness
 keeps its status but no metrics (DESIGN.md: a case that fails correctness reports no performance); an
 oversubscribed case keeps its memory and bytes but no timing (its timing is not meaningful).
 
@@ -39,12 +40,20 @@ def metrics_of(case: dict[str, Any]) -> dict[str, float]:
         "mfu": case.get("mfu", resources.get("mfu")),  # where a run reports model FLOPs utilisation
         "peak_memory_bytes": max(peaks) if peaks else None,
         "bytes_per_step": (resources.get("wire") or {}).get("bytes_per_step"),
+        **_ledger(resources.get("ledger") or {}),
         "checkpoint_s_per_gb": (resources.get("checkpoint") or {}).get("s_per_gb"),  # --scaling-checkpoint runs
         "final_loss": losses[-1] if losses else None,
     }
     if case.get("oversubscribed"):
         found = {k: v for k, v in found.items() if k not in TIMING}
     return {k: float(v) for k, v in found.items() if isinstance(v, (int, float)) and v == v}
+
+
+def _ledger(found: dict[str, Any]) -> dict[str, Any]:
+    """The collectives' series (figures/ledger.py), where the ledger was steady: a varying one has no one value."""
+    if not found.get("steady") or found.get("unavailable"):
+        return {}
+    return {"cross_node_bytes_per_step": found.get("cross"), "collectives_per_step": found.get("calls")}
 
 
 def _most_common(values: list[str], default: str) -> str:

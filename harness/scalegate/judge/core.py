@@ -112,7 +112,7 @@ def _exact(
 ) -> ledger.Exact:
     """The ledger's verdict against the base commit's launches, else against the stored baseline's ledger."""
     head = [launch.ledger for launch in record.launches]
-    tolerance = overrides.ledger_tolerance
+    tolerance = record.conduct.ledger_tolerance if overrides.ledger_tolerance is None else overrides.ledger_tolerance
     if base is not None:
         theirs = [launch.ledger for launch in base.launches]
         return ledger.judge(head, theirs, "the base commit", tolerance, record.where)

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from scalegate import policy
 from scalegate.contract.errors import ScalegateError
 from scalegate.contract.results import CaseResult
 from scalegate.judge import gpu
@@ -80,6 +81,7 @@ class Conduct:
     beta: float = 0.05
     tolerance: float | None = None  # --scaling-tolerance of the run: compare and gate re-judge with the same drop
     step_time_tolerance: float | None = None  # --scaling-step-time-tolerance: an A/B duet judges the step time too
+    ledger_tolerance: float = policy.LEDGER_TOLERANCE  # --scaling-ledger-tolerance: the collectives' bytes a step
 
 
 @dataclass(frozen=True, kw_only=True)

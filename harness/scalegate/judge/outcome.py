@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scalegate import policy
 from scalegate.judge import metric as V
 from scalegate.record.quarantine import today
 
@@ -34,7 +33,7 @@ class Overrides:
     strict: bool = False  # noisy fails too
     require_baseline: bool = False  # no baseline fails
     noisy_limit: float = V.DEFAULT_NOISY_LIMIT
-    ledger_tolerance: float = policy.LEDGER_TOLERANCE  # --scaling-ledger-tolerance: collective bytes a step (ledger.py)
+    ledger_tolerance: float | None = None  # --scaling-ledger-tolerance (judge/ledger.py); None: the run's own
     today: str = field(default_factory=today)  # ISO date: a quarantine in the baseline runs until its date
 
 

@@ -17,10 +17,12 @@ from typing import Any
 
 from scalegate.contract.errors import BaselineError
 from scalegate.contract.results import CaseResult
+from scalegate.figures import ledger
 from scalegate.judge import AB, LOCAL, SEVERITY, CaseRecord, Outcome, Overrides, judge, parity, sequential
 from scalegate.judge import metric as V
 from scalegate.record import baselines
 from scalegate.record.baselines import BaselineFile
+from scalegate.report import exact
 
 __all__ = [
     "SEVERITY",
@@ -58,6 +60,7 @@ class Row:
     tokens_per_s: float | None = None
     mfu: float | None = None  # model FLOPs utilization against one device's peak (harness/scalegate/figures/peaks.py)
     achieved_flops: float | None = None  # per device, FLOP/s
+    collectives: dict[str, Any] = field(default_factory=dict)  # the exact verdict on the ledger (judge/ledger.py)
 
     @property
     def delta(self) -> float | None:
@@ -144,7 +147,6 @@ def judge_case(
     )
     result = case.get("result") or {}
     peaks = [r.get("peak_memory_bytes", 0) for r in result.get("ranks", [])]
-    wire = (case.get("resources") or {}).get("wire") or {}
     ci = outcome.efficiency_ci
     ref_metric = next((m for m in outcome.metrics if m.metric in ("efficiency", "local_efficiency")), None)
     return Row(
@@ -158,7 +160,7 @@ def judge_case(
         baseline_efficiency=outcome.baseline_efficiency,
         tolerance=outcome.tolerance,  # what the judge used (harness/scalegate/judge/references.py)
         peak_mib=max(peaks) / 2**20 if peaks else None,
-        bytes_per_step=wire.get("bytes_per_step"),
+        bytes_per_step=ledger.bytes_per_step(case.get("resources") or {}),
         status=outcome.status,
         local_efficiency=outcome.local_efficiency,
         baseline_local_efficiency=outcome.baseline_local_efficiency,
@@ -168,6 +170,7 @@ def judge_case(
         tokens_per_s=outcome.tokens_per_s,
         mfu=outcome.mfu,
         achieved_flops=outcome.achieved_flops,
+        collectives=outcome.collectives,
         messages=[_kept(outcome.message)]
         if outcome.status != V.OK and outcome.message
         else ([ref_metric.message] if ref_metric and outcome.status == V.NO_BASELINE else []),
@@ -226,6 +229,7 @@ def markdown(rows: list[Row], title: str, strict: bool = False) -> str:
     lines = [
         head,
         "",
+        *exact.markdown(rows),
         "| case | W | samples/s | MFU | efficiency (95% CI) | local eff | gated on | baseline | delta "
         "| launches | peak MiB/rank | MB/step | verdict |",
         "|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|---|",

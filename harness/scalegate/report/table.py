@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scalegate.figures import ledger
+
 HEADER = (
     "case",
     "preset",
@@ -58,9 +60,8 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _mb_per_step(case: dict[str, Any]) -> str:
-    """Measured MB sent per step (whole job); "n/a" where the job had no private namespace."""
-    wire = (case.get("resources") or {}).get("wire") or {}
-    sent = wire.get("bytes_per_step")
+    """MB the job's collectives send a step (figures/ledger.py ``bytes_per_step``); "n/a" where nothing counted."""
+    sent = ledger.bytes_per_step(case.get("resources") or {})
     return "n/a" if sent is None else f"{sent / 1e6:.2f}"
 
 
