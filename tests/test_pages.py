@@ -172,14 +172,16 @@ def test_the_run_report_page_shows_the_ab_table_and_filters_its_figures(tmp_path
     with browser.Chromium(path, width=1280, height=1400) as page:
         page.open(index.as_uri())
         page.wait_for("document.body.dataset.ready")
-        assert page.js("document.querySelectorAll('.sg-table tbody tr').length") == 3
+        verdicts, ledgers = ".sg-table:not([data-table=ledger]) tbody tr", "[data-table=ledger] tbody tr"
+        assert page.js(f"document.querySelectorAll({verdicts!r}).length") == 3
+        assert page.js(f"document.querySelectorAll({ledgers!r}).length") == 3  # a case without a ledger says so
         figures = page.js("[...document.querySelectorAll('[data-figure]')].map(n => n.dataset.figure)")
         assert figures == ["speedup", "efficiency", "memory", "bytes"], figures
         text, case = _hover(page, "[data-figure=efficiency]", 0, 1)
         assert case["x"] == "fsdp-cnn-1x2" and "fsdp-cnn-1x2: efficiency" in text, text
         page.click(*page.js(CENTER.format(css=".sg-facet[data-facet=strategy] .sg-chip[data-value=fsdp]")))
         page.wait_for("document.querySelector('.sg-shown').dataset.shown === '1'")
-        assert page.js(VISIBLE.format(css=".sg-table tbody tr")) == 1
+        assert page.js(VISIBLE.format(css=verdicts)) == 1 and page.js(VISIBLE.format(css=ledgers)) == 1
         assert page.js("document.querySelector('[data-figure=efficiency]').data[0].x") == ["fsdp-cnn-1x2"]
         page.screenshot(tmp_path / "report.png", full_page=True)
     distinct, _ = _colours(tmp_path / "report.png")

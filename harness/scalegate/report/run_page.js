@@ -48,11 +48,24 @@
     ["breakdown", "Where each rank's step went: compute and exposed communication (median step)", breakdown],
   ].filter(([, , fig]) => fig(cases));
   const nodes = figures.map(([name, title]) => el("div", { class: "sg-plot", "data-figure": name }));
+  const mb = (x) => fixed(x / 1e6, 2);
+  const LEDGER = ["case", "collective", "calls a step", "MB a step", "MB within a node", "MB across nodes", "exact verdict"];
+  const ledgerRows = cases.flatMap((c) => (c.ledger.length ? c.ledger : [null]).map((r, i) => el("tr", { "data-case": c.case }, [
+    el("td", {}, i ? "" : el("code", {}, c.key)),
+    el("td", {}, r ? r.what : c.ledger_note || "no collective"),
+    el("td", { class: "num" }, r ? `${r.calls}${r.calls_range ? ` (${r.calls_range.join("–")})` : ""}` : "–"),
+    el("td", { class: "num" }, r ? mb(r.bytes) : "–"),
+    el("td", { class: "num" }, r ? mb(r.intra) : "–"),
+    el("td", { class: "num" }, r ? mb(r.cross) : "–"),
+    el("td", { class: "note" }, i ? "" : exact(c.collectives || {})),
+  ])));
   const match = SG.filters(root, cases, facets, update, "case");
   root.append(
     shown,
     el("h2", {}, data.against.endsWith("(A/B)") ? "A/B verdicts: head against the base commit" : "Verdicts"),
     el("table", { class: "sg-table" }, el("thead", {}, el("tr", {}, COLUMNS.map(([name]) => el("th", {}, name)))), body),
+    el("h2", {}, "Collectives: the ledger of the measured steps"),
+    el("table", { class: "sg-table", "data-table": "ledger" }, el("thead", {}, el("tr", {}, LEDGER.map((name) => el("th", {}, name)))), el("tbody", {}, ledgerRows)),
     el("div", { class: "sg-grid" }, figures.map(([name, title], i) => el("section", { class: "sg-card" }, el("h3", {}, title), nodes[i]))),
     data.notes ? el("pre", { class: "sg-pre" }, data.notes) : null,
   );
@@ -60,6 +73,11 @@
 
   function note(text) {  // the judge's whole sentence on hover, its start in the table
     return text.length > 120 ? el("span", { title: text }, `${text.slice(0, 117)}…`) : text;
+  }
+
+  function exact(found) {  // the judge's state, its lines on hover
+    if (!found.state || found.state === "nothing to compare") return "–";
+    return el("span", { title: (found.lines || []).join("\n") }, `${found.state}${found.against ? ` (against ${found.against})` : ""}`);
   }
 
   function baseline(c) {
@@ -71,6 +89,8 @@
   function update(match) {
     const on = cases.map(match);
     rows.forEach((row, i) => (row.hidden = !on[i]));
+    const kept = new Set(cases.filter((_, i) => on[i]).map((c) => c.case));
+    ledgerRows.forEach((row) => (row.hidden = !kept.has(row.dataset.case)));
     const picked = cases.filter((_, i) => on[i]);
     shown.textContent = `${picked.length} of ${cases.length} cases shown`;
     shown.dataset.shown = String(picked.length);

@@ -2,7 +2,8 @@
 
 The same figures as the PNGs of plots.py (speedup against world size, efficiency with its interval against the
 baseline, peak memory per rank, bytes per step, achieved FLOP/s and MFU, where each rank's step went) and the
-verdict table, A/B against the base commit when the run is a gate's (RUN/base). One offline file built by
+verdict table, A/B against the base commit when the run is a gate's (RUN/base), and each case's collective ledger:
+its collectives a step, their bytes within a node and across nodes, and the exact verdict on them. One offline file built by
 page/build.py, as the history page: chips filter the table and every figure by strategy, model, topology and
 verdict; hovering names the case, the rank and the value.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract import cards
+from scalegate.figures import ledger
 from scalegate.page import build
 from scalegate.page.facets import split_case_id
 from scalegate.plan import hostinfo
@@ -62,6 +64,11 @@ def case_data(case: dict[str, Any], row: compare.Row, known: list[str]) -> dict[
         "message": row.messages[0].splitlines()[0] if row.messages else "",
         "ranks_mib": [(r.get("peak_memory_bytes") or 0) / 2**20 for r in ranks],
         "memory_source": next((r.get("memory_source") for r in ranks if r.get("memory_source")), ""),
+        # the collective ledger's rows (figures/ledger.py) and the exact verdict on them (judge/ledger.py)
+        "ledger": [{**r, "what": ledger.describe(r)} for r in (resources.get("ledger") or {}).get("rows") or []],
+        "ledger_note": (resources.get("ledger") or {}).get("varies")
+        or (resources.get("ledger") or {}).get("unavailable", ""),
+        "collectives": row.collectives,
         "breakdown": [
             [r.get("rank", i), _ms(r.get("compute_s")), _ms(r.get("exposed_comm_s"))]
             for i, r in enumerate((resources.get("breakdown") or {}).get("per_rank") or [])
