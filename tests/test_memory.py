@@ -252,3 +252,21 @@ def test_memory_above_the_baseline_fails_with_rank_size_and_source(ddp_result, t
             f"baseline {ddp_result.ranks[rank.rank].peak_memory_bytes / 2**20:.1f} MiB"
         )
         assert line.endswith(f"(tolerance 25%, source rss [warm launcher]) [{where}]")  # RSS is judged per launcher
+
+
+def test_on_cuda_the_judged_peak_is_the_allocators_with_nvmls_beside_it_and_a_tight_tolerance():
+    """No GPU here: the window's allocator reading is set by hand (what ``close`` reads from torch.cuda on one)."""
+    import torch
+
+    from scalegate.figures import resources
+    from scalegate.strategies.base import RankContext
+    from scalegate.worker.measured import ALLOCATOR, MeasuredWindow
+
+    ctx = RankContext(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0, device=torch.device("cpu"))
+    window = MeasuredWindow(CaseSpec(strategy="single", model="cnn", preset="tiny", topology="1x1", micro_batch=8), ctx)
+    assert window.memory()["memory_source"].startswith("rss")  # off CUDA: the sampler's RSS
+    window.allocator_peak = 145_891_840  # as torch.cuda.max_memory_allocated returned it on an H200
+    found = window.memory()
+    assert found["peak_memory_bytes"] == 145_891_840 and found["memory_source"] == ALLOCATOR
+    assert "device_peak_bytes" in found and found["device_peak_source"] == window.sampler.source
+    assert resources.memory_tolerance(ALLOCATOR) == 0.02 and resources.memory_tolerance("rss") == 0.25

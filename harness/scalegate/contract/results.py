@@ -26,6 +26,9 @@ class RankResult:
     loss_weight: float  # this rank's share of the global loss (1/W for data parallel)
     peak_memory_bytes: int = 0
     memory_source: str = ""
+    # on CUDA the judged peak is the allocator's; NVML's reading of the whole process stays beside it
+    device_peak_bytes: int = 0
+    device_peak_source: str = ""
     cpu_user_s: float = 0.0
     cpu_system_s: float = 0.0
     wall_s: float = 0.0

@@ -17,6 +17,16 @@ from scalegate.contract.results import CaseResult
 from scalegate.figures import breakdown, ledger
 
 DEFAULT_MEMORY_TOLERANCE = 0.25  # RSS moves with the allocator and the Python heap
+# The CUDA allocator's peak (``max_memory_allocated``) of a case repeats to the byte between runs of one commit; the
+# 2% leaves room for what another node's libraries may add. docs/memory-and-wire.md#memory-from-the-allocator
+ALLOCATOR_MEMORY_TOLERANCE = 0.02
+
+
+def memory_tolerance(source: str) -> float:
+    """The tolerance a new baseline's peak memory gets, by what measured it."""
+    return ALLOCATOR_MEMORY_TOLERANCE if source.startswith("cuda allocator") else DEFAULT_MEMORY_TOLERANCE
+
+
 DEFAULT_BYTES_TOLERANCE = 0.05  # byte counts repeat to ~0.1% on a private loopback
 
 
@@ -125,6 +135,14 @@ def summary(result: CaseResult) -> dict[str, Any]:
     return {
         "peak_memory_bytes": [r.peak_memory_bytes for r in result.ranks],
         "memory_source": memory_source(result),
+        **(
+            {
+                "device_peak_bytes": [r.device_peak_bytes for r in result.ranks],
+                "device_peak_source": result.ranks[0].device_peak_source,
+            }
+            if any(r.device_peak_bytes for r in result.ranks)
+            else {}
+        ),
         "cuda_memory": [r.cuda_memory for r in result.ranks],
         "state_bytes": [r.state_bytes for r in result.ranks],
         "ddp_state_bytes": {k: result.ranks[0].full_state_bytes.get(k, 0) for k in ("params", "grads", "optimizer")},

@@ -80,7 +80,10 @@ def entries_from_run(
                 else {}
             ),
             "final_loss": {"value": round(result["losses"][-1], 5), "tolerance": 0.25},
-            "peak_memory_bytes": {"value": peaks, "tolerance": resources.DEFAULT_MEMORY_TOLERANCE},
+            "peak_memory_bytes": {
+                "value": peaks,
+                "tolerance": resources.memory_tolerance((case.get("resources") or {}).get("memory_source") or ""),
+            },
             **_resource_entries(case.get("resources") or {}),
             "noise_rel": round(_noise(case), 4),
             "median_step_s": result["median_step_s"],

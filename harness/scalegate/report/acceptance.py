@@ -106,8 +106,11 @@ def measures(case: dict[str, Any]) -> dict[str, Any]:
         throughput=result.get("throughput"),
         mfu=case.get("mfu"),
         peak_source=case.get("peak_source") or case.get("mfu_unavailable") or "",
-        memory_source=resources.get("memory_source", ""),
-        nvml_peak_bytes=[int(b) for b in resources.get("peak_memory_bytes") or []],
+        # NVML's reading: beside the allocator's judged peak, or (a record before that) the judged peak itself
+        memory_source=resources.get("device_peak_source") or resources.get("memory_source", ""),
+        nvml_peak_bytes=[
+            int(b) for b in resources.get("device_peak_bytes") or resources.get("peak_memory_bytes") or []
+        ],
         allocator_peak_bytes=allocated if any(allocated) else [],
         bytes_per_step=wire.get("bytes_per_step"),
         wire_source=wire.get("source", ""),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import psutil
 import torch
@@ -14,6 +15,8 @@ from scalegate.measure.memory import MemorySampler
 from scalegate.measure.wire import WireCounter
 from scalegate.strategies.base import RankContext
 from scalegate.worker import faults
+
+ALLOCATOR = "cuda allocator (max_memory_allocated)"
 
 
 class MeasuredWindow:
@@ -30,6 +33,7 @@ class MeasuredWindow:
         self.ledger = Ledger(enabled=not off, why_off=f"{ENV_OFF}=1" if off else "")
         self.cpu_wait = CpuWait()
         self.ballast: torch.Tensor | None = None
+        self.allocator_peak: int | None = None  # CUDA: the caching allocator's peak over the window
 
     def open(self) -> None:
         self.wire.start()  # barrier-aligned counter reading: the window holds exactly the measured steps
@@ -44,9 +48,24 @@ class MeasuredWindow:
     def step(self) -> None:
         self.ledger.step()
 
+    def memory(self) -> dict[str, Any]:
+        """The judged peak and its source: on CUDA the allocator's (``max_memory_allocated``, which repeats between
+        launches), with NVML's reading of the whole process (its context, NCCL's buffers, the allocator's cache)
+        beside it; elsewhere the sampler's (RSS)."""
+        if self.allocator_peak is None:
+            return {"peak_memory_bytes": self.sampler.peak_bytes, "memory_source": self.sampler.source}
+        return {
+            "peak_memory_bytes": self.allocator_peak,
+            "memory_source": ALLOCATOR,
+            "device_peak_bytes": self.sampler.peak_bytes,
+            "device_peak_source": self.sampler.source,
+        }
+
     def close(self) -> None:
         self.ledger.close()
         self.cpu_wait.close()
+        if self.ctx.device.type == "cuda":  # read now: the windows after the steps (profiler, checkpoint) add theirs
+            self.allocator_peak = int(torch.cuda.max_memory_allocated(self.ctx.device))
         self.sampler.__exit__(None, None, None)
         self.ballast = None  # the sampler is done: free the injected ballast before the windows after the steps
         self.cpu1 = self.process.cpu_times()

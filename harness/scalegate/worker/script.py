@@ -208,8 +208,7 @@ class StepClock:
             losses=[math.nan] * steps,  # the script's loss is its output's: extra["loss_curve"]
             warmup_losses=[],
             loss_weight=0.0,
-            peak_memory_bytes=window.sampler.peak_bytes,
-            memory_source=window.sampler.source,
+            **window.memory(),
             cpu_user_s=window.cpu1.user - window.cpu0.user,
             cpu_system_s=window.cpu1.system - window.cpu0.system,
             wall_s=time.perf_counter() - self.started,
