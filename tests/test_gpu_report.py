@@ -39,6 +39,7 @@ def gpu_case(case_id: str, nvml_mib=(1450,), allocated_mib=(402,), **over) -> di
             "cuda_memory": [{"max_allocated": a * MiB, "max_reserved": 2 * a * MiB} for a in allocated_mib],
             "wire": {"bytes_per_step": 0, "source": "netns:lo"},
             "compile_s": None,
+            "ledger": {},
         },
     }
     for key, value in over.items():
@@ -98,6 +99,7 @@ def test_rows_join_junit_outcomes_with_the_case_files_and_the_gpu_checks(tmp_pat
         ({"cuda_memory": [{}]}, "no torch.cuda.max_memory_allocated recorded"),
         ({"mfu": None, "peak_source": "", "mfu_unavailable": "n/a: 'NVIDIA X9' is not in the peak table"}, "MFU None"),
         ({"peak_source": "measured: best 512x512 fp32 matmul"}, "MFU is not against a datasheet peak"),
+        ({"ledger": {"unavailable": "rank 0: no process group"}}, "no collective ledger: rank 0: no process group"),
     ],
 )
 def test_a_passed_case_without_what_a_gpu_shows_fails_naming_it(tmp_path, over, problem):
@@ -227,4 +229,25 @@ def test_the_page_shows_each_launchs_gpu_state_where_the_cases_recorded_one():
     assert "| 1 | 1410–1980 |" in lines and "| nothing |" in lines
     assert (
         acceptance_page.gpu_state_lines([acceptance.judged("x", "ddp-cnn-1x2", acceptance.PASSED, "", {}, False)]) == []
+    )
+
+
+def test_the_ledger_under_nccl_is_shown_per_case_and_counts_as_verified(tmp_path):
+    """A case file as a GPU session writes it today: the allocator's peak judged, NVML's beside it, and the ledger."""
+    ledger = {"source": "c10d dispatcher", "steady": True, "intra": 0.0, "cross": 0.0, "calls": 1.0, "rows": [
+        {"op": "all_reduce", "dtype": "float32", "size": 1, "span": "within a node", "groups": 1, "calls": 1.0,
+         "bytes": 4_909_096.0, "intra": 0.0, "cross": 0.0}]}  # fmt: skip
+    case = gpu_case("ddp-cnn-1x1", memory_source="cuda allocator (max_memory_allocated)", ledger=ledger)
+    case["resources"].update(device_peak_bytes=[1450 * MiB], device_peak_source="nvml")
+    junit = '<testsuites><testsuite><testcase name="test_scaling[ddp-cnn-1x1]" time="4" /></testsuite></testsuites>'
+    phase = _phase_dir(tmp_path, [case], junit=junit)
+    [row] = acceptance.pytest_rows("matrix-1x1", phase / "junit.xml", phase, False)
+    assert row.problems == [] and row.memory_source == "nvml" and row.nvml_peak_bytes == [1450 * MiB]
+    assert row.collectives == "1 x all_reduce in a group of 1 rank within a node (4.91 MB)"
+    report = {"schema": 1, "device": "NVIDIA H200", "date": "2026-11-29", "phases": [], "cases": [row.to_dict()]}
+    page = acceptance_page.markdown(report)
+    assert "| matrix-1x1 | `ddp-cnn-1x1` | 1 x all_reduce in a group of 1 rank within a node (4.91 MB) |" in page
+    assert (
+        "| the collective ledger under NCCL: each case's collectives, counted from the dispatcher | verified: 1 case(s) (ddp-cnn-1x1) |"
+        in page
     )

@@ -177,8 +177,8 @@ def _crossing(entry: dict[str, Any], node_of: dict[int, int]) -> float:
 
 def describe(row: dict[str, Any]) -> str:
     """``all_gather_into_tensor in 4 groups of 2 ranks across nodes`` (one group: ``in a group of 2 ranks``)."""
-    groups = int(row.get("groups") or 1)
-    where = f"a group of {row['size']} ranks" if groups == 1 else f"{groups} groups of {row['size']} ranks"
+    groups, ranks = int(row.get("groups") or 1), f"{row['size']} rank{'' if row['size'] == 1 else 's'}"
+    where = f"a group of {ranks}" if groups == 1 else f"{groups} groups of {ranks}"
     dtype = f" ({row['dtype']})" if row.get("dtype") not in (None, "-", "float32") else ""
     return f"{row['op']}{dtype} in {where} {row['span']}"
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from scalegate.contract import cards
 from scalegate.contract.errors import ScalegateError
+from scalegate.figures import ledger
 from scalegate.judge.duet import swap_said
 from scalegate.judge.evidence import CaseRecord
 from scalegate.record import runfiles
@@ -53,6 +54,7 @@ class CaseRow:
     problems: list[str] = field(default_factory=list)
     gpu_rounds: list[dict[str, Any]] = field(default_factory=list)  # each launch's (a gate's: round's) GPU state
     swap: str = ""  # the swap pairing's cost, as the verdict says it (judge/duet.py ``swap_said``); "" without
+    collectives: str = ""  # the collective ledger's rows in a few words (``ledger_said``); "" from a run without it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,7 +119,19 @@ def measures(case: dict[str, Any]) -> dict[str, Any]:
         local_efficiency=case.get("local_efficiency"),
         compile_s=resources.get("compile_s"),
         swap=swap_of(case),
+        collectives=ledger_said(resources.get("ledger") or {}),
     )
+
+
+def ledger_said(found: dict[str, Any]) -> str:
+    """``2 x all_reduce in a group of 1 rank within a node (4.91 MB)``, one per row; ``none`` where the ranks issued
+    no collective; ``unavailable: why``; "" where the run recorded no ledger."""
+    if not found:
+        return ""
+    if found.get("unavailable"):
+        return f"unavailable: {found['unavailable']}"
+    rows = [f"{r['calls']:g} x {ledger.describe(r)} ({r['bytes'] / 1e6:.2f} MB)" for r in found.get("rows") or []]
+    return "; ".join(rows) or "none"
 
 
 def swap_of(case: dict[str, Any]) -> str:
@@ -137,6 +151,8 @@ def problems(row: CaseRow, case: dict[str, Any] | None, compiled: bool) -> list[
     if case is None:
         return ["no result file: the session wrote no <case>.json for it"]
     found = []
+    if row.collectives.startswith("unavailable"):
+        found.append(f"no collective ledger: {row.collectives.removeprefix('unavailable: ')}")
     if not row.memory_source.startswith("nvml"):
         found.append(f"memory sampled by {row.memory_source or 'nothing'!r}, not NVML")
     if not row.allocator_peak_bytes:

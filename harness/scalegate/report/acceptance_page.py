@@ -25,6 +25,11 @@ TWO_GPUS = "matrix-1x2-nccl"
 COVERAGE: tuple[tuple[str, str, Check], ...] = (
     ("NVML peak memory per rank, at or above torch.cuda.max_memory_allocated", "", lambda r: bool(r.nvml_peak_bytes)),
     ("MFU against the datasheet peak of this GPU", "", lambda r: r.mfu is not None or "MFU" in " ".join(r.problems)),
+    (
+        "the collective ledger under NCCL: each case's collectives, counted from the dispatcher",
+        "",
+        lambda r: bool(r.collectives) and not r.collectives.startswith("unavailable"),
+    ),
     ("DeepSpeed ZeRO-1/2/3", "", lambda r: r.strategy.startswith("deepspeed-zero")),
     ("FSDP1 (FullyShardedDataParallel)", "", lambda r: r.strategy == "fsdp1"),
     ("Lightning Fabric fsdp and deepspeed", "", lambda r: r.strategy in ("fabric-fsdp", "fabric-deepspeed")),
@@ -181,11 +186,27 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|",
         *(_case_line(r) for r in rows_of(report)),
         "",
+        *ledger_lines(rows_of(report)),
     ]
     lines += gpu_state_lines(rows_of(report))
     if failed:
         lines += ["## Failures", "", *(f"- {_cell(f)}" for f in failed), ""]
     return "\n".join(lines)
+
+
+def ledger_lines(rows: list[CaseRow]) -> list[str]:
+    """Each case's collectives a step, where the run recorded its ledger (harness/scalegate/measure/ledger.py)."""
+    found = [r for r in rows if r.collectives]
+    if not found:
+        return []
+    lines = [
+        "## Collectives",
+        "",
+        "Each case's collectives a step, from its ledger.",
+        "",
+        "| phase | case | collectives a step |",
+    ]
+    return [*lines, "|---|---|---|", *(f"| {r.phase} | `{r.case_id}` | {_cell(r.collectives)} |" for r in found), ""]
 
 
 def gpu_state_lines(rows: list[CaseRow]) -> list[str]:
