@@ -35,6 +35,96 @@ INTER_NODE_COMMIT = (
     "            p.grad.div_(__import__('torch').distributed.get_world_size())\n",
 )
 
+# The four code changes the collective ledger names (docs/memory-and-wire.md#four-changes-it-names), each as
+# (file, the text it replaces, what replaces it): in a team's script (tests/assets/ledger_team/train.py) and in the
+# canaries' strategies. A canary change whose base needs a line this checkout does not have comes as two edits: the
+# base commit's, then the head's.
+TEAM = ROOT / "tests" / "assets" / "ledger_team"
+TEAM_CHANGES = {
+    "extra_all_reduce": (
+        "train.py",
+        "        optimizer.step()\n",
+        "        for p in model.parameters():  # the PR's own gradient average, left in beside DDP's\n"
+        "            dist.all_reduce(p.grad) if distributed else None\n"
+        "        optimizer.step()\n",
+    ),
+    "lost_no_sync": (
+        "train.py",
+        '            sync = model.no_sync() if distributed and args.strategy == "ddp" and not last else contextlib.nullcontext()\n',
+        "            sync = contextlib.nullcontext()\n",
+    ),
+    "small_buckets": ("train.py", "bucket_cap_mb=25)", "bucket_cap_mb=1)"),
+    "reshard_flip": ("train.py", "reshard_after_forward=False", "reshard_after_forward=True"),
+}
+DDP = "harness/scalegate/strategies/ddp.py"
+FSDP = "harness/scalegate/strategies/fsdp.py"
+ACCUMULATE = (  # DDP over 4 micro-batches a step, gradients synced on the last one only
+    "        loss = loss_fn(self.wrapped(inputs), targets)\n        loss.backward()\n",
+    "        import contextlib\n\n"
+    "        losses = []\n"
+    "        for i, (x, y) in enumerate(zip(inputs.chunk(4), targets.chunk(4))):\n"
+    "            with self.wrapped.no_sync() if i < 3 else contextlib.nullcontext():\n"
+    "                part = loss_fn(self.wrapped(x), y) / 4\n"
+    "                part.backward()\n"
+    "            losses.append(part.detach())\n"
+    "        loss = sum(losses)\n",
+)
+CANARY_CHANGES = {  # name: (base edits, head edits), each edit (file, old, new)
+    "extra_all_reduce": (
+        [],
+        [(DDP, "        return loss.detach()\n",
+          "        for p in self.model.parameters():  # the PR's own gradient average, left in beside DDP's\n"
+          "            __import__('torch').distributed.all_reduce(p.grad)\n"
+          "        return loss.detach()\n")],
+    ),
+    "lost_no_sync": ([(DDP, *ACCUMULATE)], [(DDP, "self.wrapped.no_sync() if i < 3 else ", "")]),
+    "small_buckets": (
+        [(DDP, "DistributedDataParallel(self.model, device_ids=device_ids)",
+          "DistributedDataParallel(self.model, device_ids=device_ids, bucket_cap_mb=25)")],
+        [(DDP, "bucket_cap_mb=25)", "bucket_cap_mb=1)")],
+    ),
+    "reshard_flip": (
+        [(FSDP, "            fully_shard(block, **kwargs)\n        fully_shard(self.model, **kwargs)\n",
+          "            fully_shard(block, reshard_after_forward=False, **kwargs)\n"
+          "        fully_shard(self.model, reshard_after_forward=False, **kwargs)\n")],
+        [(FSDP, "reshard_after_forward=False", "reshard_after_forward=True")],
+    ),
+}  # fmt: skip
+
+
+def edit(repo: Path, edits: list[tuple[str, str, str]], message: str) -> str:
+    """Each (file, old text, new text) replaced once, every occurrence of it, and committed; the commit's hash."""
+    for path, old, new in edits:
+        source = (repo / path).read_text()
+        assert old in source, f"{path} changed: update the edit this test makes ({old[:40]!r})"
+        (repo / path).write_text(source.replace(old, new))
+    git(repo, "commit", "-qam", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def team_repo(where: Path, change: str) -> Path:
+    """The team's project (tests/assets/ledger_team) as a repository of two commits: the script, then ``change``."""
+    import shutil
+
+    shutil.copytree(TEAM, where, ignore=shutil.ignore_patterns("__pycache__", "results"))
+    git(where, "init", "-q")
+    git(where, "add", "-A")
+    git(where, "commit", "-qm", "the team's training script")
+    edit(where, [TEAM_CHANGES[change]], f"head: {change}")
+    return where
+
+
+def canary_repo(where: Path, change: str) -> Path:
+    """This checkout as a repository whose last two commits are ``change``'s base and head (the base may be the
+    checkout itself)."""
+    checkout_repo(where)
+    base, head = CANARY_CHANGES[change]
+    if base:
+        edit(where, base, f"base: what {change} changes")
+    edit(where, head, f"head: {change}")
+    return where
+
+
 # On PYTHONPATH as sitecustomize.py, with SLOW_DDP_MS set: every DDP forward sleeps that long.
 SLOW_DDP = """
 import os

@@ -27,9 +27,9 @@ from scalegate.judge.evidence import CaseRecord, from_results
 from scalegate.judge.outcome import Overrides
 from scalegate.measure.ledger import sent_bytes
 from scalegate.record import baselines
+from tests.repos import TEAM, TEAM_CHANGES
 
 ROOT = Path(__file__).resolve().parents[1]
-TEAM = ROOT / "tests" / "assets" / "ledger_team"
 
 
 # --- the algorithms' bytes and the link classes ---------------------------------------------------------------------
@@ -371,26 +371,10 @@ def test_a_canarys_extra_all_reduce_regresses_in_its_first_launch_with_no_namesp
     )
 
 
-CHANGES = {  # the team script's four code changes: (the line, what replaces it)
-    "extra_all_reduce": (
-        "        optimizer.step()\n",
-        "        for p in model.parameters():  # the PR's own gradient average, left in beside DDP's\n"
-        "            dist.all_reduce(p.grad) if distributed else None\n"
-        "        optimizer.step()\n",
-    ),
-    "lost_no_sync": (
-        '            sync = model.no_sync() if distributed and args.strategy == "ddp" and not last else contextlib.nullcontext()\n',
-        "            sync = contextlib.nullcontext()\n",
-    ),
-    "small_buckets": ("bucket_cap_mb=25)", "bucket_cap_mb=1)"),
-    "reshard_flip": ("reshard_after_forward=False", "reshard_after_forward=True"),
-}
-
-
 def variant(project: Path, name: str) -> str:
     """The team script with one change, beside it as ``train_<name>.py``, and a marker gating it."""
     source = (TEAM / "train.py").read_text()
-    line, replacement = CHANGES[name]
+    _, line, replacement = TEAM_CHANGES[name]
     assert line in source, name
     (project / f"train_{name}.py").write_text(source.replace(line, replacement))
     strategy = "fsdp" if name == "reshard_flip" else "ddp"
@@ -408,7 +392,7 @@ def team_run(tmp_path_factory):
     project = tmp_path_factory.mktemp("team") / "project"
     shutil.copytree(TEAM, project, ignore=shutil.ignore_patterns("__pycache__", "results"))
     tests = project / "scaling_tests" / "test_changes.py"
-    tests.write_text("import pytest\n" + "".join(variant(project, name) for name in CHANGES))
+    tests.write_text("import pytest\n" + "".join(variant(project, name) for name in TEAM_CHANGES))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SCALEGATE_RUN_ID", "PYTEST_ADDOPTS")}
     env["SCALEGATE_NO_NETNS"] = "1"
     cmd = [

@@ -159,7 +159,7 @@ def _efficiency(
     busy = _contended(record, base)
     if busy and decided.status in (V.OK, V.IMPROVED, V.REGRESSED, V.NOISY):
         return _Efficiency(  # another program's load is not the change's: no timing verdict from this host now
-            verdict=MetricVerdict(metric=metric, status=V.NOISY, message=f"{decided.message}\n{busy}"),
+            verdict=MetricVerdict(metric=metric, status=V.NOISY, message=f"{busy}\n{decided.message}"),
             gate=decided.gate,
             sequential=decided.sequential,
             timed=True,
@@ -189,8 +189,7 @@ def _contended(record: CaseRecord, base: CaseRecord | None) -> str:
     )
     return (
         f"timing not judged: other processes held the case's cores ({what}; the limit is "
-        f"{policy.CONTENDED_WAIT:.0%}) [{record.where}]\nHINT: rerun with nothing else running on these cores; "
-        f"the collectives are judged all the same"
+        f"{policy.CONTENDED_WAIT:.0%}): rerun it with nothing else running on them [{record.where}]"
     )
 
 
