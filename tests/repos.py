@@ -125,6 +125,29 @@ def canary_repo(where: Path, change: str) -> Path:
     return where
 
 
+def ledger_gate(kind: str, change: str, repo: Path, out: Path, cluster: str | None = None) -> tuple[list[str], str]:
+    """The A/B gate of ``change``'s head against its base (``team_repo`` or ``canary_repo``), and the case it names:
+    on this node with no namespace counter (``SCALEGATE_NO_NETNS=1``: the command sets it), or, given ``cluster``
+    (slurm/two-node-cluster.sh), under ``srun -N2`` with the case at 2x1. Its table goes to ``OUT.md``, its JSON to
+    ``OUT.json``."""
+    strategy = "fsdp" if change == "reshard_flip" else "ddp"
+    topology = "2x1" if cluster else "1x2"
+    if kind == "script":
+        case = f"{strategy}-mlp-{topology}"
+        selection = ["-k", case]
+    else:
+        case = f"{strategy}-cnn-{topology}"
+        selection = ["-k", f"{case} or single-cnn-1x1", "--scaling-models", "cnn", "--scaling-strategies",
+                     f"single,{strategy}", "--scaling-topologies", f"1x1,{topology}"]  # fmt: skip
+    gate = [str(ROOT / ".venv/bin/python"), "-m", "scalegate", "gate", "--base", "HEAD~1", "--results-dir", str(out)]
+    gate += ["--markdown", f"{out}.md", "--json", f"{out}.json", "--max-minutes", "5", *selection]
+    gate += ["--scaling-steps", "20", "--scaling-warmup", "5"]
+    if cluster is None:
+        return ["env", "SCALEGATE_NO_NETNS=1", *gate], case
+    wrapper = f"cd {shlex.quote(str(repo))} && exec srun -N2 --ntasks-per-node=1 -l {shlex.join(gate)}"
+    return [cluster, "run", "bash", "-c", wrapper], case
+
+
 # On PYTHONPATH as sitecustomize.py, with SLOW_DDP_MS set: every DDP forward sleeps that long.
 SLOW_DDP = """
 import os

@@ -402,6 +402,8 @@ def team_run(tmp_path_factory):
         "-p",
         "no:cacheprovider",
         "-q",
+        "-k",
+        "1x2",
         "--scaling-steps",
         "4",
         "--scaling-warmup",
@@ -437,3 +439,46 @@ def test_each_of_the_four_changes_is_named_by_the_exact_verdict(team_run, change
     else:  # the same bytes in other calls: reported beside the timing verdict, which decides
         assert outcome.status != "regressed" or not any(m.metric == "collectives" for m in outcome.metrics)
         assert "time decides" in outcome.message
+
+
+# --- whole gates (nightly): the four changes, in a team's script and in the canaries -------------------------------------
+EXPECTED = {  # change: (the exact verdict's state, the collective it names, the gate's exit code or None: time decides)
+    "extra_all_reduce": (ledger.REGRESSED, "head: all_reduce in a group of 2 ranks", 1),
+    "lost_no_sync": (ledger.REGRESSED, "head: all_reduce in a group of 2 ranks", 1),
+    "small_buckets": (ledger.CALLS, "head: all_reduce in a group of 2 ranks", None),
+    "reshard_flip": (ledger.REGRESSED, "head: all_gather_into_tensor in a group of 2 ranks", 1),
+}
+
+
+def _named_by_the_gate(kind: str, change: str, tmp_path: Path, cluster: str | None = None) -> None:
+    from tests.repos import base_trees_left, canary_repo, ledger_gate, outside_slurm_env, team_repo
+
+    repo = (team_repo if kind == "script" else canary_repo)(tmp_path / "repo", change)
+    out = tmp_path / "gate"
+    command, case = ledger_gate(kind, change, repo, out, cluster)
+    done = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=1500, env=outside_slurm_env())
+    state, named, code = EXPECTED[change]
+    said = done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode in ((code,) if code is not None else (0, 1)), said
+    found = next(c for c in json.loads(Path(f"{out}.json").read_text())["cases"] if c["case_id"] == case)
+    assert found["collectives"]["state"] == state, found["collectives"]
+    span = "across nodes" if cluster else "within a node"
+    assert any(line.startswith(named) and span in line for line in found["collectives"]["lines"]), found["collectives"]
+    if state == ledger.REGRESSED:
+        assert found["launches"] == 1 and found["status"] == "regressed"  # decided in the first round, without timing
+    table = Path(f"{out}.md").read_text()
+    assert "#### Exact: the collectives a step" in table and not base_trees_left(repo)
+
+
+@pytest.mark.nightly  # eight whole gates, one node: 1-2 minutes each, the bucket change's up to its 5 minutes
+@pytest.mark.parametrize("kind", ["script", "canary"])
+@pytest.mark.parametrize("change", list(EXPECTED))
+def test_the_gate_names_each_change_in_its_first_round_on_one_node_without_a_namespace(tmp_path, kind, change):
+    _named_by_the_gate(kind, change, tmp_path)
+
+
+@pytest.mark.nightly  # eight whole gates across slurm/two-node-cluster.sh's two nodes: 2-6 minutes each
+@pytest.mark.parametrize("kind", ["script", "canary"])
+@pytest.mark.parametrize("change", list(EXPECTED))
+def test_the_gate_names_each_change_across_two_slurm_nodes(two_nodes, tmp_path, kind, change):
+    _named_by_the_gate(kind, change, tmp_path, cluster=two_nodes)

@@ -1,4 +1,4 @@
-"""The team's script gated on ddp and fsdp at 1x2, against the same script on one process."""
+"""The team's script gated on ddp and fsdp at 1x2 (one node) and 2x1 (two), against the same script on one process."""
 
 import pytest
 
@@ -9,7 +9,7 @@ import pytest
     "--max-steps={steps}",
     name="mlp",
     strategies=["ddp", "fsdp"],
-    topologies=["1x2"],
+    topologies=["1x2", "2x1"],
     batch=64,
     loss_pattern=r"step (\d+) loss ([0-9.eE+-]+)",
     canary=True,
