@@ -482,3 +482,14 @@ def test_the_gate_names_each_change_in_its_first_round_on_one_node_without_a_nam
 @pytest.mark.parametrize("change", list(EXPECTED))
 def test_the_gate_names_each_change_across_two_slurm_nodes(two_nodes, tmp_path, kind, change):
     _named_by_the_gate(kind, change, tmp_path, cluster=two_nodes)
+
+
+def test_the_history_keeps_a_steady_ledgers_cross_node_bytes_and_collectives_a_step():
+    from scalegate.history import check, ingest
+
+    steady = summary(row("all_reduce", 2, 4.9e6, cross=9.8e6), row("barrier", 1, 0))
+    found = ingest.metrics_of({"status": "ok", "resources": {"ledger": steady}})
+    assert found["cross_node_bytes_per_step"] == 9.8e6 and found["collectives_per_step"] == 3
+    assert "cross_node_bytes_per_step" in check.LOWER_IS_BETTER and "collectives_per_step" in check.LOWER_IS_BETTER
+    varying = summary(row("all_to_all_single", 1.5, 1e6, cross=1e6), steady=False)
+    assert "cross_node_bytes_per_step" not in ingest.metrics_of({"status": "ok", "resources": {"ledger": varying}})
