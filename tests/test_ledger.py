@@ -493,3 +493,20 @@ def test_the_history_keeps_a_steady_ledgers_cross_node_bytes_and_collectives_a_s
     assert "cross_node_bytes_per_step" in check.LOWER_IS_BETTER and "collectives_per_step" in check.LOWER_IS_BETTER
     varying = summary(row("all_to_all_single", 1.5, 1e6, cross=1e6), steady=False)
     assert "cross_node_bytes_per_step" not in ingest.metrics_of({"status": "ok", "resources": {"ledger": varying}})
+
+
+def test_update_baselines_ledger_only_adds_each_cases_ledger_and_keeps_the_rest(tmp_path):
+    from scalegate.cli.main import main
+
+    baselines.update(tmp_path / "b", "cpu-x", {}, {"ddp-cnn-1x2:tiny": {"efficiency": {"value": 0.8, "tolerance": 0.1}}})
+    steady = summary(row("all_reduce", 2, 4.9e6, intra=9.8e6))
+    run = tmp_path / "run"
+    run.mkdir()
+    for case_id, found in (("ddp-cnn-1x2", steady), ("fsdp-cnn-1x2", summary(row("x", 1, 1), steady=False))):
+        case = {"case_id": case_id, "key": f"{case_id}:tiny", "status": "ok", "profile": "cpu-x", "spec": {},
+                "resources": {"ledger": found}}  # fmt: skip
+        (run / f"{case_id}.json").write_text(json.dumps(case))
+    assert main(["update-baselines", str(run), "--baseline-dir", str(tmp_path / "b"), "--ledger-only"]) == 0
+    entry = baselines.load(tmp_path / "b", "cpu-x").cases["ddp-cnn-1x2:tiny"]
+    assert entry["efficiency"] == {"value": 0.8, "tolerance": 0.1} and entry["ledger"]["rows"] == steady["rows"]
+    assert "fsdp-cnn-1x2:tiny" not in baselines.load(tmp_path / "b", "cpu-x").cases  # a varying ledger: nothing

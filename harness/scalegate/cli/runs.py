@@ -3,7 +3,7 @@
     python -m scalegate compare results/latest [--baseline baselines/<profile>.json] [--json out.json]
     python -m scalegate compare results/gate/latest --base-run results/gate/latest/base   # an A/B gate run
     python -m scalegate report results/latest [--out results/latest/report]   # PNGs, report.md, index.html
-    python -m scalegate update-baselines RUN [RUN ...] [--baseline-dir baselines] [--tolerance 0.1]
+    python -m scalegate update-baselines RUN [RUN ...] [--baseline-dir baselines] [--tolerance 0.1] [--ledger-only]
 
 compare exits 0 when every case is ok, 1 on a regression or failed case (or a noisy one with --strict), 2 on bad
 input (missing run, malformed file, unusable baseline) with a one-line error.
@@ -103,9 +103,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_update(args: argparse.Namespace) -> int:
     from scalegate.record import update
 
-    for line in update.update_from_run(
-        merge.merged_runs(args.run), Path(args.baseline_dir), args.tolerance, args.local_tolerance
-    ):
+    cases, directory = merge.merged_runs(args.run), Path(args.baseline_dir)
+    if args.ledger_only:
+        lines = update.ledgers_from_run(cases, directory)
+    else:
+        lines = update.update_from_run(cases, directory, args.tolerance, args.local_tolerance)
+    for line in lines:
         print(line)
     return EXIT_OK
 
@@ -160,4 +163,9 @@ def add_parsers(sub) -> None:
     )
     u.add_argument("--baseline-dir", default=str(Project.find().baselines), type=output_dir("--baseline-dir"))
     declare.declare(u.add_argument, (Recorded,), prefix="")  # checked as read, as record-baselines does
+    u.add_argument(
+        "--ledger-only",
+        action="store_true",
+        help="write only each case's collective ledger into its baseline entry, the rest as it was",
+    )
     u.set_defaults(handler=lambda args, extra: cmd_update(args))

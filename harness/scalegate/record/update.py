@@ -116,9 +116,9 @@ def _resource_entries(found: dict[str, Any]) -> dict[str, Any]:
             "unit": "s/GB",
             "format": found["checkpoint"].get("format", "?"),
         }
-    collectives = found.get("ledger") or {}
-    if collectives.get("steady") and not collectives.get("unavailable"):  # the exact verdict's reference
-        out["ledger"] = {k: collectives[k] for k in ("source", "rows", "calls", "intra", "cross", "steady")}
+    collectives = ledger_entry(found.get("ledger") or {})
+    if collectives is not None:  # the exact verdict's reference
+        out["ledger"] = collectives
     sent = (found.get("wire") or {}).get("bytes_per_step")
     if sent is not None:
         out["bytes_per_step"] = {
@@ -157,6 +157,33 @@ def refuse_unsound(cases: list[dict[str, Any]]) -> None:
                 f"refusing to update baselines: {case['case_id']} ran with injected fault(s) {', '.join(on)}",
                 "rerun without --scaling-inject-* options",
             )
+
+
+def ledgers_from_run(cases: list[dict[str, Any]], directory: Path) -> list[str]:
+    """``update-baselines --ledger-only``: each case's steady collective ledger written into its baseline entry, the
+    rest of every entry as it was (a baseline recorded before the ledger gains one without re-recording its timing)."""
+    if not cases:
+        raise ScalegateError("the run has no case results to record", "run the suite first, then update")
+    refuse_unsound(cases)
+    lines, by_profile = [], {}
+    for case in cases:
+        found = ledger_entry((case.get("resources") or {}).get("ledger") or {})
+        if found is None:
+            lines.append(f"- {case['key']}: no ledger written (its ledger varied, or the run recorded none)")
+            continue
+        by_profile.setdefault(case["profile"], {})[case["key"]] = (found, case.get("fingerprint", {}))
+    for profile, written in by_profile.items():
+        fingerprint = next(iter(written.values()))[1]
+        path = baselines.set_field(directory, profile, fingerprint, "ledger", {k: v[0] for k, v in written.items()})
+        lines.insert(0, f"ledgers written into {path}: {len(written)} case(s)")
+    return lines
+
+
+def ledger_entry(found: dict[str, Any]) -> dict[str, Any] | None:
+    """What a baseline keeps of a case's ledger (figures/ledger.py ``summarize``): a steady one's rows and totals."""
+    if not found.get("steady") or found.get("unavailable"):
+        return None
+    return {k: found[k] for k in ("source", "rows", "calls", "intra", "cross", "steady")}
 
 
 def update_from_run(
