@@ -344,3 +344,12 @@ def test_a_cancelled_ci_job_cancels_its_slurm_job_and_says_so(tmp_path, local_sl
     assert "JobState=CANCELLED" in shown, shown
     body = (repo / "scalegate-gate.md").read_text()
     assert f"while SLURM job {job} was RUNNING; the SLURM job was cancelled with it (scancel {job})" in body, body
+
+
+def test_this_repositorys_own_pr_workflow_skips_a_forks_pull_request_too():
+    """.github/workflows/scaling.yml runs on the project's own SLURM runner: a fork's pull request must not."""
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "scaling.yml").read_text())
+    jobs = workflow["jobs"]
+    fork = {"github.repository": "scalegate/scalegate", "github.event.pull_request.head.repo.full_name": "x/scalegate"}
+    assert not _github_if(jobs["scaling"]["if"], fork) and _github_if(jobs["fork"]["if"], fork)
+    assert workflow["permissions"] == {} and jobs["fork"]["runs-on"] == "ubuntu-latest"
