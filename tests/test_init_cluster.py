@@ -140,6 +140,7 @@ def test_the_generated_pr_job_with_8_gpus_a_node_passes_sbatch_test_only(tmp_pat
         (["--nodes", "0"], "error: --nodes 0 is not a whole number >= 1"),
         (["--gpus-per-node", "-1"], "error: --gpus-per-node -1 is not a whole number >= 0"),
         (["--time", "an hour"], "error: --time 'an hour' is not a SLURM time limit"),
+        (["--time", "0"], "error: --time '0' is not a SLURM time limit of a minute or more"),
         (["--partition", "gpu; rm -rf /"], "error: --partition 'gpu; rm -rf /' is not a SLURM name"),
         (["--nodes", "1", "--topologies", "2x8"], "error: --topologies 2x8: 2x8 needs 2 node(s) x 8 GPU(s)"),
         (["--profile", "nope.toml"], "error: --profile nope.toml: No such file or directory"),

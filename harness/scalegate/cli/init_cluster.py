@@ -63,17 +63,20 @@ class Cluster:
         asked += [f"--account={self.account}" if self.account else "", f"--time={time}", f"--output={job}-%j.out"]
         return "\n".join(f"#SBATCH {a}" for a in asked if a)
 
-    def minutes(self, time: str | None = None) -> int:
-        """A SLURM time limit in whole minutes."""
-        text = time or self.time
-        days, _, rest = text.rpartition("-")
-        parts = [int(p) for p in rest.split(":")]
-        if days:  # D-H, D-H:M, D-H:M:S
-            hours, mins = parts[0], parts[1] if len(parts) > 1 else 0
-            return int(days) * 1440 + hours * 60 + mins
-        if len(parts) == 3:  # H:M:S
-            return parts[0] * 60 + parts[1]
-        return parts[0]  # M, M:S
+    def minutes(self) -> int:
+        """The PR job's time limit in whole minutes."""
+        return minutes(self.time)
+
+
+def minutes(limit: str) -> int:
+    """A SLURM time limit (TIME's formats) in whole minutes."""
+    days, _, rest = limit.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:  # D-H, D-H:M, D-H:M:S
+        return int(days) * 1440 + parts[0] * 60 + (parts[1] if len(parts) > 1 else 0)
+    if len(parts) == 3:  # H:M:S
+        return parts[0] * 60 + parts[1]
+    return parts[0]  # M, M:S
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,7 +193,9 @@ def _check(key: str, value: object, where: str) -> None:
         return
     if not isinstance(value, str) or not value.strip() or "\n" in value:
         raise ScalegateError(f"{where} {value!r} is not one line of text", fix)
-    if key in ("time", "nightly_time") and not TIME.match(value):
-        raise ScalegateError(f"{where} {value!r} is not a SLURM time limit", f"{fix} (MM, HH:MM:SS or D-HH:MM:SS)")
+    if key in ("time", "nightly_time") and not (TIME.match(value) and minutes(value) >= 1):
+        raise ScalegateError(
+            f"{where} {value!r} is not a SLURM time limit of a minute or more", f"{fix} (MM, HH:MM:SS or D-HH:MM:SS)"
+        )
     if key in ("partition", "account", "gres") and not WORD.match(value):
         raise ScalegateError(f"{where} {value!r} is not a SLURM name", f"letters, digits and _ . : , + - only; {fix}")

@@ -37,7 +37,7 @@ def show(
     )
     asked = [shape] + [f"{k} {v}" for k, v in (("partition", c.partition), ("account", c.account)) if v]
     print(
-        f"init: the SLURM jobs ask {', '.join(asked)}, {c.time} (the nightly {c.nightly_time}); results in {c.results_dir}"
+        f"init: the SLURM jobs ask {', '.join(asked)}, {c.time} (the nightly {c.nightly_time}); results in {c.results_dir.rstrip('/')}/"
     )
     print("init: wrote")
     width = max(len(o.path) for o in written) + 2
