@@ -69,16 +69,17 @@ json.dump(notes, open(store, "w"))
 """
 
 
-def install(where: Path) -> dict[str, str]:
-    """The stand-ins under ``where/bin``; the environment a CI step runs with them first on its PATH."""
+def install(where: Path, path: str | None = None) -> dict[str, str]:
+    """The stand-ins under ``where/bin``; the environment a CI step runs with them first on its PATH (before
+    ``path``, else this process's)."""
     bin_dir = where / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name, text in (("gh", GH), ("curl", CURL)):
-        path = bin_dir / name
-        path.write_text(text)
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        client = bin_dir / name
+        client.write_text(text)
+        client.chmod(client.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return {
-        "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "PATH": f"{bin_dir}:{path or os.environ.get('PATH', '/usr/bin:/bin')}",
         "STANDIN_STORE": str(where / "comments.json"),
         "STANDIN_CALLS": str(where / "calls"),
     }

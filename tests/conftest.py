@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -145,6 +146,22 @@ def stand_in_gpus(monkeypatch):
 
     monkeypatch.setattr(gpu_state, "cuda_uuid", lambda index: None)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """slurm/two-node-cluster.sh's two SLURM nodes (network namespaces on this machine, capped links), started for the
+    module and stopped after it where this test started them."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("two SLURM nodes on one machine need root and iproute2 (slurm/two-node-cluster.sh)")
+    script = str(ROOT / "slurm" / "two-node-cluster.sh")
+    up = subprocess.run([script, "status"], capture_output=True, text=True, timeout=60).returncode == 0
+    if not up:
+        started = subprocess.run([script, "start"], capture_output=True, text=True, timeout=600)
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+    yield script
+    if not up:
+        subprocess.run([script, "stop"], capture_output=True, text=True, timeout=120)
 
 
 def _docs_files() -> dict[str, tuple[int, int]]:

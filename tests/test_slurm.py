@@ -211,22 +211,6 @@ def test_two_agent_nodes_run_a_2x1_case_and_only_node_0_reports(tmp_path):
     assert (run / "ddp-cnn-2x1" / "node1" / "launcher.log").exists()
 
 
-@pytest.fixture(scope="module")
-def two_nodes():
-    """slurm/two-node-cluster.sh's two SLURM nodes (network namespaces on this machine, capped links), started for the
-    module and stopped after it where this test started them."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("two SLURM nodes on one machine need root and iproute2 (slurm/two-node-cluster.sh)")
-    script = str(ROOT / "slurm" / "two-node-cluster.sh")
-    up = subprocess.run([script, "status"], capture_output=True, text=True, timeout=60).returncode == 0
-    if not up:
-        started = subprocess.run([script, "start"], capture_output=True, text=True, timeout=600)
-        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
-    yield script
-    if not up:
-        subprocess.run([script, "stop"], capture_output=True, text=True, timeout=120)
-
-
 def _srun_gate(script: str, repo: Path, base: str, out: Path) -> subprocess.CompletedProcess:
     command = srun_gate_command(script, repo, base, out)
     return subprocess.run(command, capture_output=True, text=True, timeout=900, env=outside_slurm_env())
