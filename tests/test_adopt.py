@@ -172,6 +172,9 @@ def test_the_readme_and_the_guide_install_with_the_commands_this_walk_runs():
         for command in INSTALL_COMMANDS:
             assert command in text, f"{page.name} does not show {command!r}"
         assert "python -m scalegate init" in text
+    for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:  # and no page installs another release
+        named = set(re.findall(r"scalegate-(\d+\.\d+\.\d+)-py3|checkout v(\d+\.\d+\.\d+)", page.read_text()))
+        assert {v for pair in named for v in pair if v} <= {release()}, f"{page.name} installs another release"
 
 
 @pytest.mark.slow
