@@ -20,6 +20,7 @@ Exit 0: written; 2: bad input (nothing written).
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from scalegate.cli import init_ci, init_cluster, init_files
 from scalegate.contract.errors import ScalegateError
@@ -138,8 +139,8 @@ def run(args: argparse.Namespace) -> int:
     pattern, read = init_probe.loss_pattern(args.loss_pattern, probe, marker.script)
     marker = marker.with_pattern(pattern)
     init_marker.validated(marker, root)
-    step_s = init_probe.step_seconds(pattern, probe)
-    rendering = init_ci.Rendering(install=install, cluster=cluster, paths=tuple(paths), step_s=step_s)
+    step_s = init_probe.step_seconds(pattern, probe)  # the gate's window in seconds, said to the team
+    rendering = replace(planned, step_s=step_s)
     outputs = [init_files.Output(path=p, text=t, says=w) for p, t, w in init_ci.files(args.ci, rendering)]
     outputs = ([config] if config else []) + outputs
     cases = [f"{s}-{marker.name}-{t}" for s in marker.strategies for t in marker.topologies]
