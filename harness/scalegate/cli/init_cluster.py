@@ -3,16 +3,11 @@ knows (the partition, the account, the time limits, the line that activates the 
 results directory every node sees). From init's flags, else from a profile's ``[cluster]`` table (``init --profile
 FILE``), else from the cases' topologies; nothing of scalegate's own checkout is ever written into them.
 
-    [cluster]
+    [cluster]                    # every key optional; a profile in full: docs/ci.md
     nodes = 2
     gpus_per_node = 8            # 0: a CPU partition, no GPU asked
-    gres = "gpu"                 # ask them as --gres=gpu:8 ("gpu:a100" names a type); default --gpus-per-node=8
     partition = "gpu"
-    account = "ml-infra"
-    time = "01:00:00"            # the PR gate's limit; the nightly's is nightly_time
-    nightly_time = "04:00:00"
     setup = "source /shared/envs/train/bin/activate"
-    results_dir = "/shared/scalegate/results"
 
 A cluster named by a flag or a profile makes the GitHub and GitLab jobs run on a SLURM login node and submit the PR
 gate's batch script (``sbatch --wait``); without one they run the gate on a GPU machine of their own.
