@@ -164,3 +164,21 @@ def two_nodes():
     yield script
     if not up:
         subprocess.run([script, "stop"], capture_output=True, text=True, timeout=120)
+
+
+def _docs_files() -> dict[str, tuple[int, int]]:
+    """Every file under docs/ with its size and modification time."""
+    docs = ROOT / "docs"
+    return {str(p.relative_to(docs)): (p.stat().st_size, p.stat().st_mtime_ns) for p in docs.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def docs_left_alone():
+    """No test writes under docs/: its pages are made by hand or by a command from a record (a GPU page from
+    experiments/data/gpu), never by a test's fixture data. A file written there fails the session's last test."""
+    before = _docs_files()
+    yield
+    after = _docs_files()
+    touched = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
+    if touched:
+        pytest.fail(f"a test wrote under docs/: {', '.join(touched)}; write into tmp_path (e.g. selftest --out)")

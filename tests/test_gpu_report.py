@@ -4,6 +4,7 @@ GPU run passes), and the page written from a recorded JSON (tests/assets/gpu_acc
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -199,19 +200,46 @@ def test_a_second_run_on_the_same_device_and_day_gets_its_own_page_not_the_first
 def test_a_recorded_json_that_is_not_a_report_is_refused_with_a_hint(tmp_path, capsys):
     bad = tmp_path / "x.json"
     bad.write_text(json.dumps({"schema": 1, "device": "NVIDIA H100"}))
-    assert main(["selftest", "--render", str(bad)]) == 2
+    assert main(["selftest", "--render", str(bad), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "lacks date, phases, cases" in err and "HINT: " in err
 
 
-def test_the_gpu_page_names_every_gpu_report_or_says_there_is_none():
-    text = (ROOT / "docs" / "verified-on-gpu.md").read_text()  # the README's former section, README links it
-    section = " ".join(text.split("## Verified on GPU", 1)[1].split("\n## ", 1)[0].split())
-    reports = sorted((ROOT / "docs" / "gpu").glob("*.md"))
-    if not reports:
-        assert "there is no report under `docs/gpu/` yet" in section
-    for page in reports:
-        assert f"docs/gpu/{page.name}" in section, f"docs/verified-on-gpu.md does not name {page.name}"
+def test_the_gpu_pages_table_gives_each_runs_commit_and_result_as_its_record_does():
+    """docs/verified-on-gpu.md's table of runs: a row per page, its commit and its result (FAILED where the record
+    lists a failure) as the record has them."""
+    text = (ROOT / "docs" / "verified-on-gpu.md").read_text()
+    rows = re.findall(r"^\| \[([\w.-]+)\]\(gpu/\1\.md\) \| [^|]+ \| (\S+) \| [^|]+ \| (\w+) \|", text, flags=re.M)
+    pages = sorted(p.stem for p in (ROOT / "docs" / "gpu").glob("*.md"))
+    assert sorted(r[0] for r in rows) == pages, "verified-on-gpu.md's table has a row per page under docs/gpu"
+    for stem, commit, result in rows:
+        report = acceptance_page.load(ROOT / "experiments" / "data" / "gpu" / f"{stem}.json")
+        recorded = "FAILED" if acceptance_page.failures(report) else "passed"
+        assert (commit, result) == (report["commit"], recorded), f"{stem}: the table says {commit} {result}"
+
+
+def test_every_gpu_page_is_its_record_rendered_with_its_notes_and_no_record_is_test_data():
+    """A page under docs/gpu is ``selftest --render`` of its record in experiments/data/gpu (and of the notes written
+    by hand beside it), to the byte: an edited page, a renderer changed without rendering the pages again, or a page
+    rendered from a test's fixture fails here."""
+    pages = sorted((ROOT / "docs" / "gpu").glob("*.md"))
+    assert pages
+    for page in pages:
+        raw = ROOT / "experiments" / "data" / "gpu" / f"{page.stem}.json"
+        assert raw.is_file(), f"docs/gpu/{page.name} has no record {raw.relative_to(ROOT)}"
+        assert "fixture" not in acceptance_page.load(raw), f"{raw.name} is a test's fixture, not a run"
+        render = f"python -m scalegate selftest --render {raw.relative_to(ROOT)}"
+        assert page.read_text() == acceptance_page.page(raw), f"docs/gpu/{page.name} is not its record's: {render}"
+
+
+def test_a_pages_notes_by_hand_come_after_the_generated_page(tmp_path):
+    raw = tmp_path / RECORDED.name
+    raw.write_text(RECORDED.read_text())
+    assert acceptance_page.page(raw) == acceptance_page.markdown(acceptance_page.load(raw))
+    acceptance_page.notes_path(raw).write_text("## Notes by hand\n\nRerun by hand: passed.\n")
+    md, _ = acceptance_page.write(acceptance_page.load(raw), tmp_path / "pages", tmp_path)
+    generated = acceptance_page.markdown(acceptance_page.load(raw))
+    assert md.read_text() == generated + "\n## Notes by hand\n\nRerun by hand: passed.\n"
 
 
 def test_the_page_shows_each_launchs_gpu_state_where_the_cases_recorded_one():

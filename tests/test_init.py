@@ -6,6 +6,7 @@ short run's lines, the CI templates rendered; and its bad input, through the com
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scalegate.cli import init_files, init_marker, init_probe, init_script
+from scalegate.cli import init_ci, init_cluster, init_files, init_marker, init_probe, init_script
 from scalegate.contract.errors import ScalegateError
+from tests import ci_standins
 from tests.conftest import ROOT
 from tests.repos import git
 
@@ -145,80 +147,72 @@ def test_a_pattern_that_matches_nothing_is_refused_with_the_lines_the_run_printe
 
 
 # --- the files -----------------------------------------------------------------------------------------------
-def test_every_template_renders_every_token_and_parses(tmp_path):
-    outputs = init_files.ci_files(list(init_files.CI), "scalegate @ git+https://example.org/scalegate@abc123")
-    assert [o.path for o in outputs] == [
+def _rendering(install: str = "scalegate", **cluster) -> init_ci.Rendering:
+    """What init renders the CI files with: no cluster named (a GPU runner of its own), else the one given."""
+    given = init_cluster.Given(values=cluster, where={k: f"--{k}" for k in cluster})
+    return init_ci.Rendering(install=install, cluster=given.resolved(["1x2"]), paths=("train.py", "ci/scalegate*"))
+
+
+@pytest.mark.parametrize("cluster", [{}, {"nodes": 2, "gpus_per_node": 8}], ids=["runner", "login-node"])
+def test_every_template_renders_every_token_and_parses(tmp_path, cluster):
+    outputs = init_ci.files(
+        list(init_ci.CI), _rendering("scalegate @ git+https://example.org/scalegate@abc123", **cluster)
+    )
+    assert [path for path, _, _ in outputs] == [
         ".github/workflows/scalegate.yml",
         "ci/scalegate.gitlab-ci.yml",
         "ci/scalegate-pr.sbatch",
         "ci/scalegate-nightly.sbatch",
+        "ci/scalegate-submit.sh",
     ]
-    for output in outputs:
-        assert not re.search(r"@[A-Z_]+@", output.text), f"{output.path}: a token left"
-        assert 'python -m pip install "scalegate @ git+https://example.org/scalegate@abc123"' in output.text
-        if output.path.endswith(".yml"):
-            yaml.safe_load(output.text)
+    for path, text, _ in outputs:
+        assert not re.search(r"@[A-Z_]+@", text), f"{path}: a token left"
+        if not path.endswith("submit.sh"):
+            assert 'python -m pip install "scalegate @ git+https://example.org/scalegate@abc123"' in text
+        if path.endswith(".yml"):
+            yaml.safe_load(text)
         else:
-            script = tmp_path / Path(output.path).name
-            script.write_text(output.text)
+            script = tmp_path / Path(path).name
+            script.write_text(text)
             subprocess.run(["bash", "-n", str(script)], check=True)
-        assert "setup.sh" not in output.text and ".venv" not in output.text
-    workflow = yaml.safe_load(outputs[0].text)
-    assert workflow.get("on", workflow.get(True)) == {"pull_request": None}  # YAML 1.1 reads the key on as True
-    assert "gh pr comment" in outputs[0].text and "GITHUB_STEP_SUMMARY" in outputs[0].text
-    assert "merge_requests/$CI_MERGE_REQUEST_IID/notes" in outputs[1].text
+        assert "setup.sh" not in text and ".venv" not in text
+    workflow = yaml.safe_load(outputs[0][1])
+    assert workflow.get("on", workflow.get(True)) == {"pull_request": {"paths": ["train.py", "ci/scalegate*"]}}
+    assert "gh pr comment" in outputs[0][1] and "GITHUB_STEP_SUMMARY" in outputs[0][1]
+    assert "merge_requests/$CI_MERGE_REQUEST_IID/notes" in outputs[1][1]
+    steps = workflow["jobs"]["gate"]["steps"]
+    gate = next(s["run"] for s in steps if s.get("id") == "gate")
+    assert ("bash ci/scalegate-submit.sh" in gate) == bool(cluster)
+    assert ("python -m scalegate gate" in gate) == (not cluster)
 
 
-# GitHub and GitLab are out of reach from here: these stand-ins for their command-line clients answer with an earlier
-# comment list, or an empty one, and record every call; the templates' own shell runs unchanged.
-FAKE_GH = """#!/bin/bash
-if [ "$1 $2" = "pr comment" ]; then echo "POST $*" >> calls; exit 0; fi
-if [ "$2" = "--method" ]; then echo "$3 $4 $(cat)" >> calls; exit 0; fi
-if [ -n "$EARLIER" ]; then printf '%s\\n' 7 "$EARLIER"; fi  # the ids --jq selected: the last is the newest
-"""
-FAKE_CURL = """#!/bin/bash
-case "$*" in
-  *--request*) echo "${@: -1} $*" >> calls ;;
-  *) if [ -n "$EARLIER" ]; then echo '[{"id": 7, "body": "LGTM"}, {"id": '$EARLIER', "body": "### scalegate: PR gate"}]';
-     else echo '[{"id": 7, "body": "LGTM"}]'; fi ;;
-esac
-"""
-
-
-@pytest.mark.parametrize("earlier", ["42", ""], ids=["edited", "posted"])
+@pytest.mark.parametrize("earlier", [True, False], ids=["edited", "posted"])
 def test_the_pr_templates_edit_the_gates_earlier_comment_and_post_one_where_there_is_none(tmp_path, earlier):
     """On every push the gate's table replaces its own earlier comment (GitHub) or note (GitLab), found by the
-    table's title, instead of adding one more; the first push posts it."""
-    github, gitlab = init_files.ci_files(["github", "gitlab"], "scalegate")
-    post = next(s for s in yaml.safe_load(github.text)["jobs"]["gate"]["steps"] if "gh pr comment" in s.get("run", ""))
-    scripts = {
-        "gh": (FAKE_GH, post["run"]),
-        "curl": (FAKE_CURL, yaml.safe_load(gitlab.text)["scalegate"]["after_script"][0]),
-    }
-    for name, (fake, script) in scripts.items():
+    table's title, instead of adding one more; the first push posts it. Another comment is left alone."""
+    github, gitlab = (text for _, text, _ in init_ci.files(["github", "gitlab"], _rendering()))
+    post = next(s for s in yaml.safe_load(github)["jobs"]["gate"]["steps"] if "gh pr comment" in s.get("run", ""))
+    notes = yaml.safe_load(gitlab)["scalegate"]["after_script"][-1]
+    for name, script in (("gh", post["run"]), ("curl", notes)):
         where = tmp_path / name
-        (where / "bin").mkdir(parents=True)
-        (where / "bin" / name).write_text(fake)
-        (where / "bin" / name).chmod(0o755)
+        env = ci_standins.install(where)
+        earlier_ones = [{"id": 7, "body": "LGTM"}] + (
+            [{"id": 42, "body": "### scalegate: PR gate (A/B): old"}] if earlier else []
+        )
+        (where / "comments.json").write_text(json.dumps(earlier_ones))
         (where / "scalegate-gate.md").write_text("### scalegate: PR gate (A/B): x against y\n")
-        env = {
-            "PATH": f"{where / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin", "EARLIER": earlier, "PR": "5",
-            "GITHUB_REPOSITORY": "team/repo", "GITHUB_STEP_SUMMARY": str(where / "summary"),
+        env |= {
+            "PR": "5", "GITHUB_REPOSITORY": "team/repo", "GITHUB_STEP_SUMMARY": str(where / "summary"),
             "SCALEGATE_GITLAB_TOKEN": "t", "CI_API_V4_URL": "https://gl/api/v4", "CI_PROJECT_ID": "1",
             "CI_MERGE_REQUEST_IID": "5",
         }  # fmt: skip
         done = subprocess.run(["bash", "-ec", script], cwd=where, env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        [call] = (where / "calls").read_text().splitlines()
-        notes = "https://gl/api/v4/projects/1/merge_requests/5/notes"
-        if name == "gh" and earlier:
-            assert call.startswith("PATCH repos/team/repo/issues/comments/42 ") and '"body": "### scalegate' in call
-        elif name == "gh":
-            assert call.startswith("POST pr comment 5 --body-file scalegate-gate.md")
-        elif earlier:
-            assert call.startswith(f"{notes}/42 ") and "--request PUT" in call
-        else:
-            assert call.startswith(f"{notes} ") and "--request POST" in call
+        bodies = {c["id"]: c["body"] for c in ci_standins.comments(where)}
+        assert bodies[7] == "LGTM" and len(bodies) == 2, bodies
+        ours = [b for b in bodies.values() if b.startswith("### scalegate: PR gate")]
+        assert ours == ["### scalegate: PR gate (A/B): x against y\n"], bodies
+        assert (42 in bodies) == earlier, "an earlier comment is edited in place, none is posted beside it"
 
 
 def test_a_repository_configuring_pytest_elsewhere_gets_a_note_not_a_pytest_ini(tmp_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from tests import envs
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "harness" / "scalegate"
@@ -68,19 +69,45 @@ def test_the_wheel_installs_one_top_level_name_with_the_workloads_inside(wheel):
     assert not any(n.startswith(("harness/", "fixtures/")) for n in names)
     pages = {"scalegate/page/common.js", "scalegate/page/style.css", "scalegate/history/dashboard.js"}
     assert pages | {"scalegate/report/run_page.js"} <= set(names), "the interactive pages' scripts (package-data)"
-    templates = {f"scalegate/cli/templates/{n}" for n in ("github-scalegate.yml", "scalegate-nightly.sbatch")}
+    templates = {
+        f"scalegate/cli/templates/{n}"
+        for n in ("github-scalegate.yml", "scalegate-nightly.sbatch", "scalegate-submit.sh")
+    }
     assert templates <= set(names), "the CI templates `scalegate init` writes (package-data)"
 
 
-def _head() -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def release() -> str:
+    """The latest release the CHANGELOG names (its first ``## X.Y.Z`` heading): what the README installs."""
+    found = re.search(r"^## (\d+\.\d+\.\d+) ", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    assert found, "CHANGELOG.md names no release (## X.Y.Z (date))"
+    return found.group(1)
+
+
+def test_the_latest_release_is_tagged_on_this_branchs_history():
+    """The CHANGELOG's latest release is a tag (vX.Y.Z) on a commit this checkout descends from, so a clone at the
+    tag builds the wheel the README installs."""
+    tag = f"v{release()}"
+    assert _git("rev-parse", "--verify", "-q", f"{tag}^{{commit}}").returncode == 0, f"no tag {tag}: git tag {tag}"
+    assert _git("merge-base", "--is-ancestor", tag, "HEAD").returncode == 0, f"{tag} is not in HEAD's history"
 
 
 def test_the_wheel_is_versioned_by_the_commit_it_was_built_from(wheel):
-    """setuptools-scm: no tag yet, so 0.1.1.devN+g<commit>; a wheel names the code it holds."""
+    """setuptools-scm: the release at its tag, else the next version's devN+g<commit>; a wheel names the code it
+    holds."""
     version = wheel.name.split("-")[1]
-    found = re.search(r"\+g([0-9a-f]{7,})", version)
-    assert found and _head().startswith(found.group(1)), f"{wheel.name} does not name HEAD {_head()[:12]}"
+    head = _git("rev-parse", "HEAD").stdout
+    if (
+        _git("describe", "--exact-match", "--tags", "--match", "v*", "HEAD").returncode == 0
+        and not _git("status", "--porcelain", "--untracked-files=no").stdout
+    ):
+        assert version == release(), f"{wheel.name} at the tag v{release()}"
+    else:
+        found = re.search(r"\+g([0-9a-f]{7,})", version)
+        assert found and head.startswith(found.group(1)), f"{wheel.name} does not name HEAD {head[:12]}"
     assert zipfile.ZipFile(wheel).read(f"scalegate-{version}.dist-info/METADATA").decode().count(f"Version: {version}")
 
 
@@ -94,6 +121,33 @@ def test_a_git_archive_export_builds_without_git(tmp_path):
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     assert "$Format" not in (tree / ".git_archival.txt").read_text(), "git did not fill .git_archival.txt"
     build_wheel(tree, tmp_path)
+
+
+@pytest.mark.slow
+def test_the_sdist_builds_the_same_wheel_and_the_wheel_installs_alone_into_a_fresh_venv_beside_torch(wheel, tmp_path):
+    """What CI builds of a release: the sdist (setuptools' own build hook, offline), from it a wheel of the same
+    version and files as the checkout's, and that wheel installed into a fresh venv beside torch (tests/envs.py):
+    pip installs scalegate alone, torch stays as it was, and ``python -m scalegate init --help`` answers."""
+    out = tmp_path / "sdist"
+    built = subprocess.run(
+        [sys.executable, "-c", f"from setuptools import build_meta; print(build_meta.build_sdist({str(out)!r}))"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    sdist = out / built.stdout.split()[-1]
+    subprocess.run(["tar", "-xzf", str(sdist), "-C", str(out)], check=True)
+    from_sdist = build_wheel(out / sdist.name.removesuffix(".tar.gz"), tmp_path / "from-sdist")
+    assert from_sdist.name == wheel.name, "the sdist's wheel names another version"
+    assert set(zipfile.ZipFile(from_sdist).namelist()) == set(zipfile.ZipFile(wheel).namelist())
+
+    fresh = envs.beside_torch(tmp_path / "env")
+    before = fresh.run(f"python -c '{envs.TORCH_PROBE}'", tmp_path)
+    done = fresh.run(f"python -m pip install {from_sdist}", tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.findall(r"^Successfully installed (.+)$", done.stdout, flags=re.M) == [from_sdist.name.split("-py3")[0]]
+    assert fresh.run(f"python -c '{envs.TORCH_PROBE}'", tmp_path).stdout == before.stdout != ""
+    helped = fresh.run("python -m scalegate init --help", tmp_path)
+    assert helped.returncode == 0 and "--gpus-per-node" in helped.stdout, helped.stderr[-2000:]
 
 
 def test_installing_scalegate_beside_pypi_fixtures_leaves_it_working(wheel, tmp_path):

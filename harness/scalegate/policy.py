@@ -101,6 +101,10 @@ SCRIPT_CASE_LAUNCHES = 4
 # pairs are its steadiest. docs/evidence/duet.md#a-teams-script-where-a-rounds-time-goes-and-a-shorter-1x1-reference
 SCRIPT_REFERENCE_SHARE = 0.5
 SCRIPT_REFERENCE_MIN_STEPS = 100
+# The measured steps a launch of a team's script that its detection figures were taken at (the example script, 34 of
+# 35 A/A gates passed, a 5% drop caught 97.3% in seven rounds): what `scalegate init` writes into the CI templates
+# as --scaling-steps. docs/evidence/duet.md#todays-figures-what-the-default-5-tolerance-catches
+SCRIPT_GATE_STEPS = 300
 
 # --- the duet's coordinator and its ranks (launch/duet.py, measure/turns.py) -------------------------------------
 PAIR_WAIT_S = _seconds("SCALEGATE_DUET_PAIR_WAIT_S", 120)  # a job waits this long for its partner to join

@@ -1,16 +1,12 @@
-"""The files ``scalegate init`` writes besides the marker: the pytest configuration and the CI templates.
-
-Every template runs the same few commands, defined once here (``COMMANDS``) and put in place of their ``@NAME@``
-tokens, so the GitHub workflow, the GitLab job and the SLURM scripts cannot drift apart, and a test can run exactly
-them (tests/test_adopt.py). Their variable parts are environment variables each template sets: the base commit,
-the gate's options, where results go. Nothing is overwritten without ``--force``.
+"""The files ``scalegate init`` writes besides the marker and the CI files (init_ci.py): the pytest configuration; the
+requirement the CI files install this scalegate by; and the writing itself, which overwrites nothing without
+``--force``.
 """
 
 from __future__ import annotations
 
 import configparser
 import importlib.metadata
-import importlib.resources
 import json
 import subprocess
 from dataclasses import dataclass
@@ -20,24 +16,6 @@ import tomllib
 
 from scalegate.contract.errors import ScalegateError
 
-COMMANDS = {
-    "GATE": 'python -m scalegate gate --base "$SCALEGATE_BASE" --markdown scalegate-gate.md --json scalegate-gate.json '
-    "$SCALEGATE_GATE_ARGS",
-    "NIGHTLY": 'python -m pytest -p no:cacheprovider --scaling-results-dir="$SCALEGATE_RESULTS" $SCALEGATE_PYTEST_ARGS',
-    "REPORT": 'python -m scalegate report "$SCALEGATE_RESULTS/latest" --out "$SCALEGATE_RESULTS/report"',
-    "HISTORY_ADD": 'python -m scalegate history add "$SCALEGATE_RESULTS/latest" --db "$SCALEGATE_HISTORY_DB"',
-    "HISTORY_CHECK": 'python -m scalegate history check --db "$SCALEGATE_HISTORY_DB"',
-}
-INSTALL = 'python -m pip install "{requirement}"'
-# kind (init --ci) -> its files: (template, where it goes, what it is)
-CI = {
-    "github": [("github-scalegate.yml", ".github/workflows/scalegate.yml", "the PR gate on a self-hosted GPU runner")],
-    "gitlab": [("gitlab-scalegate.yml", "ci/scalegate.gitlab-ci.yml", "the merge-request gate (include it)")],
-    "slurm": [
-        ("scalegate-pr.sbatch", "ci/scalegate-pr.sbatch", "the PR gate as a SLURM job"),
-        ("scalegate-nightly.sbatch", "ci/scalegate-nightly.sbatch", "the nightly as a SLURM job"),
-    ],
-}
 PYTEST_INI = """\
 [pytest]
 # Written by `python -m scalegate init`: pytest (and the gate's sessions) run the scaling cases in scaling_tests/
@@ -101,19 +79,6 @@ def _pytest_config_elsewhere(root: Path) -> str:
     return ""
 
 
-def ci_files(kinds: list[str], install: str) -> list[Output]:
-    """The CI templates of ``kinds`` (CI's keys), each running COMMANDS and ``INSTALL`` with ``install``."""
-    tokens = {**COMMANDS, "INSTALL": INSTALL.format(requirement=install)}
-    out = []
-    for kind in kinds:
-        for template, path, says in CI[kind]:
-            text = (importlib.resources.files("scalegate.cli") / "templates" / template).read_text()
-            for name, command in tokens.items():
-                text = text.replace(f"@{name}@", command)
-            out.append(Output(path=path, text=text, says=says))
-    return out
-
-
 def refuse_existing(root: Path, paths: list[str], force: bool) -> None:
     """Nothing is overwritten without ``--force``: every file in the way, named at once."""
     there = [p for p in paths if (root / p).exists()]
@@ -129,5 +94,5 @@ def write(root: Path, outputs: list[Output]) -> None:
         path = root / output.path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(output.text)
-        if path.suffix == ".sbatch":
+        if path.suffix in (".sbatch", ".sh"):
             path.chmod(0o755)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from scalegate import policy
 from scalegate.cli.init_script import PLACEHOLDER, ScriptFlags
 from scalegate.contract.errors import ScalegateError
 from scalegate.contract.topology import Topology
@@ -148,7 +149,7 @@ def test_file(marker: Marker) -> str:
         "",
         "pytest                                        # every case, each strategy with its 1x1 reference",
         f"pytest -k {first} --scaling-steps 50".ljust(46) + "# one case, more measured steps",
-        "python -m scalegate gate --base origin/main   # the PR gate: the head against its base, step by step",
+        f"python -m scalegate gate --base origin/main --scaling-steps {policy.SCRIPT_GATE_STEPS}   # the PR gate, head against base",
         '"""',
         "",
         "import pytest",

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from scalegate.cli.init_marker import Marker
@@ -46,10 +50,11 @@ LAUNCHER_FAILED = re.compile(r"^E\d{4} \S+ \d+ torch/distributed/elastic/\S+\] f
 class Probe:
     command: list[str]
     lines: list[str]
+    times: list[float] = field(default_factory=list)  # when each line came, in seconds from the run's start
 
 
 def run(root: Path, marker: Marker, steps: int, timeout_s: float, python: str = sys.executable) -> Probe:
-    """The script's short run, its output (every rank's, stdout and stderr) as lines."""
+    """The script's short run, its output (every rank's, stdout and stderr) as lines, each with when it came."""
     shape = next((Topology.parse(t) for t in marker.topologies if Topology.parse(t).nodes == 1), None)
     per_node = shape.per_node if shape else 1
     topology = Topology.parse(f"1x{per_node}")
@@ -59,25 +64,68 @@ def run(root: Path, marker: Marker, steps: int, timeout_s: float, python: str = 
     said = " ".join(["torchrun", *command[3:]])
     print(f"init: one short run of the script, {steps} steps: {said}", flush=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCALEGATE_")}
-    try:
-        done = subprocess.run(
-            command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+    env["PYTHONUNBUFFERED"] = "1"  # each line as the script prints it: its time is when the step ended
+    lines, times, code = _streamed(command, root, env, timeout_s)
+    if code is None:
         raise ScalegateError(
             f"the short run of {marker.script} did not end within {timeout_s:g} s ({said}); it printed:\n"
-            + _shown(out.splitlines()),
+            + _shown(lines),
             "check that the script stops after the steps its step flag names, or raise --probe-timeout",
-        ) from None
-    lines = done.stdout.splitlines()
-    if done.returncode != 0:
+        )
+    if code != 0:
         raise ScalegateError(
-            f"the short run of {marker.script} exited {done.returncode} ({said}); it printed:\n"
-            + _shown(_ranks(lines)),
+            f"the short run of {marker.script} exited {code} ({said}); it printed:\n" + _shown(_ranks(lines)),
             "make the script run under torchrun with these arguments (run the command above), then init again",
         )
-    return Probe(command=command, lines=lines)
+    return Probe(command=command, lines=lines, times=times)
+
+
+def _streamed(
+    command: list[str], root: Path, env: dict[str, str], timeout_s: float
+) -> tuple[list[str], list[float], int | None]:
+    """The command's lines and when each came; its exit code, None where it ran past ``timeout_s`` (then killed,
+    with everything it started)."""
+    lines: list[str] = []
+    times: list[float] = []
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        errors="replace", start_new_session=True,
+    )  # fmt: skip
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            times.append(time.monotonic() - start)
+            lines.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code: int | None = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        code = None
+    reader.join(timeout=10)
+    return list(lines), list(times), code
+
+
+def step_seconds(pattern: str, probe: Probe) -> float | None:
+    """A step's seconds in the short run: the median time between the loss lines of consecutive steps (a line's
+    time is when the script printed it), the first of them left out (the first step is warm-up). None where fewer
+    than three remain, or where the run printed no times."""
+    compiled = re.compile(pattern)
+    seen: list[tuple[float, float]] = []  # (step, time) of each loss line that moves the step on
+    for line, at in zip(probe.lines, probe.times):
+        match = compiled.search(line)
+        if not match or not match.groups() or not all(_number(g) for g in match.groups()):
+            continue
+        step = float(match.group(1)) if compiled.groups == 2 else float(len(seen))
+        if not seen or step > seen[-1][0]:
+            seen.append((step, at))
+    gaps = [(t2 - t1) / (s2 - s1) for (s1, t1), (s2, t2) in zip(seen[1:], seen[2:])]
+    return statistics.median(gaps) if len(gaps) >= 3 else None
 
 
 def matches(pattern: str, lines: list[str]) -> list[str]:

@@ -141,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
     if args.render:
         report = acceptance_page.load(Path(args.render))
         md, _ = acceptance_page.paths(pages, report, Path(args.render).parent)
-        md.write_text(acceptance_page.markdown(report))
+        md.write_text(acceptance_page.page(Path(args.render)))
         print(f"selftest: {md}")
         return EXIT_OK
     settings = gpu_phases.Settings(

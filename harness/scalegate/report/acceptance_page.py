@@ -2,8 +2,10 @@
 (``experiments/data/gpu/<device>-<date>.json``).
 
 The JSON is the record (``schema``, the host, the phases as run, one row per case: harness/scalegate/report/acceptance.py);
-the page is a pure function of it, so ``python -m scalegate selftest --render experiments/data/gpu/<file>.json`` writes the
-page again from a recorded run, and the tests check the page on recorded JSON without a GPU.
+the page is a pure function of it and of the notes written by hand after the run, kept beside it
+(``<device>-<date>.notes.md``, the page's last section), so ``python -m scalegate selftest --render
+experiments/data/gpu/<file>.json`` writes the page again from a recorded run, and the tests check every page under
+docs/gpu against its record without a GPU.
 """
 
 from __future__ import annotations
@@ -267,6 +269,18 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def notes_path(raw: Path) -> Path:
+    """Where the notes written by hand after a run lie: beside its raw JSON."""
+    return raw.with_name(f"{raw.stem}.notes.md")
+
+
+def page(raw: Path) -> str:
+    """A recorded run's page: the page of its JSON, then its notes by hand where it has any."""
+    notes = notes_path(raw)
+    text = markdown(load(raw))
+    return text + "\n" + notes.read_text() if notes.is_file() else text
+
+
 def write(report: dict[str, Any], out_dir: Path, raw_dir: Path | None = None) -> tuple[Path, Path]:
     """The page under ``out_dir`` and its raw JSON under ``raw_dir`` (else beside it), named after the device and the
     date."""
@@ -274,7 +288,7 @@ def write(report: dict[str, Any], out_dir: Path, raw_dir: Path | None = None) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text(json.dumps(report, indent=1) + "\n")
-    md.write_text(markdown(report))
+    md.write_text(page(raw))
     return md, raw
 
 
