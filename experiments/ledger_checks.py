@@ -88,7 +88,18 @@ def _aa_row(name: str, case: dict[str, Any], load: float) -> dict[str, Any]:
 
 def crosscheck(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
-    srun = ["slurm/two-node-cluster.sh", "run", "srun", "-N2", "--ntasks-per-node=1"] if args.slurm else None
+    # each SLURM node of slurm/two-node-cluster.sh is a network namespace whose eth0 carries exactly its traffic:
+    # the ranks count it at their window's edges as emulated nodes' do (measure/wire.py)
+    srun = [
+        "slurm/two-node-cluster.sh",
+        "run",
+        "env",
+        "SCALEGATE_WIRE_IFACE=eth0",
+        "srun",
+        "-N2",
+        "--ntasks-per-node=1",
+    ]
+    srun = srun if args.slurm else None
     for topology in args.topologies:
         strategies = ",".join(s for s in CROSS[topology] if s in args.strategies)
         with tempfile.TemporaryDirectory(dir=ROOT if args.slurm else None) as tmp:

@@ -16,6 +16,9 @@ cd "$(dirname "$0")/.."
 DIR=${SLURM_TWO_NODE_DIR:-/var/lib/scalegate-slurm2}
 export SLURM_CONF=$DIR/slurm.conf
 RATE=${SCALEGATE_LINK_RATE:-1gbit}
+# CPUs each node offers SLURM: one of this machine's cores each; 2 lets a 2x2 case run (oversubscribed: its timing is
+# not judged, its collectives and bytes are)
+CPUS=${SLURM_TWO_NODE_CPUS:-1}
 NODES=(sg0 sg1)
 ADDR=(198.18.1.1 198.18.1.2)
 HUB=scalegate-hub
@@ -57,8 +60,8 @@ config() {
 ClusterName=scalegate2
 SlurmctldHost=sg0(${ADDR[0]})
 $(slurm_conf_common "$DIR" -%n)
-NodeName=sg0 NodeAddr=${ADDR[0]} CPUs=1 RealMemory=4000
-NodeName=sg1 NodeAddr=${ADDR[1]} CPUs=1 RealMemory=4000
+NodeName=sg0 NodeAddr=${ADDR[0]} CPUs=$CPUS RealMemory=4000
+NodeName=sg1 NodeAddr=${ADDR[1]} CPUs=$CPUS RealMemory=4000
 PartitionName=two Nodes=sg[0-1] Default=YES MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE
 CONF
 }

@@ -53,7 +53,7 @@ CONFIRM_PAUSE_S = _seconds("SCALEGATE_CONFIRM_PAUSE_S", 20)
 # --- the collective ledger and a busy host (judge/ledger.py, judge/core.py) ---------------------------------------
 # The rise in a case's collective bytes a step, across nodes or within one, that regresses it without timing: the
 # ledger repeats to the byte between launches, so the tolerance only leaves room for a rounding of sizes.
-# docs/memory-and-wire.md#a-a-ledgers-repeat
+# docs/memory-and-wire.md#launches-repeat-it-to-the-byte
 LEDGER_TOLERANCE = 0.01
 # A timing verdict is noisy, never regressed, where a rank's stepping thread waited for a core this share of its
 # measured steps or more (another process on its cores), or the host's steal reached it.

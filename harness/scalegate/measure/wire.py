@@ -25,7 +25,13 @@ ENV_UNAVAILABLE = "SCALEGATE_WIRE_UNAVAILABLE"
 
 
 def tx_bytes(iface: str) -> int:
-    return int(Path(f"/sys/class/net/{iface}/statistics/tx_bytes").read_text())
+    """The interface's tx counter, from ``/proc/net/dev``: the reading process's own network namespace, where
+    ``/sys/class/net`` shows the namespace /sys was mounted in (a node entered with nsenter keeps the host's)."""
+    for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
+        name, _, counters = line.partition(":")
+        if name.strip() == iface:
+            return int(counters.split()[8])  # receive: 8 fields (bytes first), then transmit: bytes
+    raise OSError(f"no interface {iface!r} in this process's network namespace (/proc/net/dev)")
 
 
 def _barrier() -> None:
