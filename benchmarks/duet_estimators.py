@@ -12,7 +12,7 @@ rounds under the judge's estimate (every step's log ratio, trimmed) and under tw
 mean or median against the other side's turn of the same place, the turns' log ratios averaged).
 
 The input is ``experiments/duet_bias.py --raw`` (or duet_aa.py's): a line a round, every step time of both sides at W and at 1x1 with
-the launches' lengths. For each trim of the units' log ratios (``judge.duet.paired``'s estimate, ``TRIM`` there)
+the launches' lengths. For each trim of the units' log ratios (``judge.duet_pairs.paired``'s estimate, ``TRIM`` there)
 the table gives, at W and at 1x1, how far a round's launches lie apart (the launch means' spread inside a round,
 root mean square over the rounds), the launches' own noise (odd against even units), and the spread between
 rounds of the pooled estimate, with the efficiency's (d_1 - d_W). ``--rounds-out`` writes the rounds estimated
@@ -28,7 +28,8 @@ import math
 import statistics
 from pathlib import Path
 
-from scalegate.judge import duet
+from scalegate import policy
+from scalegate.judge import duet_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,13 +54,13 @@ def read(paths: list[Path]) -> list[dict]:
 def launches(
     row: dict, reference: bool, keep: tuple[int, int] = (0, 0), count: tuple[int, int] = (0, 0)
 ) -> list[list[float]]:
-    """One level's launches, each as its units' log ratios (``duet.UNIT`` pairs a unit, as the judge forms them);
+    """One level's launches, each as its units' log ratios (``policy.UNIT`` pairs a unit, as the judge forms them);
     ``keep``: only the first that many of each launch's units (at W, at 1x1; 0: all), as a shorter launch;
     ``count``: only the round's first that many launches (at W, at 1x1; 0: all), as a round of fewer launches."""
     p = "reference_" if reference else ""
     lengths = (row[f"head_{p}lengths"], row[f"base_{p}lengths"])
-    pairs = duet.zip_launches(row[f"head_{p}step_times_s"], row[f"base_{p}step_times_s"], lengths)
-    out = [duet.unit_logs(launch) for launch in pairs]
+    pairs = duet_pairs.zip_launches(row[f"head_{p}step_times_s"], row[f"base_{p}step_times_s"], lengths)
+    out = [duet_pairs.unit_logs(launch) for launch in pairs]
     out = out[: count[1 if reference else 0] or None]
     first = keep[1 if reference else 0]
     return [u[:first] for u in out] if first else out
@@ -76,9 +77,15 @@ def level_table(
 ) -> tuple[float, float, list[float]]:
     """(launch means' spread inside a round, one launch's own SE, every round's pooled estimate)."""
     every = [launches(r, reference, keep, count) for r in rows]
-    between = rms([statistics.stdev([duet.trimmed_mean(u, trim) for u in one]) for one in every if len(one) > 1])
-    own = rms([(duet.trimmed_mean(u[0::2], trim) - duet.trimmed_mean(u[1::2], trim)) / 2 for one in every for u in one])
-    pooled = [duet.trimmed_mean([x for u in one for x in u], trim) for one in every]
+    between = rms([statistics.stdev([duet_pairs.trimmed_mean(u, trim) for u in one]) for one in every if len(one) > 1])
+    own = rms(
+        [
+            (duet_pairs.trimmed_mean(u[0::2], trim) - duet_pairs.trimmed_mean(u[1::2], trim)) / 2
+            for one in every
+            for u in one
+        ]
+    )
+    pooled = [duet_pairs.trimmed_mean([x for u in one for x in u], trim) for one in every]
     return between, own, pooled
 
 
@@ -111,7 +118,7 @@ def turns_table(raw: list[dict], data: Path) -> None:
             for r in rows:
                 for p, out in (("", w), ("reference_", one)):
                     lengths = (r[f"head_{p}lengths"], r[f"base_{p}lengths"])
-                    pairs = duet.zip_launches(r[f"head_{p}step_times_s"], r[f"base_{p}step_times_s"], lengths)
+                    pairs = duet_pairs.zip_launches(r[f"head_{p}step_times_s"], r[f"base_{p}step_times_s"], lengths)
                     out.append(turn_estimate(pairs, turn, middle))
             eff = [a - b for a, b in zip(one, w)]
             said.append(f"{statistics.stdev(eff):.2%}, {statistics.stdev(w):.2%}")
@@ -125,7 +132,7 @@ def main() -> int:
     p.add_argument("--only", default="", help="only the rounds whose note holds this text (e.g. 'A/A', 'sitting')")
     p.add_argument("--trims", default="0.1,0.2,0.3,0.4,0.5")
     p.add_argument("--rounds-out", type=Path, help="write the rounds estimated with --trim here (duet_bias rows)")
-    p.add_argument("--trim", type=float, default=duet.TRIM)
+    p.add_argument("--trim", type=float, default=policy.TRIM)
     p.add_argument("--note", default="", help="the note the written rounds carry (duet_replay.py --only)")
     p.add_argument(
         "--keep-units",
@@ -167,13 +174,13 @@ def main() -> int:
                 {
                     "case": r["case"],
                     "round": r["round"],
-                    "d_w": duet.trimmed_mean(w, a.trim),
-                    "d_1": duet.trimmed_mean(one, a.trim),
-                    "se_w": duet.block_se(w, trim=a.trim),
-                    "se_1": duet.block_se(one, trim=a.trim),
+                    "d_w": duet_pairs.trimmed_mean(w, a.trim),
+                    "d_1": duet_pairs.trimmed_mean(one, a.trim),
+                    "se_w": duet_pairs.block_se(w, trim=a.trim),
+                    "se_1": duet_pairs.block_se(one, trim=a.trim),
                 }
             )
-        steps = duet.UNIT * len(launches(rows[0], False, keep, count)[0])
+        steps = policy.UNIT * len(launches(rows[0], False, keep, count)[0])
         record = {
             "kind": "script",
             "strategy": "ddp",

@@ -8,7 +8,7 @@
 
 A *set* is the rounds of one kind of whole-command run of experiments/duet_aa.py (case, head change, steps, note).
 Each replayed gate draws rounds at random, with replacement, from one set and runs the judge's own sequential
-test over them round by round (``judge.duet.sigma_of``, ``sequential.decide``, the gate's design: the drop to catch
+test over them round by round (``judge.duet_floors.sigma_of``, ``sequential.decide``, the gate's design: the drop to catch
 ``--tolerance``, alpha 1%, beta 5%, ``--budget`` rounds, two rounds before either verdict), exactly as
 ``judge.duet.timing`` decides a gate. From an A/A set it reads the false alarms, and, with every round's efficiency
 log ratio shifted by ``ln(1 - drop)``, the power at that drop; from a set whose head was really slowed it reads the
@@ -36,7 +36,8 @@ import random
 import statistics
 from pathlib import Path
 
-from scalegate.judge import duet, sequential
+from scalegate import policy
+from scalegate.judge import duet_floors, sequential
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,7 +166,7 @@ def gate(
             log, se = value(rng.choice(split[n % 2] if split else rounds), metric)
         logs.append(log + shift)
         ses.append(se)
-        sigma, _ = duet.sigma_of(logs, ses, floor)
+        sigma, _ = duet_floors.sigma_of(logs, ses, floor)
         found = sequential.decide([math.exp(x) for x in logs], 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
         if found.status != sequential.UNDECIDED:
             return found.status, n
@@ -232,12 +233,12 @@ def main() -> int:
     a = p.parse_args()
     step_w = a.metric == "step_w"
     design = sequential.Design(
-        detect=duet.speed_drop(a.tolerance) if step_w else a.tolerance,
+        detect=duet_floors.speed_drop(a.tolerance) if step_w else a.tolerance,
         alpha=0.01,
         beta=0.05,
         max_launches=a.budget,
-        min_launches_regressed=duet.MIN_ROUNDS,
-        min_launches_ok=duet.MIN_ROUNDS,
+        min_launches_regressed=policy.MIN_ROUNDS,
+        min_launches_ok=policy.MIN_ROUNDS,
         sigma_floor=0.0,
     )
     what = "step time at W" if step_w else "efficiency"
@@ -249,7 +250,7 @@ def main() -> int:
     for (kind, strategy, change, steps, note), rounds in sets(a.data).items():
         if len(rounds) < 4:
             continue
-        floor = duet.measured_floor("script" if kind == "script" else "workload", step_w, rounds[0]["pairing"])
+        floor = duet_floors.measured_floor("script" if kind == "script" else "workload", step_w, rounds[0]["pairing"])
         if a.floor is not None:
             floor = (a.floor, "--floor")
         spread = statistics.stdev(value(r, a.metric)[0] for r in rounds)

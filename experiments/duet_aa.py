@@ -29,7 +29,7 @@ from pathlib import Path
 
 from benchmarks import duet_timeline
 from benchmarks.duet_estimators import raw_row
-from scalegate.judge import ab, duet
+from scalegate.judge import ab, duet_floors, duet_pairs
 from scalegate.judge.evidence import CaseRecord
 from scalegate.record import runfiles
 
@@ -64,7 +64,7 @@ def rounds_of(gate_dir: Path, raw: Path | None = None) -> list[dict]:
             if raw is not None:
                 with raw.open("a") as f:
                     f.write(json.dumps(raw_row(case["case_id"], n, h, b)) + "\n")
-            found = duet.round_estimate(h, b, duet.trim_of(head))
+            found = duet_pairs.round_estimate(h, b, duet_floors.trim_of(head))
             if found is None:
                 today = math.log(rounds[n - 1][0] / rounds[n - 1][1]) if n <= len(rounds) else None
                 out.append({"case": case["case_id"], "round": n, "paired": False, "rounds_log": today})

@@ -41,7 +41,7 @@ from scalegate import policy
 from scalegate.gate import merge, rounds, worktree
 from scalegate.gate.project import Project
 from scalegate.gate.sides import Side, session_command
-from scalegate.judge import duet
+from scalegate.judge import duet_floors, duet_pairs
 from scalegate.judge.evidence import CaseRecord
 from scalegate.launch.duet import Coordinator
 from tests.repos import checkout_repo
@@ -64,7 +64,7 @@ def rounds_of(merged: dict[str, list[dict]], raw: Path | None = None) -> list[di
     for case in merged["head"]:
         head, other = CaseRecord.from_dict(case["record"]), CaseRecord.from_dict(base[case["key"]]["record"])
         for n, (h, b) in enumerate(zip(head.launches, other.launches), 1):
-            found = duet.round_estimate(h, b, duet.trim_of(head))
+            found = duet_pairs.round_estimate(h, b, duet_floors.trim_of(head))
             if raw is not None:  # every step of both sides, for estimators tried afterwards
                 with raw.open("a") as f:
                     f.write(json.dumps(raw_row(case["case_id"], n, h, b)) + "\n")
@@ -90,10 +90,10 @@ def rounds_of(merged: dict[str, list[dict]], raw: Path | None = None) -> list[di
 
 
 def by_pair(h, b) -> dict:
-    """The same round estimated pair by pair (``unit=1``: before duet.UNIT), to compare on the same launches."""
-    at_w = duet.paired(h.step_times_s, b.step_times_s, unit=1)
+    """The same round estimated pair by pair (``unit=1``: before policy.UNIT), to compare on the same launches."""
+    at_w = duet_pairs.paired(h.step_times_s, b.step_times_s, unit=1)
     lengths = (h.reference_lengths, b.reference_lengths)
-    at_1 = duet.paired(h.reference_step_times_s, b.reference_step_times_s, lengths, unit=1)
+    at_1 = duet_pairs.paired(h.reference_step_times_s, b.reference_step_times_s, lengths, unit=1)
     return (
         {"d_w_pair": at_w.mean, "d_1_pair": at_1.mean, "se_w_pair": at_w.se, "se_1_pair": at_1.se}
         if at_w and at_1

@@ -11,7 +11,7 @@ import math
 
 from scalegate import policy
 from scalegate.gate import merge
-from scalegate.judge import duet
+from scalegate.judge import duet, duet_pairs
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import ALTERNATE, PAIRED, CaseRecord, LaunchRecord
 from scalegate.judge.outcome import Overrides
@@ -46,17 +46,17 @@ def _records(rounds: list[tuple[LaunchRecord, LaunchRecord]]) -> tuple[CaseRecor
 def test_a_launchs_own_level_cancels_in_its_local_efficiency_and_not_launch_against_launch():
     """The head's launch ran on a host 15% slower throughout, the code unchanged: launch against launch reads a
     15% slower step at W; its local efficiency against the base launch's reads no change."""
-    found = duet.round_estimate(_launch(1.15), _launch(1.0))
+    found = duet_pairs.round_estimate(_launch(1.15), _launch(1.0))
     assert found is not None and found.local is not None
     assert abs(found.efficiency_log) < 0.005, found.describe()
     assert math.exp(found.at_w.mean) - 1 > 0.14  # the level, which the separate 1x1 launch does not cancel here
     assert "local efficiency " in found.describe() and "same-launch pairs a side" in found.describe()
-    slower = duet.round_estimate(_launch(1.0, drop=0.10), _launch(1.15))
+    slower = duet_pairs.round_estimate(_launch(1.0, drop=0.10), _launch(1.15))
     assert abs(slower.efficiency_log - math.log(1 / 1.10)) < 0.005, slower.describe()
 
 
 def test_without_local_pairs_on_either_side_the_round_reads_launch_against_launch():
-    found = duet.round_estimate(_launch(1.0, local=False), _launch(1.0))
+    found = duet_pairs.round_estimate(_launch(1.0, local=False), _launch(1.0))
     assert found is not None and found.local is None
     assert "at 1x1" in found.describe()
 

@@ -158,11 +158,11 @@ def test_runs_whose_means_differ_no_more_than_their_rounds_allow_keep_no_level_o
 def test_the_replay_floors_each_set_by_the_pairing_its_rounds_ran_in():
     from benchmarks import duet_replay
     from scalegate import policy
-    from scalegate.judge import duet
+    from scalegate.judge import duet_floors
 
     assert duet_replay.pairing_of({"gate_args": ["--pairing", "swap"]}) == "swap"  # a whole gate's
     assert duet_replay.pairing_of({"pairing": "alternate", "layout": "gate"}) == "alternate"  # a forced run's
     assert duet_replay.pairing_of({"gate_args": ["--max-minutes", "10"]}) == duet_replay.pairing_of({}) == "duet"
-    assert duet.measured_floor("script", False, "swap") == policy.RECORDED_AA_SWAP["script"][0]
-    assert duet.measured_floor("workload", True, "alternate") == policy.RECORDED_AA_ALTERNATE["workload"][1]
-    assert duet.measured_floor("script") == policy.RECORDED_AA["script"]
+    assert duet_floors.measured_floor("script", False, "swap") == policy.RECORDED_AA_SWAP["script"][0]
+    assert duet_floors.measured_floor("workload", True, "alternate") == policy.RECORDED_AA_ALTERNATE["workload"][1]
+    assert duet_floors.measured_floor("script") == policy.RECORDED_AA["script"]

@@ -1,5 +1,5 @@
 """The duet (docs/duet.md): the coordinator (launch/duet.py) and the ranks' client (measure/turns.py) over a real
-socket, with rank threads standing in for rank processes; the paired estimate (judge/duet.py) on built records.
+socket, with rank threads standing in for rank processes; the paired estimate (judge/duet_pairs.py, judge/duet.py) on built records.
 
 What must hold: one job at a time (never two jobs' steps at once), turns in ABBA order, a job without a partner runs
 solo and says why, a rank that dies stops the partner naming side, rank and step, a turn never given back stops
@@ -19,6 +19,7 @@ import pytest
 from benchmarks import duet_estimators, duet_timeline
 from scalegate import policy
 from scalegate.judge import duet as paired
+from scalegate.judge import duet_floors, duet_pairs
 from scalegate.judge.evidence import LaunchRecord
 from scalegate.launch.duet import Coordinator
 from scalegate.measure.turns import DuetStopped, Turns
@@ -283,13 +284,13 @@ def _launch(steps, ref, duet="paired"):
 def test_the_paired_estimate_reads_the_efficiency_change_from_both_pairs():
     base = _launch([0.010 * (1 + 0.2 * (i % 3)) for i in range(20)], [0.006 * (1 + 0.2 * (i % 2)) for i in range(20)])
     head = _launch([t * 1.07 for t in base.step_times_s], [t * 1.01 for t in base.reference_step_times_s])
-    found = paired.round_estimate(head, base)
+    found = duet_pairs.round_estimate(head, base)
     assert found.at_w.mean == pytest.approx(math.log(1.07)) and found.at_1.mean == pytest.approx(math.log(1.01))
     assert found.efficiency_log == pytest.approx(math.log(1.01 / 1.07))
     assert found.describe().startswith("step time +7.0% at W, +1.0% at 1x1, efficiency -5.6%")
     solo = _launch(head.step_times_s, head.reference_step_times_s, duet="solo: no base job x joined in 300 s")
-    assert paired.round_estimate(solo, base) is None
-    assert paired.not_paired(solo, base) == "the head commit's case ran solo: no base job x joined in 300 s"
+    assert duet_pairs.round_estimate(solo, base) is None
+    assert duet_pairs.not_paired(solo, base) == "the head commit's case ran solo: no base job x joined in 300 s"
 
 
 def test_two_consecutive_pairs_compare_like_turns_with_like():
@@ -300,9 +301,9 @@ def test_two_consecutive_pairs_compare_like_turns_with_like():
     warm, cold = 0.8, 1.0
     base = [0.004 * (warm if i % 2 else cold) for i in range(200)]
     head = [0.004 * 1.05 * (cold if i % 2 else warm * (1 + 0.15 * math.sin(7 * i))) for i in range(200)]
-    found = paired.paired(head, base)
+    found = duet_pairs.paired(head, base)
     assert found.pairs == 200 and found.mean == pytest.approx(math.log(1.05), abs=0.001)
-    assert paired.paired(head, base, unit=1).mean - math.log(1.05) > 0.03
+    assert duet_pairs.paired(head, base, unit=1).mean - math.log(1.05) > 0.03
 
 
 def test_pooled_reference_launches_pair_launch_by_launch():
@@ -310,20 +311,20 @@ def test_pooled_reference_launches_pair_launch_by_launch():
     base, so a launch that measured a step fewer shifts no later pair."""
     base = [0.004] * 10 + [0.008] * 10
     head = [0.004 * 1.02] * 9 + [0.008 * 1.02] * 10
-    found = paired.paired(head, base, lengths=((9, 10), (10, 10)))
+    found = duet_pairs.paired(head, base, lengths=((9, 10), (10, 10)))
     assert found.mean == pytest.approx(math.log(1.02)) and found.pairs == 18 and found.se < 1e-9  # 4 + 5 units
-    misread = paired.paired(head, base)  # by index alone: the base's second launch from one step early
+    misread = duet_pairs.paired(head, base)  # by index alone: the base's second launch from one step early
     assert misread.se > 0.04  # a unit pairs a step of the head's second launch with one of the base's first
     launch = _launch([0.01] * 20, head, duet="paired")
     record = dataclasses.replace(launch, reference_lengths=(9, 10))
     other = dataclasses.replace(_launch([0.01] * 20, base), reference_lengths=(10, 10))
-    assert paired.round_estimate(record, other).at_1.mean == pytest.approx(math.log(1.02))
+    assert duet_pairs.round_estimate(record, other).at_1.mean == pytest.approx(math.log(1.02))
 
 
 def test_block_means_keep_what_neighbouring_pairs_share():
     drifting = [0.01 * (i // 4) for i in range(20)]  # a slow phase spanning 4 pairs at a time
     naive = (sum((x - sum(drifting) / 20) ** 2 for x in drifting) / 19) ** 0.5 / math.sqrt(20)
-    assert paired.block_se(drifting) > 1.5 * naive
+    assert duet_pairs.block_se(drifting) > 1.5 * naive
 
 
 def test_a_later_rounds_launch_of_the_same_case_pairs_afresh():
@@ -536,7 +537,7 @@ def test_a_duet_rounds_launches_of_a_case_pool_into_one_round():
     assert [len(r.launches) for r in rounds.values()] == [2, 2]  # one launch a round, each pooling two
     pooled = rounds["head"].launches[0]
     assert pooled.lengths == (9, 10) and len(pooled.step_times_s) == 19 and pooled.peak_memory_bytes == (5, 2)
-    found = paired.round_estimate(pooled, rounds["base"].launches[0])
+    found = duet_pairs.round_estimate(pooled, rounds["base"].launches[0])
     assert found.at_w.mean == pytest.approx(math.log(1.05)) and found.at_w.pairs == 18 and found.at_w.se < 1e-9
     assert found.at_1.mean == pytest.approx(0.0)
     unpaired = [launch([0.01] * 10, duet=""), launch([0.01] * 10, duet="")]  # today's rounds: launches stay apart
@@ -571,13 +572,13 @@ def test_a_scripts_round_trims_its_units_harder_and_its_se_is_the_trimmed_means(
     # the head 2% slower, but up to a third of its units in a block with a tail of +30% (a launch's own tail)
     tails = {u for u in range(100) if u % 5 == 0 or (u > 50 and u % 7 == 0)}
     head = [0.004 * (1.30 if i // 2 in tails and i % 2 else 1.02) for i in range(200)]
-    plain = paired.paired(head, base)
-    script = paired.paired(head, base, trim=paired.SCRIPT_TRIM)
+    plain = duet_pairs.paired(head, base)
+    script = duet_pairs.paired(head, base, trim=policy.SCRIPT_TRIM)
     assert script.mean == pytest.approx(math.log(1.02), abs=1e-9) and script.se < 1e-9
     assert plain.mean > math.log(1.02) + 0.001 and plain.se > 0.001
     record = CaseRecord.from_dict(_round_file([LaunchRecord(step_times_s=(0.01,) * 10)])["record"])
-    assert paired.trim_of(record) == paired.SCRIPT_TRIM
-    assert paired.trim_of(dataclasses.replace(record, key="ddp-cnn-1x2:cpu")) == paired.TRIM
+    assert duet_floors.trim_of(record) == policy.SCRIPT_TRIM
+    assert duet_floors.trim_of(dataclasses.replace(record, key="ddp-cnn-1x2:cpu")) == policy.TRIM
 
 
 def test_the_timeline_splits_a_round_into_turns_waits_and_start_up():

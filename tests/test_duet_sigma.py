@@ -1,7 +1,7 @@
 """The duet gate's sigma floor, measured on the user's profile (docs/duet.md, "A measured σ"; issue 34 item 3).
 
 ``record-baselines --duet-aa N`` stores each case's spread between A/A duet rounds in its baseline entry
-(``duet_aa``); judge/duet.aa_floor makes it the floor of the duet's sigma and names it in the verdict, else falls
+(``duet_aa``); judge/duet_floors.aa_floor makes it the floor of the duet's sigma and names it in the verdict, else falls
 back to ``RECORDED_AA``. A malformed value stops with the file, the case and a HINT.
 """
 
@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from scalegate import policy
 from scalegate.cli import record_duet
 from scalegate.contract import SCHEMA_VERSION
 from scalegate.contract.errors import BaselineError
-from scalegate.judge import duet
+from scalegate.judge import duet, duet_floors, duet_pairs
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord, LaunchRecord
 from scalegate.judge.outcome import Overrides
@@ -76,21 +77,22 @@ def test_a_recorded_aa_spread_is_the_floor_and_the_verdict_names_it(tmp_path):
 
 def test_aa_floor_reads_the_case_entry_and_falls_back_to_recorded_aa(tmp_path):
     head, _ = _records(_round(0.0))
-    assert duet.aa_floor(head, _baseline(tmp_path, {"duet_aa": RECORDED})) == (
+    assert duet_floors.aa_floor(head, _baseline(tmp_path, {"duet_aa": RECORDED})) == (
         0.3,
         "12 A/A duet rounds recorded on this profile 2026-11-30",
     )
     # an entry without the field (every baseline file from before it), another case's field, or no file at all
     assert (
-        duet.aa_floor(head, _baseline(tmp_path, {"efficiency": {"value": 0.8, "tolerance": 0.1}}))
-        == (duet.RECORDED_AA["workload"])
+        duet_floors.aa_floor(head, _baseline(tmp_path, {"efficiency": {"value": 0.8, "tolerance": 0.1}}))
+        == (policy.RECORDED_AA["workload"])
     )
     other = dict(head.__dict__, key="fsdp-cnn-1x2:tiny")
     assert (
-        duet.aa_floor(CaseRecord(**other), _baseline(tmp_path, {"duet_aa": RECORDED})) == duet.RECORDED_AA["workload"]
+        duet_floors.aa_floor(CaseRecord(**other), _baseline(tmp_path, {"duet_aa": RECORDED}))
+        == policy.RECORDED_AA["workload"]
     )
     script = dict(head.__dict__, key="my-train-1x2:script")
-    assert duet.aa_floor(CaseRecord(**script), None) == duet.RECORDED_AA["script"]
+    assert duet_floors.aa_floor(CaseRecord(**script), None) == policy.RECORDED_AA["script"]
 
 
 def test_the_step_time_test_has_a_floor_of_its_own_recorded_or_measured_here(tmp_path):
@@ -98,16 +100,16 @@ def test_the_step_time_test_has_a_floor_of_its_own_recorded_or_measured_here(tmp
     ``sigma_step_w``, else ``RECORDED_AA_STEP_W`` (not the efficiency's, which carries a 1x1 launch's level)."""
     head, base = _records(_round(0.0))
     script = CaseRecord(**dict(head.__dict__, key="my-train-1x2:script"))
-    assert duet.aa_floor(head, None, step_w=True) == duet.RECORDED_AA_STEP_W["workload"]
-    assert duet.aa_floor(script, None, step_w=True) == duet.RECORDED_AA_STEP_W["script"]
-    assert duet.RECORDED_AA_STEP_W["script"][0] < duet.RECORDED_AA["script"][0]
+    assert duet_floors.aa_floor(head, None, step_w=True) == policy.RECORDED_AA_STEP_W["workload"]
+    assert duet_floors.aa_floor(script, None, step_w=True) == policy.RECORDED_AA_STEP_W["script"]
+    assert policy.RECORDED_AA_STEP_W["script"][0] < policy.RECORDED_AA["script"][0]
     # an entry recorded before the field: the efficiency's recorded sigma is not taken for the step time's
     assert (
-        duet.aa_floor(head, _baseline(tmp_path, {"duet_aa": RECORDED}), step_w=True)
-        == (duet.RECORDED_AA_STEP_W["workload"])
+        duet_floors.aa_floor(head, _baseline(tmp_path, {"duet_aa": RECORDED}), step_w=True)
+        == (policy.RECORDED_AA_STEP_W["workload"])
     )
     with_w = _baseline(tmp_path, {"duet_aa": {**RECORDED, "sigma_step_w": 0.25}})
-    assert duet.aa_floor(head, with_w, step_w=True) == (
+    assert duet_floors.aa_floor(head, with_w, step_w=True) == (
         0.25,
         "12 A/A duet rounds recorded on this profile 2026-11-30 (step time at W)",
     )
@@ -155,7 +157,7 @@ def test_a_malformed_recorded_spread_is_a_readable_error_with_a_hint(tmp_path, v
         path=tmp_path / "x.json", profile=PROFILE, fingerprint={}, cases={KEY: {"duet_aa": value}}
     )
     with pytest.raises(BaselineError, match="record-baselines|is not"):
-        duet.aa_floor(_records(_round(0.0))[0], built)
+        duet_floors.aa_floor(_records(_round(0.0))[0], built)
 
 
 def test_the_recorded_field_survives_a_baseline_update_and_a_rerecording_leaves_the_rest(tmp_path):
@@ -171,10 +173,10 @@ def test_the_recorder_takes_the_spread_of_the_rounds_efficiency_ratio():
     rounds = [_round(0.0, 0.001), _round(0.05), _round(-0.03)]
     head, base = _records(*rounds)
     sigma, mean, n, step_w = record_duet.spread(head, base)
-    logs = [duet.round_estimate(h, b).efficiency_log for h, b in rounds]
+    logs = [duet_pairs.round_estimate(h, b).efficiency_log for h, b in rounds]
     assert n == 3 and sigma == pytest.approx(math.sqrt(sum((x - sum(logs) / 3) ** 2 for x in logs) / 2))
     assert sigma > 0.03 and mean == pytest.approx(sum(logs) / 3)
-    at_w = [duet.round_estimate(h, b).at_w.mean for h, b in rounds]
+    at_w = [duet_pairs.round_estimate(h, b).at_w.mean for h, b in rounds]
     assert step_w == pytest.approx(math.sqrt(sum((x - sum(at_w) / 3) ** 2 for x in at_w) / 2))
     solo = LaunchRecord(step_times_s=(0.01,) * 20, reference_step_times_s=(0.006,) * 20, duet="solo: no partner")
     head, base = _records(rounds[0], (solo, rounds[1][1]))
@@ -252,6 +254,6 @@ def test_record_baselines_duet_aa_writes_each_cases_spread_with_its_provenance(t
         warmup=2,
     )
     assert (
-        duet.aa_floor(record, loaded)[1]
+        duet_floors.aa_floor(record, loaded)[1]
         == f"2 A/A duet rounds recorded on this profile {aa['provenance']['date'][:10]}"
     )

@@ -276,7 +276,7 @@ def test_the_ab_gate_fails_a_commit_that_slows_ddp(tmp_path):
 
 def test_a_time_budget_stops_the_gate_and_says_why_in_the_table(tmp_path):
     """``--max-minutes``: no round starts that would end past the budget. An A/B case needs two rounds for either
-    verdict (judge/duet.py MIN_ROUNDS), so a budget shorter than one round stops the gate after its first: the case
+    verdict (policy.py MIN_ROUNDS), so a budget shorter than one round stops the gate after its first: the case
     is judged on that round (noisy, not failing) and the table says why, as the JSON does."""
     repo = tmp_path / "repo"
     checkout_repo(repo)

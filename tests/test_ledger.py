@@ -498,7 +498,9 @@ def test_the_history_keeps_a_steady_ledgers_cross_node_bytes_and_collectives_a_s
 def test_update_baselines_ledger_only_adds_each_cases_ledger_and_keeps_the_rest(tmp_path):
     from scalegate.cli.main import main
 
-    baselines.update(tmp_path / "b", "cpu-x", {}, {"ddp-cnn-1x2:tiny": {"efficiency": {"value": 0.8, "tolerance": 0.1}}})
+    baselines.update(
+        tmp_path / "b", "cpu-x", {}, {"ddp-cnn-1x2:tiny": {"efficiency": {"value": 0.8, "tolerance": 0.1}}}
+    )
     steady = summary(row("all_reduce", 2, 4.9e6, intra=9.8e6))
     run = tmp_path / "run"
     run.mkdir()

@@ -116,7 +116,7 @@ NODE_WAIT_S = _seconds("SCALEGATE_GATE_NODE_WAIT_S", 300)
 # theirs (writing their files) before they are told to.
 ROUND_GRACE_S = _seconds("SCALEGATE_GATE_ROUND_GRACE_S", 60)
 
-# --- the paired estimate (judge/duet.py) -------------------------------------------------------------------------
+# --- the paired estimate (judge/duet_pairs.py) -------------------------------------------------------------------------
 # A round's pairs are trimmed this share at each end: a descheduled step hits one side of one pair.
 TRIM = 0.2
 # A training script's are trimmed 40%: at 1x1 a launch's units carry tails of their own.

@@ -28,7 +28,7 @@ from scalegate.contract.errors import ScalegateError
 from scalegate.gate import merge, rounds
 from scalegate.gate.project import Project
 from scalegate.gate.sides import Side, session_command
-from scalegate.judge import duet
+from scalegate.judge import duet_floors, duet_pairs
 from scalegate.judge.evidence import CaseRecord
 from scalegate.launch.duet import Coordinator
 from scalegate.plan import hostinfo
@@ -45,9 +45,9 @@ def spread(record: CaseRecord, base: CaseRecord) -> tuple[float, float, int, flo
         return f"the head side ran {len(record.launches)} rounds, the base side {len(base.launches)}"
     found, at_w = [], []
     for n, (h, b) in enumerate(zip(record.launches, base.launches), 1):
-        estimate = duet.round_estimate(h, b, duet.trim_of(record))
+        estimate = duet_pairs.round_estimate(h, b, duet_floors.trim_of(record))
         if estimate is None:
-            return f"round {n} was not a duet ({duet.not_paired(h, b) or 'too few pairs'})"
+            return f"round {n} was not a duet ({duet_pairs.not_paired(h, b) or 'too few pairs'})"
         found.append(estimate.efficiency_log)
         at_w.append(estimate.at_w.mean)
     if len(found) < 2:

@@ -16,8 +16,7 @@ from typing import Any, Sequence
 
 from scalegate.contract import atomic
 from scalegate.figures import ledger
-from scalegate.judge import CaseRecord, gpu
-from scalegate.judge import duet as judge_duet
+from scalegate.judge import CaseRecord, duet_floors, gpu
 from scalegate.judge.evidence import ALTERNATE, PAIRED, LaunchRecord, threads_of
 
 
@@ -35,7 +34,7 @@ class Budgets:
         return max(self.rounds, self.alternate or 0)
 
     def of(self, first: CaseRecord, in_duet: bool, alternate: bool) -> int:
-        if self.script and in_duet and judge_duet.is_script(first):
+        if self.script and in_duet and duet_floors.is_script(first):
             return self.script
         return self.alternate if self.alternate and alternate else self.rounds
 
@@ -82,7 +81,7 @@ def merge(rounds: list[list[dict[str, Any]]], budgets: Budgets) -> list[dict[str
 
 def pooled(launches: Sequence[LaunchRecord]) -> tuple[LaunchRecord, ...]:
     """A duet round's launches of a case as one launch, as its 1x1 reference's already are: the judge reads a round
-    as one estimate (judge/duet.py pairs launch n of the head with launch n of the base, by ``lengths``), so the
+    as one estimate (judge/duet_pairs.py pairs launch n of the head with launch n of the base, by ``lengths``), so the
     round's one reference is not counted once per launch. Today's rounds keep their launches apart."""
     if len(launches) < 2 or not any(launch.duet for launch in launches):
         return tuple(launches)

@@ -23,7 +23,8 @@ import math
 import statistics
 from pathlib import Path
 
-from scalegate.judge import duet, estimates, sequential
+from scalegate import policy
+from scalegate.judge import duet, duet_floors, estimates, sequential
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import CaseRecord
 from scalegate.judge.outcome import AB, Overrides
@@ -40,7 +41,7 @@ SIGMA_FLOOR = 0.05
 # multi-rank launches and two 1x1 launches, each spreading about 4% on these VMs, so about twice the local floor;
 # a floor set from that arithmetic, not yet from recorded A/A rounds (docs/your-script.md says so)
 CLASSIC_SIGMA_FLOOR = 0.10
-MIN_ROUNDS = duet.MIN_ROUNDS
+MIN_ROUNDS = policy.MIN_ROUNDS
 DEFAULT_TOLERANCES = {
     "peak_memory_bytes": 0.25,
     "bytes_per_step": 0.05,
@@ -112,7 +113,7 @@ def timing(record: CaseRecord, base: CaseRecord, baseline: BaselineFile | None, 
         sigma, source = floor, f"the floor of A/B rounds on these VMs (above {source})"
     if len(logs) >= OWN_SPREAD_ROUNDS and statistics.stdev(logs) > sigma:
         sigma, source = statistics.stdev(logs), f"the {len(logs)} rounds' own spread, above {source}"
-    design = duet.rounds_design(record, baseline, overrides, sigma_floor=floor)
+    design = duet_floors.rounds_design(record, baseline, overrides, sigma_floor=floor)
     detect = design.detect
     found = sequential.decide(ratios, 1.0, sigma, math.inf, design)  # type: ignore[arg-type]
     state = sequential.state(found, design, sigma_source=source, rounds=len(ratios))

@@ -6,7 +6,7 @@
                                                                "duet_aa": {"sigma": .., "rounds": .., ...}}}}
 
 ``duet_aa`` (optional, ``record-baselines --duet-aa N``): the spread between rounds of an A/A duet's efficiency log
-ratio on this profile, the duet gate's sigma floor (judge/duet.py); absent means not recorded.
+ratio on this profile, the duet gate's sigma floor (judge/duet_floors.py); absent means not recorded.
 
 Written only by an explicit update, atomically (temporary file + rename) under a lock.
 """
