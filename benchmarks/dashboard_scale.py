@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import browser
 from scalegate.history import check as C
 from scalegate.history import dashboard, store
 from scalegate.page import build
-from tests import browser
 
 METRICS = ("efficiency", "local_efficiency", "throughput", "mfu", "peak_memory_bytes", "bytes_per_step")
 LEVEL = {"efficiency": 0.8, "local_efficiency": 0.88, "throughput": 800.0, "mfu": 0.3, "peak_memory_bytes": 4e8}

@@ -94,10 +94,9 @@ def script_repo(where: Path, steps: int, slowdown: float, extra_forward: int) ->
     commit that slows it (``slowdown``: from outside its code, the harness's injected sleep that only the head's
     ranks at W see; ``extra_forward``: a real code change, a no-grad forward of that many samples each step, at W and
     1x1 alike). (repository, base revision)."""
-    from tests.repos import commit_change, git
-    from tests.test_scripts import _project
+    from tests.repos import commit_change, example_project, git
 
-    repo = _project(where)
+    repo = example_project(where)
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "the team's training script")

@@ -165,6 +165,19 @@ if os.environ.get("SLOW_DDP_MS"):
 """
 
 
+def example_project(where: Path) -> Path:
+    """The example team project (examples/train_script) copied to ``where/project``, as a team's checkout."""
+    import shutil
+
+    project = where / "project"
+    shutil.copytree(
+        ROOT / "examples" / "train_script",
+        project,
+        ignore=shutil.ignore_patterns("__pycache__", "results", "baselines"),
+    )
+    return project
+
+
 def git(repo: Path, *args: str) -> str:
     """git in ``repo`` with a throwaway identity; its stdout."""
     done = subprocess.run(

@@ -1,7 +1,7 @@
 """The interactive pages: the history dashboard (``history report``) and the run report (``report``'s index.html).
 
 What they hold is checked from the page's own data blob; what a person sees is checked in a real headless
-Chromium driven over the DevTools protocol (tests/browser.py): the page draws, a filter chip narrows what is
+Chromium driven over the DevTools protocol (benchmarks/browser.py): the page draws, a filter chip narrows what is
 shown, the real mouse over a point brings up Plotly's hover naming the run's commit, and a screenshot is kept
 as the test's artifact (``tmp_path``, kept by pytest for the last runs) and checked for its colours.
 """

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ import pytest
 
 from scalegate.contract.errors import SpecError
 from scalegate.plan import script as plan_script
+from tests.repos import example_project
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train_script"
@@ -28,9 +28,7 @@ FEW = ("--scaling-steps", "5", "--scaling-warmup", "2")
 
 
 def _project(tmp_path: Path) -> Path:
-    project = tmp_path / "project"
-    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "results", "baselines"))
-    return project
+    return example_project(tmp_path)
 
 
 def _pytest(project: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -349,6 +347,8 @@ dist.destroy_process_group()
 
 SCENARIOS = """
 import pytest
+
+from tests.repos import example_project
 
 def case(*argv, name):
     return pytest.mark.scaling_script("scenario.py", *argv, name=name, strategies=["ddp"], topologies=["1x2"],
