@@ -1,4 +1,4 @@
-"""Where a duet gate's wall goes, round by round (issue 34: a gate within ten minutes).
+"""Where a duet gate's wall goes, round by round (goal: a gate within ten minutes).
 
     python -m benchmarks.duet_timeline results/gate/gate-20261126-140000     # a gate run's directory
     python -m benchmarks.duet_timeline path/to/merged/duet.json               # or its duet.json

@@ -11,7 +11,7 @@ more than the effect being measured:
    "off" (an interval longer than the run: the thread starts, reads once, and sleeps), comparing
    the median of the per-run median step times. Reported with its spread so noise is visible.
 
-Goal (issue 5): below 1% of step time at the default interval.
+Goal: below 1% of step time at the default interval.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the training-script bootstrap costs a step (issue 22: at most 1% of step time), as a same-run ratio.
+"""What the training-script bootstrap costs a step (goal: at most 1% of step time), as a same-run ratio.
 
 One process runs the example script's own model, data and optimizer step (examples/train_script/train.py) in
 rounds of three blocks of steps, back to back in rotating order: bare, with everything the bootstrap adds to a step

@@ -1,4 +1,4 @@
-"""The duet's A/A and slowed-head runs, whole commands (issue 34; docs/duet.md, docs/detection.md).
+"""The duet's A/A and slowed-head runs, whole commands (docs/duet.md, docs/detection.md).
 
     python -m experiments.duet_aa --kind canary --runs 10            # gate --base HEAD on ddp-cnn-1x2, 10 times
     python -m experiments.duet_aa --kind script --runs 10            # the example script in its own repository

@@ -1,4 +1,4 @@
-"""Where an A/A duet's mean log ratio comes from (issue 34: it must lie within ±0.5%; the canaries read about -1%).
+"""Where an A/A duet's mean log ratio comes from (it must lie within ±0.5%).
 
     python -m experiments.duet_bias --rounds 8 --layout gate      # as the gate runs: base beside, head here
     python -m experiments.duet_bias --rounds 8 --layout nested    # base nested in the run directory (23 deeper)

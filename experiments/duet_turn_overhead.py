@@ -1,4 +1,4 @@
-"""What a duet turn costs (issue 34): the hand-off between two jobs, measured with real rank processes.
+"""What a duet turn costs: the hand-off between two jobs, measured with real rank processes.
 
     python -m experiments.duet_turn_overhead --world 2 --turns 2000 --step-ms 0 5
 

@@ -6,7 +6,7 @@ release tag, its wheel built and installed; a git repository holding a training 
 ``python -m scalegate init``; then the commands the CI files it wrote run, taken from those files: the nightly's
 (``pytest``, whose 1x2 case must pass, the report, the history) and the PR gate's (``gate --base HEAD``, which must
 pass: A/A). Every file parses and runs no command but these. The test asserts that pip installed scalegate alone and
-that ``import torch`` gives the same file and version after the install as before.
+that ``import torch`` gives the same file and version after the install.
 
 Default tier: the plain torch DDP script (examples/train_script/train.py). Nightly: the HF Trainer and Lightning
 scripts of examples/zoo, whose flags (``--max-steps``, ``--devices``, ``--num-nodes``) init must find; and the same

@@ -25,7 +25,7 @@ from scalegate.launch import run_case
     world=st.integers(1, 4),
     strategy=st.sampled_from(["ddp", "single"]),
 )
-@pytest.mark.nightly  # default tier -> nightly (issue 25): a launch per drawn shape
+@pytest.mark.nightly  # nightly: a launch per drawn shape
 def test_ddp_agrees_for_drawn_shapes(tmp_path_factory, agents, width, hidden, micro_batch, world, strategy):
     if strategy == "single":
         world = 1

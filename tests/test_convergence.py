@@ -59,7 +59,7 @@ def test_a_workload_whose_loss_turns_nan_fails_naming_the_step():
 
 
 # A Conv-BatchNorm CNN on data of its own (tests/assets/own_pace_models.py OwnCNN), measured on ddp 1x2 (its loss at
-# the start and after each of 20 steps): a correct run that learns at its own pace, which the 70% bar failed (issue 35)
+# the start and after each of 20 steps): a correct run that learns at its own pace, which a 70% bar would fail
 SLOW = [2.29, 2.291, 2.261, 2.386, 2.239, 2.359, 2.306, 2.306, 2.224, 2.274, 2.243, 2.239, 2.255, 2.257, 2.236]
 SLOW += [2.261, 2.262, 2.227, 2.187, 2.165, 2.192]
 

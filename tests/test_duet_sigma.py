@@ -1,4 +1,4 @@
-"""The duet gate's sigma floor, measured on the user's profile (docs/duet.md, "A measured σ"; issue 34 item 3).
+"""The duet gate's sigma floor, measured on the user's profile (docs/duet.md, "A measured σ").
 
 ``record-baselines --duet-aa N`` stores each case's spread between A/A duet rounds in its baseline entry
 (``duet_aa``); judge/duet_floors.aa_floor makes it the floor of the duet's sigma and names it in the verdict, else falls

@@ -97,7 +97,7 @@ def test_the_table_shows_only_the_versions_that_differ():
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): a whole A/A gate across two venvs; bad interpreters are refused in the fast tier
+@pytest.mark.nightly  # nightly: a whole A/A gate across two venvs; bad interpreters are refused in the fast tier
 def test_a_and_a_across_environments_passes_and_records_both(tmp_path):
     run = _gate(tmp_path, "--base-python", sys.executable, *CASE, "--scaling-max-launches", "1")
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]

@@ -74,7 +74,7 @@ def test_baseline_then_injected_delay_fails(tmp_path, suite, monkeypatch):
     assert "Performance has regressed" in slow.stdout + slow.stderr
 
 
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the false-alarm side; clean verdicts on recorded numbers: tests/test_judge.py, tests/test_ab_replay.py
+@pytest.mark.nightly  # nightly: the false-alarm side; clean verdicts on recorded numbers: tests/test_judge.py, tests/test_ab_replay.py
 def test_a_clean_run_passes_against_the_baseline_it_recorded(tmp_path, suite):
     common = _record(tmp_path, suite)
     clean = suite(*common)
@@ -82,7 +82,7 @@ def test_a_clean_run_passes_against_the_baseline_it_recorded(tmp_path, suite):
     assert "regressed" not in clean.stdout  # ok, or improved if the machine was busier while recording
 
 
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the classic gate over several launches; its verdicts on recorded numbers: tests/test_judge.py
+@pytest.mark.nightly  # nightly: the classic gate over several launches; its verdicts on recorded numbers: tests/test_judge.py
 def test_several_launches_are_judged_together(tmp_path, suite):
     # the classic gate (no same-launch pairs): several launches against the session's reference launches
     run = suite(
@@ -326,7 +326,7 @@ def test_the_gate_command_exits_2_on_bad_input(tmp_path):
     assert nothing.returncode == 2
 
 
-@pytest.mark.nightly  # default tier -> nightly (issue 25): record-baselines end to end; its merging is unit-tested in tests/test_cli.py
+@pytest.mark.nightly  # nightly: record-baselines end to end; its merging is unit-tested in tests/test_cli.py
 def test_record_baselines_merges_rounds_of_single_launches(tmp_path):
     """Two rounds of ddp-cnn-1x2 (and its reference): one baseline entry from both rounds' launches."""
     bases = tmp_path / "baselines"

@@ -226,7 +226,7 @@ def _run(tmp_path, agents, model_type: str, strategy: str, steps: int, warmup: i
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the hf matrix is nightly
+@pytest.mark.nightly  # nightly: the hf matrix is nightly
 def test_fsdp_gpt2_on_two_ranks_agrees_with_a_single_process(tmp_path, agents):
     result = _run(tmp_path, agents, "gpt2", "fsdp", steps=2, warmup=2)
     assert agreement.agreement(result) is None and agreement.loss_curve(result) is None

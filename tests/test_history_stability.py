@@ -44,7 +44,7 @@ def test_a_borderline_verdict_is_the_same_for_ten_nights_of_appended_flat_points
 def test_borderline_verdicts_hold_for_most_series_and_199_fresh_shuffles_a_night_flip_them(case):
     """Ten series names (so ten sets of shuffles) over the same ten nights: the shipped test gives one verdict all
     ten nights for at least 9 of them (measured: 10 significant, 9 not; 10 and 10 with --permutations 19999),
-    while 199 shuffles drawn afresh each night, as before, changed their mind within the ten nights for at least 8
+    while 199 shuffles drawn afresh each night changed their mind within the ten nights for at least 8
     (measured: 10 and 8)."""
     values, nights, want = BORDERLINE[case]
     names = [f"efficiency/{k}" for k in range(10)]

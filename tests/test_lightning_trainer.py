@@ -194,7 +194,7 @@ def test_a_users_lightning_module_trains_through_the_trainer_and_agrees_with_one
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the Trainer beside ddp; its single launch is in the fast tier
+@pytest.mark.nightly  # nightly: the Trainer beside ddp; its single launch is in the fast tier
 def test_lightning_ddp_agrees_converges_and_keeps_parity_with_ddp(suite, tmp_path):
     # 10 measured steps + 1 warm-up: enough for the convergence check (checks.MIN_CONVERGENCE_STEPS). Parity's
     # throughput at 25%: the Trainer's loop costs ~1 ms of Python a step, 11-15% of the tiny cnn's step on the

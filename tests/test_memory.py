@@ -195,7 +195,7 @@ def test_a_strategy_that_stops_sharding_optimizer_state_fails_with_the_byte_coun
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["fsdp", "zero1-torch"])
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the sharding gate's fault test is in the fast tier
+@pytest.mark.nightly  # nightly: the sharding gate's fault test is in the fast tier
 def test_sharded_strategies_keep_their_promise(strategy, tmp_path, agents):
     result = run_case(spec(strategy), tmp_path / "case", agents=agents)
     assert sharding.check(result) is None

@@ -1,6 +1,6 @@
 """Models as teams write them, registered from a directory outside the repository, pass on correct strategies.
 
-Issue 23: a gate that cries wolf on ``nn.TransformerEncoder`` and on BatchNorm is a gate teams switch off. The models
+A gate that cries wolf on ``nn.TransformerEncoder`` and on BatchNorm is a gate teams switch off. The models
 (tests/assets/teams_models.py, copied outside this checkout; a torchvision-style ResNet written here) are unchanged
 torch code: attention whose key bias has a true gradient of 0, Conv-BatchNorm-ReLU, outputs that are a dict or
 nanoGPT's ``(logits, loss)``, tied embeddings. Real processes on 1x2 with enough steps that convergence is judged.
@@ -270,7 +270,7 @@ def pytest_scaling_workloads():
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): every model x strategy; each model's own launch is in the fast tier
+@pytest.mark.nightly  # nightly: every model x strategy; each model's own launch is in the fast tier
 def test_every_model_passes_every_strategy_in_a_session_of_the_teams_own(project, tmp_path):
     (project / "conftest.py").write_text(CONFTEST)
     (project / "test_teams.py").write_text(SCALING_TESTS)
@@ -306,7 +306,7 @@ def test_every_model_passes_every_strategy_in_a_session_of_the_teams_own(project
 
 @pytest.mark.slow
 def test_without_the_probe_the_encoder_shows_the_old_false_alarm(project, agents):
-    """The key bias's float32 noise, compared, fails parameter agreement on a correct DDP: the alarm issue 23 saw."""
+    """The key bias's float32 noise, compared, fails parameter agreement on a correct DDP: the alarm a loose tolerance raised."""
     unprobed = {"dtype": "", "why": "left out by the test", "params": {}}
     result = run_case(
         spec(project, "teams_models:Encoder", "team_encoder", zero_grad=unprobed), project / "case", agents=agents

@@ -68,7 +68,7 @@ def test_two_emulated_nodes_train_over_a_shaped_link_and_leave_nothing(tmp_path)
     assert launch["addresses"] == ["198.18.0.1", "198.18.0.2"]
     assert {r.node_rank for r in result.ranks} == {0, 1}
     assert result.ranks[0].grad_check and result.throughput > 0
-    if launch["nodes"]:  # the wire counter (issue 5) reads eth0 in each node: DDP sends ~ its gradient bytes
+    if launch["nodes"]:  # the wire counter reads eth0 in each node: DDP sends ~ its gradient bytes
         grad_bytes = sum(p.numel() * 4 for p in workloads.get("cnn")("tiny", 0, None).build_model().parameters())
         for node in launch["nodes"]:
             assert 0.9 * grad_bytes < node["tx_bytes_per_step"] < 1.5 * grad_bytes, (node, grad_bytes)
@@ -87,7 +87,7 @@ def test_a_timed_out_case_kills_every_agent_and_removes_its_namespaces(tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.skipif(NO_NETNS is not None, reason=f"emulated nodes need network namespaces: {NO_NETNS}")
-@pytest.mark.nightly  # default tier -> nightly (issue 25): a 30 s hang; the default launcher's hang is in the default tier
+@pytest.mark.nightly  # nightly: a 30 s hang; the default launcher's hang is in the default tier
 def test_a_hung_rank_on_emulated_nodes_is_named_before_everything_is_killed(tmp_path):
     with pytest.raises(LaunchError) as info:  # injected fault: rank 1 (node 1) stops at step 2
         run_emulated(

@@ -1,4 +1,4 @@
-"""A workload of your own is judged on whether it learns, not on how fast (issue 35, item 6).
+"""A workload of your own is judged on whether it learns, not on how fast.
 
 Two ordinary models with data of their own (tests/assets/own_pace_models.py: a Conv-BatchNorm CNN, a
 MultiheadAttention model returning a dict), registered from a project outside this checkout through its conftest

@@ -98,7 +98,7 @@ def test_a_noisy_parity_outcome_fails_only_when_strict():
 
 # --- real launches ------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the smoke matrix runs a clean parity case in the default tier
+@pytest.mark.nightly  # nightly: the smoke matrix runs a clean parity case in the default tier
 def test_a_clean_parity_case_passes_with_both_front_ends_in_one_launch(suite, tmp_path):
     done = suite(
         "-k",

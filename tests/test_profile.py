@@ -217,7 +217,7 @@ def test_bad_profile_and_tensorboard_options_are_usage_errors(pytester, monkeypa
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): a whole profiled session; one profiled case is in the fast tier
+@pytest.mark.nightly  # nightly: a whole profiled session; one profiled case is in the fast tier
 def test_the_suite_profiles_every_case_and_writes_tensorboard_scalars(suite, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -99,7 +99,7 @@ def test_compare_and_the_gate_table_list_a_quarantined_failure_and_pass(tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the quarantine's fault test is in the fast tier
+@pytest.mark.nightly  # nightly: the quarantine's fault test is in the fast tier
 def test_a_quarantined_case_that_crashes_runs_reports_and_does_not_fail_the_session(tmp_path, suite):
     """Real launches: rank 1 of ddp-cnn-1x2 crashes; quarantined, the session passes and lists it (xfail)."""
     from scalegate.plan import hostinfo

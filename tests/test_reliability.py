@@ -98,7 +98,7 @@ def _run_fault(fault: str, tmp_path: Path, token: str) -> tuple[str, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the cold launcher's 40 s hang; the default (warm) launcher's is in the default tier (tests/test_warm.py)
+@pytest.mark.nightly  # nightly: the cold launcher's 40 s hang; the default (warm) launcher's is in the default tier (tests/test_warm.py)
 def test_hang_is_diagnosed_with_heartbeats_and_stacks_then_killed(tmp_path, tagged):
     message, took = _run_fault("hang:rank=1,step=2", tmp_path, tagged)
     assert f"ddp-cnn-1x2 hung: no result after {HANG_TIMEOUT_S:.0f}s" in message
@@ -126,7 +126,7 @@ def test_crash_reports_first_failing_rank_traceback_and_links_logs(tmp_path, tag
         ("bad-result:rank=1", "rank1.json is malformed"),
     ],
 )
-@pytest.mark.nightly  # default tier -> nightly (issue 25): cold launcher; the warm launcher's (the default's) are in the default tier
+@pytest.mark.nightly  # nightly: cold launcher; the warm launcher's (the default's) are in the default tier
 def test_exit_zero_without_a_usable_result_is_a_clear_failure(tmp_path, tagged, fault, says):
     message, _ = _run_fault(fault, tmp_path, tagged)
     assert "every rank exited 0, but rank result" in message and says in message
@@ -281,7 +281,7 @@ def test_run_state_marks_complete_and_partial(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): two xdist workers, a whole session
+@pytest.mark.nightly  # nightly: two xdist workers, a whole session
 def test_xdist_workers_never_collide(tmp_path, tagged):
     """Two xdist workers each measure the 1x1 reference: separate case directories, one run, no leftovers."""
     results = tmp_path / "results"

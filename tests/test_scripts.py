@@ -259,7 +259,7 @@ def _marker(project: Path, old: str, new: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): emulated 2x1 runs in CI itself (.ci/run)
+@pytest.mark.nightly  # nightly: emulated 2x1 runs in CI itself (.ci/run)
 def test_the_example_script_runs_on_two_emulated_nodes_and_stops_after_its_window(tmp_path):
     """The emulated launcher (a torchrun agent per network namespace, a shaped link) runs a script as it runs a
     workload; ``stop_after_window`` ends the script on every rank at the window's last step, not at its own end."""
@@ -278,7 +278,7 @@ def test_the_example_script_runs_on_two_emulated_nodes_and_stops_after_its_windo
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): srun runs in CI itself (.ci/run) and in tests/test_slurm.py
+@pytest.mark.nightly  # nightly: srun runs in CI itself (.ci/run) and in tests/test_slurm.py
 def test_srun_runs_the_example_script_with_the_nodes_own_agent(tmp_path):
     from tests.test_slurm import _cluster_up
 
@@ -372,7 +372,7 @@ def test_quiet(scaling_case): scaling_case.check()
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): a session of failing scripts; a crash's report is in the default tier (tests/test_reliability.py)
+@pytest.mark.nightly  # nightly: a session of failing scripts; a crash's report is in the default tier (tests/test_reliability.py)
 def test_a_scripts_failures_are_named_and_other_cases_keep_their_results(tmp_path):
     project = _project(tmp_path)
     (project / "scenario.py").write_text(textwrap.dedent(SCENARIO))
@@ -433,7 +433,7 @@ def _gate(repo: Path, *args: str, timeout: float = 900) -> subprocess.CompletedP
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the A/B gate on a script; the A/B gate's fault test is tests/test_gate.py (default)
+@pytest.mark.nightly  # nightly: the A/B gate on a script; the A/B gate's fault test is tests/test_gate.py (default)
 def test_the_ab_gate_fails_a_head_that_adds_an_all_reduce_to_the_teams_script(tmp_path):
     repo = _team_repo(tmp_path)
     run = _gate(repo, "--base", "HEAD~1", "-k", "ddp")

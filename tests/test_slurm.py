@@ -111,7 +111,7 @@ def _cluster_up() -> str | None:
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # default tier -> nightly (issue 25): CI runs srun pytest itself (.ci/run); two agent nodes stay in the default tier
+@pytest.mark.nightly  # nightly: CI runs srun pytest itself (.ci/run); two agent nodes stay in the default tier
 def test_srun_pytest_runs_a_ddp_case_as_the_node_agent(tmp_path):
     reason = _cluster_up()
     if reason:

@@ -3,7 +3,7 @@ that fails a script case whose measurement looks wrong (harness/scalegate/checks
 
 The unit tests judge results built as the ranks write them. The launch tests run real scripts through torchrun in a
 copy of examples/train_script: a plain torch loop stepping its optimizer once per parameter group (what DeepSpeed's
-ZeRO optimizers do under the HF Trainer: the double count of issue 35) with gradient accumulation, and the self-check's
+ZeRO optimizers do under the HF Trainer: a naive hook's double count) with gradient accumulation, and the self-check's
 fault test: a script that steps a second, empty optimizer after the real one, counted the naive way
 (``--scaling-inject-fault count-every-step``), must fail naming the cause and the fix.
 """

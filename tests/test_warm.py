@@ -121,7 +121,7 @@ def forkserver_cmdline(pool: warm.AgentPool, wait_s: float = 5.0) -> str:
 
 
 @needs_netns
-@pytest.mark.nightly  # default tier -> nightly (issue 25): bytes: tests/test_comm.py (fast tier)
+@pytest.mark.nightly  # nightly: bytes: tests/test_comm.py (fast tier)
 def test_warm_launch_checks_gradients_and_counts_the_bytes_a_cold_launch_counts(pool, tmp_path):
     hot = run_case(spec(), tmp_path / "warm", agents=pool)
     cold = run_case(spec(), tmp_path / "cold")
@@ -132,7 +132,7 @@ def test_warm_launch_checks_gradients_and_counts_the_bytes_a_cold_launch_counts(
     assert abs(sent["bytes_per_step"] / expected["bytes_per_step"] - 1) < 0.01, (sent, expected)
 
 
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the tests' own launches go through one warm agent
+@pytest.mark.nightly  # nightly: the tests' own launches go through one warm agent
 def test_a_server_serves_launches_in_a_row_and_restarts_for_other_modules(pool, tmp_path):
     first = run_case(spec(), tmp_path / "one", agents=pool)
     pid = pool.server.proc.pid
@@ -303,7 +303,7 @@ def test_a_scripts_server_imports_torchruns_agent_alone_and_starts_no_forkserver
 
 
 @pytest.mark.parametrize("victims", ["owner", "owner and server"])
-@pytest.mark.nightly  # default tier -> nightly (issue 25): the server killed mid-launch stays in the default tier
+@pytest.mark.nightly  # nightly: the server killed mid-launch stays in the default tier
 def test_sigkill_of_the_owner_takes_server_forkserver_and_ranks_down(tmp_path, victims):
     """pytest SIGKILLed mid-launch: the server's death signal (its agent stops the ranks), or with the server
     SIGKILLed too, the forkserver's exit and the ranks' own death signal, end everything. The namespace is
@@ -339,7 +339,7 @@ def test_sigkill_of_the_owner_takes_server_forkserver_and_ranks_down(tmp_path, v
 # --- the pool's own life ----------------------------------------------------------------------------
 
 
-@pytest.mark.nightly  # default tier -> nightly (issue 25): every warm test checks leftovers
+@pytest.mark.nightly  # nightly: every warm test checks leftovers
 def test_close_leaves_nothing(tmp_path):
     token = uuid.uuid4().hex
     others = set(leftovers(token))  # the namespace of a pool alive around this test (the module's), not this one's
@@ -352,7 +352,7 @@ def test_close_leaves_nothing(tmp_path):
     assert set(leftovers(token)) - others == set()  # close() waits for its server's tree and deletes its namespace
 
 
-@pytest.mark.nightly  # default tier -> nightly (issue 25): falls back to cold launches
+@pytest.mark.nightly  # nightly: falls back to cold launches
 def test_a_server_that_cannot_start_says_why_and_its_cases_launch_cold(tmp_path, monkeypatch):
     token = uuid.uuid4().hex
     others = set(leftovers(token))  # the namespace of a pool alive around this test (the module's), not this one's
@@ -382,7 +382,7 @@ def test_a_server_that_cannot_start_says_why_and_its_cases_launch_cold(tmp_path,
     assert set(leftovers(token)) - others == set()
 
 
-@pytest.mark.nightly  # default tier -> nightly (issue 25): bytes unavailable: tests/test_comm.py (fast tier)
+@pytest.mark.nightly  # nightly: bytes unavailable: tests/test_comm.py (fast tier)
 def test_without_a_namespace_the_warm_launch_says_why_bytes_are_unavailable(pool, tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_DISABLE, "1")
     result = run_case(spec(), tmp_path / "case", agents=pool)

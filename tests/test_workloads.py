@@ -292,7 +292,7 @@ def test_data_dir_option_must_be_a_directory(tmp_path):
 
 
 @pytest.mark.slow  # two launches: not the fast tier's single ones
-@pytest.mark.nightly  # default tier -> nightly (issue 25): two launches on real data files
+@pytest.mark.nightly  # nightly: two launches on real data files
 def test_workers_read_the_data_dir_and_report_a_missing_file(tmp_path, agents):
     """A real one-process launch: the worker looks in the data directory and its SpecError comes back."""
     from scalegate.contract.errors import LaunchError

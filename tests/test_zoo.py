@@ -7,7 +7,7 @@ one peak, the loss is read through the marker's ``loss_pattern`` and falls, the 
 and an A/A gate (``python -m scalegate gate --base HEAD`` in the zoo as a team's repository) passes.
 
 Default tier: one session of the stacks whose counting is most easily wrong (HF Trainer + DeepSpeed ZeRO-2, the
-double count of issue 35; Accelerate with gradient accumulation), plus the self-check's fault: the Accelerate
+a naive hook's double count; Accelerate with gradient accumulation), plus the self-check's fault: the Accelerate
 script without ``cpu=True``, whose ranks each train alone on a CPU-only machine. Nightly: every case of the zoo,
 then the A/A gate over one case per stack.
 

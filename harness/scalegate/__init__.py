@@ -27,7 +27,7 @@ def step() -> None:
     """Mark one training step, for a training script whose loop steps no torch optimizer (docs/your-script.md).
 
     Under ``@pytest.mark.scaling_script`` the bootstrap then counts these calls instead of optimizer steps;
-    anywhere else it does nothing, so the script runs as before without scalegate."""
+    anywhere else it does nothing, so the script runs as it does without scalegate."""
     import sys
 
     script = sys.modules.get("scalegate.worker.script")

@@ -1,4 +1,4 @@
-"""Two ordinary models with data of their own, at the default convergence bar (issue 35, item 6).
+"""Two ordinary models with data of their own, at the default convergence bar.
 
 A Conv-BatchNorm CNN and a MultiheadAttention model returning ``{"logits": ...}``, each with its own synthetic
 10-class data that a model learns, but slower than the built-in workloads' data: in a case's 21 steps their loss

@@ -1,4 +1,4 @@
-"""Models as teams write them, registered through the workload API from a directory of their own (issue 23).
+"""Models as teams write them, registered through the workload API from a directory of their own.
 
 tests/test_models_as_written.py copies this module outside the repository and runs it there. None of these
 models was changed for scalegate: a TransformerEncoder classifier and a MultiheadAttention model returning

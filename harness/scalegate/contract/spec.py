@@ -48,10 +48,10 @@ class Faults:
     # moments and step count): the round-trip parity check must fail the case (harness/scalegate/measure/checkpoint.py)
     checkpoint_skip_optimizer: bool = False
     # the single-process reference normalises the whole global batch even where the ranks' BatchNorm sees only their
-    # shard (the reference before issue 23): gradient agreement must fail on such a model, so the check is not loose
+    # shard (a loose reference): gradient agreement must fail on such a model, so the check is not loose
     whole_batch_reference: bool = False
-    # a script's bootstrap counts every optimizer-step call of every optimizer as a training step (a naive step hook,
-    # as before issue 35): the measurement self-check (harness/scalegate/checks/script.py) must fail the case
+    # a script's bootstrap counts every optimizer-step call of every optimizer as a training step (a naive step
+    # hook): the measurement self-check (harness/scalegate/checks/script.py) must fail the case
     count_every_step: bool = False
 
     def __post_init__(self) -> None:

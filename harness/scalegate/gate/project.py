@@ -7,7 +7,7 @@ workloads and training scripts, from its own ``pytest.ini``/``conftest.py``, tes
 What the gate runs when the user names nothing (no ``-k``, ``--scaling-models`` or ``--scaling-strategies``):
 the repository's ``[tool.scalegate] gate_args`` in its ``pyproject.toml`` if it has them, else its declared
 canaries (``canary=True`` in a ``scaling_script`` marker: ``--scaling-canaries``), else all its scaling cases.
-In scalegate's own repository, its cnn canaries and the Fabric-vs-DDP parity case, as before. Parity runs only
+In scalegate's own repository, its cnn canaries and the Fabric-vs-DDP parity case. Parity runs only
 where the repository has a parity test (``scaling_tests/test_parity.py``).
 """
 

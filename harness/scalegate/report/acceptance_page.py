@@ -21,7 +21,7 @@ from scalegate.report.acceptance import FAILED, PASSED, CaseRow, PhaseRun
 SCHEMA = 1
 MiB = 2**20
 
-# The GPU path, item by item (issue 27): which passed rows verify it, and the phase whose absence explains none.
+# The GPU path, item by item: which passed rows verify it, and the phase whose absence explains none.
 Check = Callable[[CaseRow], bool]
 TWO_GPUS = "matrix-1x2-nccl"
 COVERAGE: tuple[tuple[str, str, Check], ...] = (

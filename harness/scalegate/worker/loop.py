@@ -273,7 +273,9 @@ def train(
     if spec.compile:  # proof that torch.compile compiled something, beside its time (tests/test_compile.py)
         extra["compiled_frames"] = compiling.compiled_frames()
     if turns.ACTIVE.summary():
-        extra["duet"] = turns.ACTIVE.summary()  # paired or solo, and why (judge/duet_pairs.py pairs the two sides' steps)
+        extra["duet"] = (
+            turns.ACTIVE.summary()
+        )  # paired or solo, and why (judge/duet_pairs.py pairs the two sides' steps)
     if ctx.device.type == "cuda":
         extra["gpu_state"] = (
             window.sampler.gpu_state()
