@@ -8,7 +8,7 @@ it counts the call (its payload bytes, dtype and process group) and hands the ca
 below. The kernels are removed when the window closes, so nothing outside the window is counted or slowed.
 Why this mechanism and what it misses: docs/memory-and-wire.md#the-collective-ledger.
 
-Per measured step and per (collective, dtype, process group, peer) the ledger keeps the calls, the payload bytes
+Per measured step and per (collective, dtype, process group, peer, backend) the ledger keeps the calls, the payload bytes
 and the bytes this rank sends under the algorithm's model (``SENT``: a ring all-reduce sends 2(n-1)/n of its
 payload, ...). Which of those bytes cross nodes is decided on the launching side, which knows every rank's node
 (``scalegate.figures.ledger``). A step whose collectives differ from the others' (dynamic shapes, an MoE's
@@ -99,7 +99,7 @@ class Ledger:
         self._library: Any = None
         self._open = False
         self.ranks: dict[str, list[int] | None] = {}
-        self._shapes: dict[str, tuple[int, int, str]] = {}
+        self._shapes: dict[str, tuple[int, int]] = {}  # a group's size and this rank's index in it, by its name
         self.error = ""
         self.note = ""
 
@@ -134,7 +134,7 @@ class Ledger:
             self._resolve()
         # what result() needs of the groups, without holding them: a process group kept alive past
         # destroy_process_group() is torn down at interpreter exit, where gloo's threads abort the process
-        self._shapes = {name: (size, index, backend) for name, size, index, backend in self._groups.values()}
+        self._shapes = {name: (size, index) for name, size, index, _ in self._groups.values()}
         self._groups.clear()
         self._held.clear()
 
@@ -152,7 +152,7 @@ class Ledger:
         except Exception as exc:  # an argument the ledger does not understand: count nothing wrong, say it once
             self.error = self.error or f"{name}: {type(exc).__name__}: {exc}"
             return
-        key = (op, dtype, group, peer)
+        key = (op, dtype, group, peer, backend)
         with self._lock:
             found = self._tally.get(key)
             if found is None:
@@ -194,11 +194,11 @@ class Ledger:
             return {"source": "unavailable", "unavailable": self.why_off or "off"}
         steps = self._steps
         keys = sorted({key for tally in steps for key in tally}, key=lambda k: tuple(str(v) for v in k))
-        groups = self._shapes or {name: (size, index, backend) for name, size, index, backend in self._groups.values()}
+        groups = self._shapes or {name: (size, index) for name, size, index, _ in self._groups.values()}
         entries = []
         for key in keys:
-            op, dtype, group, peer = key
-            size, index, backend = groups[group]
+            op, dtype, group, peer, backend = key
+            size, index = groups[group]
             counted = [tally.get(key, [0, 0, 0.0]) for tally in steps]
             entries.append(
                 {
@@ -239,7 +239,7 @@ def _register(count: Callable[[str, str, tuple[Any, ...]], None]) -> Any:
     """A kernel at BackendSelect for every c10d collective: count, then call the backend's kernel below it."""
     below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
     known = {name.removeprefix("c10d::") for name in torch._C._dispatch_get_all_op_names() if name.startswith("c10d::")}
-    library = torch.library.Library("c10d", "IMPL")  # noqa: TOR901 (an existing namespace's kernels)
+    library = torch.library.Library("c10d", "IMPL")  # kernels for an existing namespace's operators
     for name, (op, _, _) in _OPS.items():
         if name not in known:
             continue
