@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -371,48 +369,44 @@ def test_a_canarys_extra_all_reduce_regresses_in_its_first_launch_with_no_namesp
     )
 
 
-def variant(project: Path, name: str) -> str:
-    """The team script with one change, beside it as ``train_<name>.py``, and a marker gating it."""
-    source = (TEAM / "train.py").read_text()
-    _, line, replacement = TEAM_CHANGES[name]
-    assert line in source, name
-    (project / f"train_{name}.py").write_text(source.replace(line, replacement))
-    strategy = "fsdp" if name == "reshard_flip" else "ddp"
-    return textwrap.dedent(f"""
-        @pytest.mark.scaling_script("train_{name}.py", "--strategy={{strategy}}", "--max-steps={{steps}}",
-            name="{name.replace("_", "")}", strategies=["{strategy}"], topologies=["1x2"], batch=64)
-        def test_{name}(scaling_case, benchmark):
-            scaling_case.check(benchmark)
-        """)
+def script_case(project: Path, script: str, strategy: str) -> CaseSpec:
+    """The team's script (or a changed copy of it) as its marker would make its 1x2 case: 4 steps after 2."""
+    from scalegate.contract.script import ScriptSpec
+
+    argv = (f"--strategy={strategy}", "--max-steps=6")
+    spec = ScriptSpec(path=str(project / script), argv=argv, template=argv, cwd=str(project), batch=64, needed_steps=6)
+    return CaseSpec(strategy=strategy, model="mlp", preset="script", topology="1x2", micro_batch=64, steps=4,
+                    warmup=2, grad_check=False, local_steps=0, script=spec)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def team_run(tmp_path_factory):
-    """One session over the team's script and its four changes, without a namespace counter: each case's record."""
-    project = tmp_path_factory.mktemp("team") / "project"
-    shutil.copytree(TEAM, project, ignore=shutil.ignore_patterns("__pycache__", "results"))
-    tests = project / "scaling_tests" / "test_changes.py"
-    tests.write_text("import pytest\n" + "".join(variant(project, name) for name in TEAM_CHANGES))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SCALEGATE_RUN_ID", "PYTEST_ADDOPTS")}
-    env["SCALEGATE_NO_NETNS"] = "1"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-k",
-        "1x2",
-        "--scaling-steps",
-        "4",
-        "--scaling-warmup",
-        "2",
-    ]
-    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    run = project / "results" / "latest"
-    return {p.stem: CaseRecord.from_dict(json.loads(p.read_text())["record"]) for p in run.glob("*-1x2.json")}
+def team_run(tmp_path_factory, agents):
+    """The team's script and each of its four changes launched once at 1x2 without a namespace counter: their
+    judge records, by case ("ddp-mlp-1x2", "ddp-lostnosync-1x2", ...)."""
+    from scalegate.launch import run_case
+
+    project = tmp_path_factory.mktemp("team")
+    source = (TEAM / "train.py").read_text()
+    launches = {"ddp-mlp-1x2": ("train.py", "ddp"), "fsdp-mlp-1x2": ("train.py", "fsdp")}
+    (project / "train.py").write_text(source)
+    for name, (_, line, replacement) in TEAM_CHANGES.items():
+        assert line in source, name
+        (project / f"train_{name}.py").write_text(source.replace(line, replacement))
+        strategy = "fsdp" if name == "reshard_flip" else "ddp"
+        launches[f"{strategy}-{name.replace('_', '')}-1x2"] = (f"train_{name}.py", strategy)
+    os.environ["SCALEGATE_NO_NETNS"] = "1"  # the ledger alone sees the bytes
+    try:
+        return {
+            case: from_results(
+                [run_case(script_case(project, script, strategy), project / case, agents=agents)],
+                [],
+                key=f"{case}:script",
+                profile="cpu",
+            )  # fmt: skip
+            for case, (script, strategy) in launches.items()
+        }
+    finally:
+        del os.environ["SCALEGATE_NO_NETNS"]
 
 
 @pytest.mark.slow
