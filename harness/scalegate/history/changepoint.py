@@ -32,26 +32,36 @@ Choices made here, not in the paper:
 - memory stays bounded: Q for all (tau, kappa) comes from two-dimensional prefix sums of |z_i - z_j|, an
   (n + 1, n + 1) grid per shuffle, and a block holds as many shuffles as fit in ``BLOCK_BYTES`` per grid.
 
-Why not the library: PyPI ``signal-processing-algorithms`` (MongoDB's) needs numpy < 2, setuptools < 71,
-gevent and Python 3.11 only, and builds a C extension from its sdist; ``apache-otava`` pins numpy 2.2.0
-exactly and pulls BigQuery, Postgres and Slack clients. Neither installs next to our pinned torch stack
-without moving numpy, so the lines below are the algorithm, tested in tests/test_history_changepoint.py.
+A long series is searched as Apache Otava searches it (``otava_search.py``, the extra ``changepoint``): a
+series of at most ``EXACT_RUNS`` runs is tested whole, as above; a longer one is cut where Otava's split and merge
+find candidates (in milliseconds, no shuffles), and each candidate's neighbourhood, ``HALF`` runs either side, is
+tested as above (``find``): a whole-series test at 1,000 runs draws ~700 shuffles of a (1,001 x 1,001) grid per
+change point, a neighbourhood's grid is a hundredth of that. Otava's own verdict, a Student's t-test on the
+split it chose, is not used: on noise it finds change points far more often than its level, and it misses a
+regression fixed a few runs later (docs/evidence/history.md has the side-by-side). Without the extra, a long series
+is tested whole, as a short one is (minutes at 1,000 runs; its verdicts may differ from the neighbourhoods'). MongoDB's
+``signal-processing-algorithms`` (kappa fixed, no minimum segment, unseeded shuffles) requires numpy < 2,
+setuptools < 71 and Python 3.11 exactly, and builds a C extension from its sdist: it does not install beside the
+suite's stack.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from scalegate.history import sequential
+from scalegate.history import otava_search, sequential
 
 DEFAULT_PVALUE = 0.01
 DEFAULT_PERMUTATIONS = 9999  # the cap: a sequential test (sequential.py) stops as soon as the verdict is settled
 DEFAULT_MIN_SIZE = 3
 BLOCK_BYTES = 8 * 2**20  # one (shuffles, n + 1, n + 1) float grid per block; a few live at once
 MAX_BLOCK = 100  # shuffles per block at most, so a hopeless candidate stops early at short series too
+EXACT_RUNS = 100  # a series up to this long is tested whole; a longer one around Otava's candidates
+HALF = 50  # runs either side of a candidate that its test sees
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,3 +207,33 @@ def e_divisive(
             break
         found.append(ChangePoint(index=index, pvalue=p, statistic=q, permutations=drawn))
     return sorted(found, key=lambda c: c.index)
+
+
+def find(
+    values,
+    *,
+    pvalue: float = DEFAULT_PVALUE,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    min_size: int = DEFAULT_MIN_SIZE,
+    seed: int = 0,
+    risk: float = sequential.DEFAULT_RISK,
+) -> list[ChangePoint]:
+    """The change points the history reports, sorted by index: ``e_divisive`` over the whole series up to
+    ``EXACT_RUNS`` runs (or without Otava); over a longer one, ``e_divisive`` over the ``HALF`` runs either side of
+    each of Otava's candidates, a change found from two candidates kept once (the lower p), none closer than
+    ``min_size`` runs to another."""
+    z = np.asarray(values, dtype=float)
+    kw = dict(pvalue=pvalue, permutations=permutations, min_size=min_size, risk=risk)
+    if len(z) <= EXACT_RUNS or not otava_search.available():
+        return e_divisive(z, seed=seed, **kw)
+    if not np.all(np.isfinite(z)):
+        raise ValueError("e_divisive needs a one-dimensional series of finite numbers")
+    found = []
+    for candidate in otava_search.candidates(z, min_size=min_size):
+        a, b = max(0, candidate - HALF), min(len(z), candidate + HALF)
+        found += [dataclasses.replace(c, index=a + c.index) for c in e_divisive(z[a:b], seed=seed + a, **kw)]
+    kept: list[ChangePoint] = []
+    for c in sorted(found, key=lambda c: (c.pvalue, -c.statistic, c.index)):
+        if all(abs(c.index - k.index) >= min_size for k in kept):
+            kept.append(c)
+    return sorted(kept, key=lambda c: c.index)

@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from scalegate.contract import affinity, atomic
 from scalegate.contract.errors import ScalegateError
-from scalegate.history import changepoint, check, ingest, store, summary
+from scalegate.history import changepoint, check, ingest, otava_search, store, summary
 from scalegate.history.db import locate
 from scalegate.plan import hostinfo
 from scalegate.plan.option_types import output_dir, output_file
@@ -135,6 +136,13 @@ def _verdicts(args: argparse.Namespace) -> tuple[list[check.SeriesVerdict], chec
         jobs = args.jobs or len(affinity.node_cpus())  # under srun or sbatch: the allocation's cores
         found = check.check(
             db, baseline_dir=Path(args.baseline_dir), settings=settings, cases=args.case, runs=runs, jobs=jobs
+        )
+    long = sum(len(v.points) > changepoint.EXACT_RUNS for v in found)
+    if long and not otava_search.available():
+        print(
+            f"history: {long} series longer than {changepoint.EXACT_RUNS} runs tested whole, without Apache Otava's "
+            f"search (minutes at 1,000 runs); HINT: pip install 'scalegate[{otava_search.EXTRA}]'",
+            file=sys.stderr,
         )
     return found, settings, runs
 

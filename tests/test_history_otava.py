@@ -1,0 +1,95 @@
+"""Long histories: Apache Otava's search finds where to look, the permutation test judges each place
+(harness/scalegate/history/changepoint.py's ``find``, harness/scalegate/history/otava_search.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scalegate.history import changepoint as cp
+from scalegate.history import check as C
+from scalegate.history import otava_search
+from tests.test_history_changepoint import noisy, points
+
+pytest.importorskip("otava.analysis", reason="the extra changepoint (setup.sh installs it)")
+
+
+def found(values, name: str = "x") -> list[int]:
+    return [c.index for c in cp.find(values, seed=cp.seed_for(name))]
+
+
+def test_up_to_exact_runs_a_series_is_tested_whole_as_before():
+    z = noisy(cp.EXACT_RUNS, 3, step_at=70, step=-0.1)
+    assert cp.find(z, seed=5) == cp.e_divisive(z, seed=5)
+    assert found(z) == [70]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_step_late_in_a_year_of_nightlies_is_found_at_its_run(seed):
+    changes = cp.find(noisy(365, seed, step_at=300, step=-0.1), seed=seed)
+    assert [c.index for c in changes] == [300] and changes[0].pvalue <= cp.DEFAULT_PVALUE
+
+
+def test_a_regression_fixed_six_runs_later_is_found_at_both_ends_in_a_long_history():
+    values = noisy(400, 1)
+    values[250:256] *= 0.8
+    changes, _ = C.judge_series(points(values), "efficiency", min_effect=0.05, settings=C.Settings(), name="x")
+    assert [(c.index, c.kind) for c in changes] == [(250, C.REGRESSION), (256, C.IMPROVEMENT)]
+
+
+def test_a_single_odd_night_in_a_long_history_is_no_change_point_nor_a_segment_of_otavas():
+    values = noisy(600, 2)
+    values[400] *= 0.5
+    values[401] *= 0.6  # two odd nights in a row: still shorter than a segment
+    assert found(values) == []
+    cuts = [0, *otava_search.candidates(values, min_size=3), len(values)]
+    assert min(b - a for a, b in zip(cuts, cuts[1:])) >= 3, cuts
+
+
+def test_on_noise_otavas_t_test_finds_change_points_and_the_permutation_test_keeps_almost_none():
+    """20 flat series of 1,000 runs, 3% noise: Otava as shipped (its t-test, p <= 0.001) finds change points in
+    several; judged by the permutation test, at most two keep one (docs/evidence/history.md counts more series)."""
+    from otava.analysis import compute_change_points
+
+    series = [noisy(1000, 20_000 + s) for s in range(20)]
+    otava = sum(bool(compute_change_points(list(z))[0]) for z in series)
+    judged = sum(bool(found(z, f"flat{s}")) for s, z in enumerate(series))
+    assert otava >= 3 and judged <= 2, (otava, judged)
+
+
+def test_the_same_long_history_gives_the_same_verdict_and_a_change_found_twice_is_kept_once():
+    z = noisy(500, 4, step_at=200, step=0.15)
+    z[230:] *= 1.15
+    first = cp.find(z, seed=9)
+    assert first == cp.find(z, seed=9) and [c.index for c in first] == [200, 230]
+
+
+def test_without_otava_a_long_series_is_tested_whole(monkeypatch):
+    z = noisy(120, 6, step_at=90, step=-0.12)
+    monkeypatch.setattr(otava_search, "available", lambda: False)
+    assert cp.find(z, seed=2) == cp.e_divisive(z, seed=2)
+    with pytest.raises(ValueError):
+        cp.find(np.r_[z, np.nan])
+
+
+def test_a_check_over_a_long_history_without_otava_says_how_to_get_it(tmp_path, monkeypatch):
+    from scalegate.history import store
+    from tests.test_history import run
+
+    db = tmp_path / "h.sqlite"
+    with store.connect(db, create=True) as conn:
+        for i, v in enumerate(noisy(cp.EXACT_RUNS + 1, 8)):
+            added = store.Run(
+                run_id=f"n{i:03d}",
+                commit=f"c{i}",
+                date=f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}",
+                profile="cpu-test-2c",
+            )
+            case = store.CaseRow(
+                case_key="ddp-cnn-1x2:tiny", case_id="ddp-cnn-1x2", status="ok", metrics={"efficiency": v}
+            )
+            store.add(conn, added, [case])  # fmt: skip
+    monkeypatch.setattr(otava_search, "available", lambda: False)
+    done = run("history", "check", "--db", db, "--baseline-dir", tmp_path, "--jobs", "1")
+    assert done.returncode == 0 and "1 series longer than 100 runs tested whole" in done.stderr, done.stderr
+    assert "pip install 'scalegate[changepoint]'" in done.stderr
