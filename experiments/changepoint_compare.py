@@ -189,7 +189,9 @@ def score(series: list[Series], found: list[list[int]]) -> dict[str, dict[str, i
     series holding a false one."""
     rows: dict[str, dict[str, int]] = {}
     for s, points in zip(series, found):
-        row = rows.setdefault(s.shape, {"series": 0, "planted": 0, "found": 0, "false": 0, "quiet": 0, "quiet_false": 0})
+        row = rows.setdefault(
+            s.shape, {"series": 0, "planted": 0, "found": 0, "false": 0, "quiet": 0, "quiet_false": 0}
+        )
         row["series"] += 1
         row["planted"] += len(s.planted)
         row["found"] += sum(any(lo <= i <= hi for i in points) for lo, hi in s.planted)
