@@ -228,13 +228,16 @@ def main() -> None:
     p.add_argument("--markdown", type=Path, help="write the table here")
     p.add_argument("--json", type=Path, help="write every series' change points and the scores here")
     p.add_argument("--no-times", action="store_true", help='"pending" in the wall-time column')
+    p.add_argument(
+        "--longest", type=int, default=None, help="leave out series longer than this (the whole test takes minutes)"
+    )
     args = p.parse_args()
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores")
     results = []
     with tempfile.TemporaryDirectory(prefix="changepoint-compare-") as work:
         makers = {"planted": planted, "recorded": lambda: recorded(Path(work)), "nightly": nightly}
         for name in args.sets.split(","):
-            series = makers[name]()
+            series = [s for s in makers[name]() if args.longest is None or len(s.values) <= args.longest]
             for detector in args.detectors.split(","):
                 found, seconds, why = run(detector, series, args.mongodb_python)
                 rows = score(series, found) if found is not None else {}
