@@ -29,8 +29,8 @@ Choices made here, not in the paper:
   ``permutations`` (default 9,999): a candidate far from the level stops after a block or two, a clear change
   after about 700 shuffles, and only one near the level draws them all. 199 fixed shuffles left p <= 0.01 to
   one hit more or less;
-- memory stays bounded: Q for all (tau, kappa) comes from two-dimensional prefix sums of |z_i - z_j|, an
-  (n + 1, n + 1) grid per shuffle, and a block holds as many shuffles as fit in ``BLOCK_BYTES`` per grid.
+- memory stays bounded: Q for all (tau, kappa) comes from two-dimensional prefix sums of |z_i - z_j| (energy.py),
+  an (n + 1, n + 1) grid per shuffle, and a block holds as many shuffles as fit in ``BLOCK_BYTES``.
 
 A long series is searched as Apache Otava searches it (``otava_search.py``, the extra ``changepoint``): a
 series of at most ``EXACT_RUNS`` runs is tested whole, as above; a longer one is cut where Otava's split and merge
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scalegate.history import otava_search, sequential
+from scalegate.history import energy, otava_search, sequential
 
 DEFAULT_PVALUE = 0.01
 DEFAULT_PERMUTATIONS = 9999  # the cap: a sequential test (sequential.py) stops as soon as the verdict is settled
@@ -72,41 +72,20 @@ class ChangePoint:
     permutations: int = 0  # shuffles its test drew before the verdict was settled
 
 
-def _weights(n: int, min_size: int) -> tuple[np.ndarray, ...]:
-    """Q = between * a + within_x * b + s_kk * c + pen on the (tau, kappa) grid; pen is -inf off the valid part."""
-    t = np.arange(n + 1, dtype=float)[:, None]
-    m = np.arange(n + 1, dtype=float)[None, :] - t  # |Y| = kappa - tau
-    ok = (t >= max(min_size, 2)) & (m >= max(min_size, 2))
-    t, m = np.where(ok, t, 2.0), np.where(ok, m, 2.0)  # any value > 1 off the grid: no division by zero
-    w = t * m / (t + m)
-    a = 2 * w * (1 / (t * m) + 1 / (m * (m - 1)))
-    b = w * (1 / (m * (m - 1)) - 1 / (t * (t - 1)))
-    c = -w / (m * (m - 1))
-    return a, b, c, np.where(ok, 0.0, -np.inf)
-
-
-def _q_values(z: np.ndarray, min_size: int) -> np.ndarray:
-    """max over kappa of Q(tau, kappa) for every split tau of each row of ``z`` (shape (k, n)) -> (k, n + 1);
-    -inf where no kappa leaves both sides ``min_size`` long.
-
-    With S[i, j] = sum of |z_p - z_q| over p < i, q < j (so S is symmetric): the pairs within X sum to
-    S[tau, tau] (each twice), between X and Y to S[tau, kappa] - S[tau, tau], within Y to
-    S[kappa, kappa] - 2 S[tau, kappa] + S[tau, tau] (each twice), which Q weighs linearly."""
-    k, n = z.shape
-    a, b, c, pen = _weights(n, min_size)
-    s = np.zeros((k, n + 1, n + 1))
-    d = np.abs(z[:, :, None] - z[:, None, :])
-    np.cumsum(d, axis=1, out=d)
-    np.cumsum(d, axis=2, out=s[:, 1:, 1:])
-    del d
-    i = np.arange(n + 1)
-    diag = s[:, i, i]
-    s -= diag[:, :, None]  # between X and Y
-    s *= a
-    s += diag[:, :, None] * b
-    s += diag[:, None, :] * c
-    s += pen
-    return s.max(2)
+def _tops(z: np.ndarray, bounds: list[tuple[int, int]], min_size: int, kept: dict) -> np.ndarray:
+    """For each row of ``z`` (shape (k, n)): its largest Q over all segments, or 0 where none is larger (what a
+    shuffle is compared with: a candidate's Q is positive). Segments of one length go through ``energy.tops`` as one
+    block; ``kept``: the test's buffers."""
+    top = np.zeros(len(z))
+    by_length: dict[int, list[int]] = {}
+    for a, b in bounds:
+        if b - a >= 2 * min_size:
+            by_length.setdefault(b - a, []).append(a)
+    for length, starts in by_length.items():
+        rows = np.concatenate([z[:, a : a + length] for a in starts])
+        found = energy.tops(rows, min_size, kept).reshape(len(starts), len(z))
+        np.maximum(top, found.max(0), out=top)
+    return top
 
 
 def _best(z: np.ndarray, bounds: list[tuple[int, int]], min_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -114,7 +93,7 @@ def _best(z: np.ndarray, bounds: list[tuple[int, int]], min_size: int) -> tuple[
     best_index = np.full(len(z), -1)
     best_q = np.full(len(z), -np.inf)
     for a, b in bounds:
-        q = _q_values(z[:, a:b], min_size)
+        q = energy.q_values(z[:, a:b], min_size)
         i = q.argmax(1)
         top = q[np.arange(len(z)), i]
         better = top > best_q
@@ -169,10 +148,11 @@ def permutation_test(
     """(p, shuffles drawn): how often shuffling within ``bounds`` gives a best Q >= ``q``, drawn block by block
     until ``sequential.settled`` says the verdict at ``pvalue`` is decided, or ``permutations`` are drawn."""
     hits = drawn = 0
+    kept: dict = {}
     step = block_size(len(z))
     while drawn < permutations:
         rows = range(drawn, min(permutations, drawn + step))
-        hits += int((_best(_shuffled(z, bounds, seed, rows), bounds, min_size)[1] >= q).sum())
+        hits += int((_tops(_shuffled(z, bounds, seed, rows), bounds, min_size, kept) >= q).sum())
         drawn = rows.stop
         if sequential.settled(hits, drawn, pvalue, risk):
             break
