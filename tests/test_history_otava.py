@@ -8,7 +8,7 @@ import pytest
 
 from scalegate.history import changepoint as cp
 from scalegate.history import check as C
-from scalegate.history import otava_search
+from scalegate.history import energy, otava_search
 from tests.test_history_changepoint import noisy, points
 
 pytest.importorskip("otava.analysis", reason="the extra changepoint (setup.sh installs it)")
@@ -93,3 +93,18 @@ def test_a_check_over_a_long_history_without_otava_says_how_to_get_it(tmp_path, 
     done = run("history", "check", "--db", db, "--baseline-dir", tmp_path, "--jobs", "1")
     assert done.returncode == 0 and "1 series longer than 100 runs tested whole" in done.stderr, done.stderr
     assert "pip install 'scalegate[changepoint]'" in done.stderr
+
+
+def test_otavas_search_with_the_suites_grid_and_t_test_computes_what_otavas_own_do():
+    from otava.analysis import TTestSignificanceTester
+    from otava.change_point_divisive.calculator import PairDistanceCalculator
+
+    z = noisy(50, 9, step_at=30, step=0.1)
+    theirs = PairDistanceCalculator(z)._get_Q_vals(0, 50)  # [i, j]: tau = i + 1, kappa = j + 2
+    ours = energy.grid(z[None], 2)[0][1:-1, 2:]
+    valid = (np.arange(1, 50)[:, None] >= 2) & (np.arange(2, 51)[None, :] - np.arange(1, 50)[:, None] >= 2)
+    np.testing.assert_allclose(ours[valid], theirs[valid], rtol=1e-9)
+    _, tester = otava_search._parts(3, 1e-3)
+    for left, right in ((z[:30], z[30:]), (z[:5], z[5:9]), (z[:2], z[2:3])):
+        want = TTestSignificanceTester(1e-3).compare(left, right)
+        assert tester.compare(left, right).pvalue == pytest.approx(want.pvalue, rel=1e-9, abs=1e-300)
