@@ -32,14 +32,16 @@ Choices made here, not in the paper:
 - memory stays bounded: Q for all (tau, kappa) comes from two-dimensional prefix sums of |z_i - z_j| (energy.py),
   an (n + 1, n + 1) grid per shuffle, and a block holds as many shuffles as fit in ``BLOCK_BYTES``.
 
-A long series is searched as Apache Otava searches it (``otava_search.py``, the extra ``changepoint``): a
-series of at most ``EXACT_RUNS`` runs is tested whole, as above; a longer one is cut where Otava's split and merge
-find candidates (in milliseconds, no shuffles), and each candidate's neighbourhood, ``HALF`` runs either side, is
-tested as above (``find``): a whole-series test at 1,000 runs draws ~700 shuffles of a (1,001 x 1,001) grid per
-change point, a neighbourhood's grid is a hundredth of that. Otava's own verdict, a Student's t-test on the
-split it chose, is not used: on noise it finds change points far more often than its level, and it misses a
-regression fixed a few runs later (docs/evidence/history.md has the side-by-side). Without the extra, a long series
-is tested whole, as a short one is (minutes at 1,000 runs; its verdicts may differ from the neighbourhoods'). MongoDB's
+A series of more than ``EXACT_RUNS`` runs is tested the same way with one difference (``windows.py``): a split's X
+and Y lie within one window of ``2 * HALF`` runs of a fixed grid, so each shuffle costs the windows' grids, not the
+whole series' (at 1,000 runs a fifth as many cells), and its tests are curtailed (``sequential.py``). The best split
+over all windows is the candidate and each shuffle's best over all windows is what it is compared with, so where the
+candidate sits is chosen inside the permutation, as the whole-series test chooses it: on a series with no change,
+the chance of a change point is the level. Apache Otava's search (``otava_search.py``, the extra ``changepoint``),
+split and merge with no shuffles, says which long series are tested at all: one where it finds nothing is reported
+without change. Without the extra, a long series is tested whole (minutes at 1,000 runs). Otava's own verdict, a
+Student's t-test on the split it chose, is not used: on noise it finds change points far more often than its level,
+and it misses a regression fixed a few runs later (docs/evidence/history.md has the side-by-side). MongoDB's
 ``signal-processing-algorithms`` (kappa fixed, no minimum segment, unseeded shuffles) requires numpy < 2,
 setuptools < 71 and Python 3.11 exactly, and builds a C extension from its sdist: it does not install beside the
 suite's stack.
@@ -47,21 +49,22 @@ suite's stack.
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from scalegate.history import energy, otava_search, sequential
+from scalegate.history import energy, otava_search, sequential, windows
 
 DEFAULT_PVALUE = 0.01
 DEFAULT_PERMUTATIONS = 9999  # the cap: a sequential test (sequential.py) stops as soon as the verdict is settled
 DEFAULT_MIN_SIZE = 3
 BLOCK_BYTES = 8 * 2**20  # one (shuffles, n + 1, n + 1) float grid per block; a few live at once
 MAX_BLOCK = 100  # shuffles per block at most, so a hopeless candidate stops early at short series too
-EXACT_RUNS = 100  # a series up to this long is tested whole; a longer one around Otava's candidates
-HALF = 50  # runs either side of a candidate that its test sees
+FIRST_BLOCK = 4  # a curtailed test's first block, doubling: it stops at its first hits, often among the first few
+LATER_HITS = 2  # a long series' later change points: 299 shuffles at 0.01, up to 2 as extreme (windows.py)
+EXACT_RUNS = 100  # a series up to this long is tested whole; a longer one within windows, where Otava finds a change
+HALF = 50  # a long series' windows: 2 * HALF runs, one every HALF runs (windows.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,13 +75,13 @@ class ChangePoint:
     permutations: int = 0  # shuffles its test drew before the verdict was settled
 
 
-def _tops(z: np.ndarray, bounds: list[tuple[int, int]], min_size: int, kept: dict) -> np.ndarray:
-    """For each row of ``z`` (shape (k, n)): its largest Q over all segments, or 0 where none is larger (what a
-    shuffle is compared with: a candidate's Q is positive). Segments of one length go through ``energy.tops`` as one
+def _tops(z: np.ndarray, pieces: list[tuple[int, int]], min_size: int, kept: dict) -> np.ndarray:
+    """For each row of ``z`` (shape (k, n)): its largest Q over all pieces, or 0 where none is larger (what a
+    shuffle is compared with: a candidate's Q is positive). Pieces of one length go through ``energy.tops`` as one
     block; ``kept``: the test's buffers."""
     top = np.zeros(len(z))
     by_length: dict[int, list[int]] = {}
-    for a, b in bounds:
+    for a, b in pieces:
         if b - a >= 2 * min_size:
             by_length.setdefault(b - a, []).append(a)
     for length, starts in by_length.items():
@@ -134,6 +137,12 @@ def block_size(n: int) -> int:
     return int(min(MAX_BLOCK, max(1, BLOCK_BYTES // (8 * (n + 1) ** 2))))
 
 
+def _local_block(pieces: list[tuple[int, int]]) -> int:
+    """Shuffles per block of a local test: every piece's grid within ``BLOCK_BYTES``, at least one."""
+    cells = sum((b - a + 1) ** 2 for a, b in pieces) or 1
+    return int(min(MAX_BLOCK, max(1, BLOCK_BYTES // (8 * cells))))
+
+
 def permutation_test(
     z: np.ndarray,
     bounds: list[tuple[int, int]],
@@ -144,18 +153,28 @@ def permutation_test(
     min_size: int,
     seed: int,
     risk: float = sequential.DEFAULT_RISK,
+    pieces: list[tuple[int, int]] | None = None,
+    curtailed: int | None = None,
 ) -> tuple[float, int]:
-    """(p, shuffles drawn): how often shuffling within ``bounds`` gives a best Q >= ``q``, drawn block by block
-    until ``sequential.settled`` says the verdict at ``pvalue`` is decided, or ``permutations`` are drawn."""
+    """(p, shuffles drawn): how often shuffling within ``bounds`` gives a best Q >= ``q`` (best over ``pieces``,
+    default the segments themselves), drawn block by block until ``sequential.settled`` says the verdict at
+    ``pvalue`` is decided, or ``permutations`` are drawn. ``curtailed`` (a number of hits): ``sequential.fewest``
+    shuffles for it, stopped at one hit more; (1.0, 0) where ``permutations`` is fewer, too few to show the level."""
+    fixed = None if curtailed is None else sequential.fewest(pvalue, curtailed)
+    if fixed is not None and permutations < fixed:
+        return 1.0, 0
+    cap = permutations if fixed is None else fixed
     hits = drawn = 0
     kept: dict = {}
-    step = block_size(len(z))
-    while drawn < permutations:
-        rows = range(drawn, min(permutations, drawn + step))
-        hits += int((_tops(_shuffled(z, bounds, seed, rows), bounds, min_size, kept) >= q).sum())
+    most = block_size(len(z)) if pieces is None else _local_block(pieces)
+    step = min(FIRST_BLOCK, most) if pieces is not None else most
+    while drawn < cap:
+        rows = range(drawn, min(cap, drawn + step))
+        hits += int((_tops(_shuffled(z, bounds, seed, rows), pieces or bounds, min_size, kept) >= q).sum())
         drawn = rows.stop
-        if sequential.settled(hits, drawn, pvalue, risk):
+        if hits > curtailed if curtailed is not None else sequential.settled(hits, drawn, pvalue, risk):
             break
+        step = min(2 * step, most)
     return (hits + 1) / (drawn + 1), drawn
 
 
@@ -167,8 +186,11 @@ def e_divisive(
     min_size: int = DEFAULT_MIN_SIZE,
     seed: int = 0,
     risk: float = sequential.DEFAULT_RISK,
+    half: int | None = None,
 ) -> list[ChangePoint]:
-    """Significant change points of ``values``, sorted by index (each index starts a new regime)."""
+    """Significant change points of ``values``, sorted by index (each index starts a new regime). ``half``: splits
+    seen only within the grid's windows of ``2 * half`` runs (windows.py), each test curtailed (``permutation_test``):
+    the first at no hit, a later one at ``LATER_HITS``."""
     z = np.asarray(values, dtype=float)
     if z.ndim != 1 or not np.all(np.isfinite(z)):
         raise ValueError("e_divisive needs a one-dimensional series of finite numbers")
@@ -176,14 +198,16 @@ def e_divisive(
     while True:
         edges = [0] + sorted(c.index for c in found) + [len(z)]
         bounds = list(zip(edges[:-1], edges[1:]))
-        top_index, top_q = _best(z[None], bounds, min_size)
+        pieces = None if half is None else windows.pieces(len(z), half, bounds, min_size)
+        top_index, top_q = _best(z[None], pieces or bounds, min_size)
         index, q = int(top_index[0]), float(top_q[0])
         if index < 0 or q <= 0:
             break
         p, drawn = permutation_test(
-            z, bounds, q, pvalue=pvalue, permutations=permutations, min_size=min_size, seed=seed, risk=risk
-        )
-        if p > pvalue:
+            z, bounds, q, pvalue=pvalue, permutations=permutations, min_size=min_size, seed=seed, risk=risk,
+            pieces=pieces, curtailed=None if half is None else LATER_HITS if found else 0,
+        )  # fmt: skip
+        if not sequential.within(p, pvalue):
             break
         found.append(ChangePoint(index=index, pvalue=p, statistic=q, permutations=drawn))
     return sorted(found, key=lambda c: c.index)
@@ -199,21 +223,14 @@ def find(
     risk: float = sequential.DEFAULT_RISK,
 ) -> list[ChangePoint]:
     """The change points the history reports, sorted by index: ``e_divisive`` over the whole series up to
-    ``EXACT_RUNS`` runs (or without Otava); over a longer one, ``e_divisive`` over the ``HALF`` runs either side of
-    each of Otava's candidates, a change found from two candidates kept once (the lower p), none closer than
-    ``min_size`` runs to another."""
+    ``EXACT_RUNS`` runs (or without Otava); a longer one where Otava's search finds a candidate, ``e_divisive`` with
+    its splits seen within windows of ``2 * HALF`` runs (windows.py), and none where Otava finds nothing."""
     z = np.asarray(values, dtype=float)
-    kw = dict(pvalue=pvalue, permutations=permutations, min_size=min_size, risk=risk)
+    kw = dict(pvalue=pvalue, permutations=permutations, min_size=min_size, seed=seed, risk=risk)
     if len(z) <= EXACT_RUNS or not otava_search.available():
-        return e_divisive(z, seed=seed, **kw)
+        return e_divisive(z, **kw)
     if not np.all(np.isfinite(z)):
         raise ValueError("e_divisive needs a one-dimensional series of finite numbers")
-    found = []
-    for candidate in otava_search.candidates(z, min_size=min_size):
-        a, b = max(0, candidate - HALF), min(len(z), candidate + HALF)
-        found += [dataclasses.replace(c, index=a + c.index) for c in e_divisive(z[a:b], seed=seed + a, **kw)]
-    kept: list[ChangePoint] = []
-    for c in sorted(found, key=lambda c: (c.pvalue, -c.statistic, c.index)):
-        if all(abs(c.index - k.index) >= min_size for k in kept):
-            kept.append(c)
-    return sorted(kept, key=lambda c: c.index)
+    if not otava_search.candidates(z, min_size=min_size):
+        return []
+    return e_divisive(z, half=HALF, **kw)

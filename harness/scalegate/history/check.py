@@ -5,7 +5,8 @@ oldest run first:
 
 - fewer than ``2 * min_size`` runs: ``insufficient data`` (no split could have both sides long enough);
 - E-divisive means with a permutation test (``changepoint.py``) finds the change points; in a series longer than
-  ``changepoint.EXACT_RUNS`` runs, around the candidates Apache Otava's search finds (``otava_search.py``);
+  ``changepoint.EXACT_RUNS`` runs, with its splits seen within windows (``windows.py``), where Apache Otava's search
+  finds a candidate (``otava_search.py``);
 - each change point compares the median of its segment before with the median after (back to the previous
   and on to the next change point). The direction is the metric's: lower efficiency, local efficiency,
   throughput or MFU is worse; higher peak memory or bytes per step is worse. A shift smaller than the minimum

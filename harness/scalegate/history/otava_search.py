@@ -20,8 +20,8 @@ given to its ``ChangePointDetector``; Otava's ``split`` names its calculator inl
   and the same candidates (tests/test_history_otava.py compares both).
 
 The t-test does not know that its split was the best of many, so on noise it finds change points far more often
-than its level says (docs/evidence/history.md). Here its points are only candidates, at a strict level
-(``LEVEL``): changepoint.find judges each with the permutation test.
+than its level says (docs/evidence/history.md). Here its points only say whether a long series is tested at all, at
+a strict level (``LEVEL``): changepoint.find then tests it with the permutation test.
 """
 
 from __future__ import annotations
