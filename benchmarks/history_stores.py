@@ -13,8 +13,10 @@ with its shipped defaults (``--jobs``: the cores this process may run on; ``--pe
 Printed: the time to add the runs; per store the median and range of the whole report command and of the check
 (in this process: the interpreter's start is left out, the same for both), and of the report's read of the store
 alone; the page's size; each figure against its budget (docs/history.md): a report within 15 s and within 2 s of
-SQLite's over PostgreSQL, a check within 5 s, a page under 15 MB. The load average is printed with the numbers:
-the machine may be shared.
+SQLite's over PostgreSQL, a check within 5 s, a page under 15 MB; and the CPU each command used (user and system,
+with its ``--jobs`` workers; not the PostgreSQL server's own), which a shared machine inflates far less than the
+wall time. The load average is
+printed with the numbers: the machine may be shared.
 """
 
 from __future__ import annotations
@@ -78,16 +80,32 @@ def read(where: str) -> float:
     return time.perf_counter() - start
 
 
-def report(where: str, out: Path, permutations: int, more: list[str] | None = None, command: str = "report") -> float:
+def cpu_seconds() -> float:
+    """User and system CPU of this process and its finished children (``--jobs``' workers, once joined)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def report(
+    where: str,
+    out: Path,
+    permutations: int,
+    more: list[str] | None = None,
+    command: str = "report",
+    cpu: list[float] | None = None,
+) -> float:
     """``history report`` (or ``check``) over ``where``, in this process (``more``: its further arguments); seconds
-    taken. A check's exit 1 (a new regression: the generated history holds some) is its answer, not a failure."""
+    taken, and the CPU seconds it used appended to ``cpu``. A check's exit 1 (a new regression: the generated history
+    holds some) is its answer, not a failure."""
     argv = ["history", command, "--db", where, "--baseline-dir", str(out / "no-baselines")]
     argv += ["--out", str(out)] if command == "report" else []
     argv += ["--permutations", str(permutations), *(more or [])]
-    start = time.perf_counter()
+    start, used = time.perf_counter(), cpu_seconds()
     with contextlib.redirect_stdout(io.StringIO()):
         code = scalegate_main.main(argv)
     took = time.perf_counter() - start
+    if cpu is not None:
+        cpu.append(cpu_seconds() - used)
     if code not in ((0, 1) if command == "check" else (0,)):
         sys.exit(f"history {command} over {where} exited {code}")
     return took
@@ -127,17 +145,21 @@ def main() -> None:
         stores = {"sqlite": sqlite, "postgresql": postgres}
         for name, where in stores.items():
             print(f"{name}: {args.runs} runs x {len(cases) * 6} series added in {fill(where, runs, cases):.1f} s")
-        took: dict[str, dict[str, list[float]]] = {n: {"report": [], "check": [], "read": []} for n in stores}
+        kinds = ("report", "check", "read", "report cpu", "check cpu")
+        took: dict[str, dict[str, list[float]]] = {n: {k: [] for k in kinds} for n in stores}
         for _ in range(args.repeat):
             for name, where in stores.items():  # taking turns: both stores see the same moments of the machine
-                took[name]["read"].append(read(where))
-                took[name]["report"].append(report(where, work / f"page-{name}", args.permutations))
-                took[name]["check"].append(report(where, work / f"page-{name}", args.permutations, command="check"))
+                mine, page = took[name], work / f"page-{name}"
+                mine["read"].append(read(where))
+                mine["report"].append(report(where, page, args.permutations, cpu=mine["report cpu"]))
+                mine["check"].append(report(where, page, args.permutations, command="check", cpu=mine["check cpu"]))
     budgets = []
     for name in stores:
         size = (work / f"page-{name}" / "index.html").stat().st_size / 1e6
         print(f"{name:10} report {spread(took[name]['report'])}; its read of the store {spread(took[name]['read'])}")
         print(f"{name:10} check {spread(took[name]['check'])}")
+        print(f"{name:10} CPU (user + system, this process and its workers): report {spread(took[name]['report cpu'])}")
+        print(f"{name:10} CPU: check {spread(took[name]['check cpu'])}")
         print(f"{name:10} page {size:.2f} MB (budget {PAGE_BUDGET_MB:.0f} MB)")
         budgets += [
             within(f"{name} report", statistics.median(took[name]["report"]), REPORT_BUDGET_S, "s"),
