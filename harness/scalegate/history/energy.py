@@ -8,8 +8,9 @@ twice), which Q weighs linearly: one (n + 1, n + 1) grid per series, two running
 
 A permutation test asks this of thousands of shuffles, so ``Tops`` lays a block of them out shuffle-last
 (``(n + 1, n + 1, shuffles)``): each running sum is then n additions of whole contiguous planes (numpy's cumsum
-along an axis is a slow scalar loop), and every step works in buffers made once per block size and test: about a third of
-``grid``'s time a shuffle at n = 100. The arithmetic is ``grid``'s, step for step: the same Q to the bit.
+along an axis is a scalar loop over every cell), every step works in buffers made once per block size and test, and
+only the valid triangle (kappa at least ``min_size`` after tau) is weighed. The arithmetic is ``grid``'s, step for
+step: the same Q to the bit.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Otava (``apache-otava``, the extra ``changepoint``) finds change points as Hunte
 E-divisive's energy statistic with the end of the second sample free, searched in overlapping windows of
 ``WINDOW`` runs (the split step), each window's best split kept while a Student's t-test between its two sides gives
 ``p <= 10 x level``; then the weak points are merged away, weakest first, until every one left has ``p <= level``
-between its neighbours (the merge step). No shuffles: a series of 1,000 runs takes a few milliseconds.
+between its neighbours (the merge step). No shuffles: a series of 1,000 runs takes milliseconds.
 
 What the suite adds, through the library's own extension points (a ``Calculator`` and a ``SignificanceTester``
 given to its ``ChangePointDetector``; Otava's ``split`` names its calculator inline, so its loop is repeated here):
@@ -15,9 +15,9 @@ given to its ``ChangePointDetector``; Otava's ``split`` names its calculator inl
   whole-series test measures it: Otava's compares Y to the window's end, where a regression fixed a few runs later
   sits beside the restored runs, and in a long history it missed such a dip at one end or both in half the tries;
 - the calculator's Q is the suite's grid (energy.py), the same statistic as Otava's in one vectorised pass, and the
-  t-test's p comes from scipy's Student's t function directly, not through ``scipy.stats``' per-call checks: with
-  Otava's own, its search cost 15-17 ms a series of 1,000 runs, five seconds of a check of 300, with these 7-10 ms
-  and the same candidates (tests/test_history_otava.py compares both).
+  t-test's p comes from scipy's Student's t function directly, not through ``scipy.stats``' per-call checks, which
+  cost more than the rest of a window's search; the candidates are the same (tests/test_history_otava.py compares
+  both with Otava's own).
 
 The t-test does not know that its split was the best of many, so on noise it finds change points far more often
 than its level says (docs/evidence/history.md). Here its points only say whether a long series is tested at all, at
