@@ -10,8 +10,11 @@ Detectors, each at its own defaults:
   free, at least 3 runs a side, up to 9,999 keyed shuffles, stopped when settled), the check as it was;
 - ``otava``: ``otava.analysis.compute_change_points`` as Otava ships it (windows of 50 runs, Student's t-test,
   p <= 0.001, no minimum segment);
-- ``adopted``: ``changepoint.find``, what ``history check`` runs: ``whole`` up to 100 runs, beyond that
-  ``whole`` over 50 runs either side of each of Otava's candidates (found with a minimum segment of 3 runs);
+- ``adopted``: ``changepoint.find``, what ``history check`` runs: ``whole`` up to 100 runs; beyond that, where
+  Otava's search (a minimum segment of 3 runs) finds a candidate, ``local``, and no change point where it finds none;
+- ``local``: ``changepoint.e_divisive(..., half=50)`` on every series longer than 100 runs (``whole`` up to 100):
+  ``whole`` with each split's X and Y within one window of 100 runs of a fixed grid, the best over all windows in
+  each shuffle, the tests curtailed (windows.py); ``adopted`` without Otava's screen;
 - ``mongodb``: ``signal_processing_algorithms.energy_statistics.e_divisive`` (p <= 0.05, 100 shuffles, numpy's
   global generator seeded per series), run by ``--mongodb-python``: an interpreter whose environment has it
   (it needs numpy < 2 and Python 3.11: ``python3.11 -m venv /tmp/spa && /tmp/spa/bin/pip install
@@ -54,7 +57,7 @@ import numpy as np
 from benchmarks.dashboard_scale import history as nightly_history
 from scalegate.history import changepoint, check, store
 
-DETECTORS = ("whole", "otava", "adopted", "mongodb")
+DETECTORS = ("whole", "otava", "adopted", "local", "mongodb")
 SETS = ("planted", "recorded", "nightly")
 
 
@@ -152,6 +155,11 @@ def _adopted(s: Series) -> list[int]:
     return [c.index for c in changepoint.find(s.values, seed=changepoint.seed_for(s.name))]
 
 
+def _local(s: Series) -> list[int]:
+    seed, half = changepoint.seed_for(s.name), changepoint.HALF if len(s.values) > changepoint.EXACT_RUNS else None
+    return [c.index for c in changepoint.e_divisive(s.values, seed=seed, half=half)]
+
+
 def _otava(s: Series) -> list[int]:
     from otava.analysis import compute_change_points
 
@@ -176,7 +184,9 @@ def run(detector: str, series: list[Series], mongodb_python: str) -> tuple[list[
         start = time.perf_counter()
         done = subprocess.run([mongodb_python, "-c", MONGODB], input=feed, capture_output=True, text=True, check=True)
         return [json.loads(line) for line in done.stdout.splitlines()], time.perf_counter() - start, ""
-    fn: Callable[[Series], list[int]] = {"whole": _whole, "otava": _otava, "adopted": _adopted}[detector]
+    fn: Callable[[Series], list[int]] = {"whole": _whole, "otava": _otava, "adopted": _adopted, "local": _local}[
+        detector
+    ]
     if detector == "otava":
         _otava(series[0])  # its import (scipy) outside the timing, as the others' numpy
     start = time.perf_counter()
