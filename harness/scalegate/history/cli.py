@@ -202,8 +202,9 @@ def _judging(p: argparse.ArgumentParser, baseline_dir: str) -> None:
         "--permutations",
         type=int,
         default=changepoint.DEFAULT_PERMUTATIONS,
-        help="most shuffles in the permutation test; it stops as soon as the verdict at --pvalue is settled "
-        "(default: %(default)s)",
+        help="most shuffles in the permutation test; it stops as soon as the verdict at --pvalue is settled. A series "
+        "longer than 100 runs draws the fewest that can show --pvalue (99 at 0.01, 299 for a later change point): "
+        "with fewer allowed it holds no change point (default: %(default)s)",
     )
     p.add_argument(
         "--min-size",
