@@ -2,7 +2,7 @@
 # One command from a fresh clone to a working suite: ./setup.sh
 # Creates .venv, installs torch (the CPU wheel torch==2.13.0 where no GPU is visible, the same release's CUDA
 # build for the driver where one is; an installed torch is kept), the project with its test extras (psycopg for a
-# PostgreSQL history among them), and DeepSpeed without building its ops.
+# PostgreSQL history and Apache Otava for its change points among them), and DeepSpeed without building its ops.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -44,7 +44,7 @@ tv=$(torch_version)
 pin=$(mktemp); trap 'rm -f "$pin"' EXIT
 echo "torch==${tv%%+*}${tv#${tv%%+*}}" > "$pin"
 
-pip_install -c "$pin" -e ".[test,workloads,report,history]"
+pip_install -c "$pin" -e ".[test,workloads,report,history,changepoint]"
 if ! "$VPY" -c 'import deepspeed' >/dev/null 2>&1; then
   DS_BUILD_OPS=0 pip_install -c "$pin" --no-build-isolation "deepspeed==$DEEPSPEED_VERSION"
 fi

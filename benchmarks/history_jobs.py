@@ -1,13 +1,13 @@
 """``history report`` with its series checked one at a time and ``--jobs`` at a time: what the processes buy.
 
-    .venv/bin/python -m benchmarks.history_jobs [--runs 1000] [--cases 50] [--jobs 2] [--repeat 2] [--permutations 19]
+    .venv/bin/python -m benchmarks.history_jobs [--runs 1000] [--cases 50] [--jobs 2] [--repeat 2] [--permutations 9999]
 
 The history is benchmarks/dashboard_scale.py's (``--runs`` nightlies of ``--cases`` cases x 6 metrics, 300 series by
 default), added to one SQLite file. ``python -m scalegate history report`` then runs over it with ``--jobs 1`` and
 with ``--jobs N``, taking turns ``--repeat`` times so both see the same moments of the machine; printed: each one's
-median and range, and their ratio (that the verdicts are the same at any ``--jobs`` is tests/test_history.py's). The permutation test's cap is 19 here,
-as in benchmarks/history_stores.py (``--permutations 9999``: the shipped check). The load average is printed with
-the numbers: the machine may be shared.
+median and range, and their ratio (that the verdicts are the same at any ``--jobs`` is tests/test_history.py's).
+The permutation test's cap is the shipped one unless ``--permutations`` says otherwise. The load average is printed
+with the numbers: the machine may be shared.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from benchmarks.history_stores import fill, history, report, spread
 from scalegate.contract import affinity
+from scalegate.history import changepoint
 
 
 def main() -> None:
@@ -28,7 +29,7 @@ def main() -> None:
     p.add_argument("--cases", type=int, default=50, help="series = cases x 6 metrics (default: 50, so 300)")
     p.add_argument("--jobs", type=int, default=len(affinity.node_cpus()))
     p.add_argument("--repeat", type=int, default=2)
-    p.add_argument("--permutations", type=int, default=19)
+    p.add_argument("--permutations", type=int, default=changepoint.DEFAULT_PERMUTATIONS)
     p.add_argument(
         "--work", type=Path, default=None, help="the SQLite file and the pages here (default: a new temp dir)"
     )

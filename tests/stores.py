@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import urllib.parse
-import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from benchmarks.history_stores import fresh_database
 
 URL_ENV = "SCALEGATE_TEST_POSTGRES_URL"
 REQUIRE_ENV = "SCALEGATE_REQUIRE_POSTGRES"
@@ -30,22 +30,6 @@ def server_url() -> str:
     if not url:
         pytest.skip(f"no PostgreSQL server: export {URL_ENV}=$(db/local-postgres.sh start) (.ci/run does this in CI)")
     return url
-
-
-@contextlib.contextmanager
-def fresh_database(url: str) -> Iterator[str]:
-    """A new, empty database on the server at ``url``; its URL. Dropped afterwards, its connections with it."""
-    import psycopg
-
-    name = f"sg_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    parts = urllib.parse.urlsplit(url)
-    try:
-        yield urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-    finally:
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @contextlib.contextmanager

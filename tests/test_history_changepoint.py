@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from scalegate.history import changepoint as cp
 from scalegate.history import check as C
+from scalegate.history import energy
 from scalegate.history.store import Point
 
 
@@ -60,7 +61,17 @@ def test_q_is_the_energy_statistic_maximised_over_kappa():
     for row in range(2):
         for tau in range(3, 12):
             want[row, tau] = max(brute_q(z[row], tau, kappa) for kappa in range(tau + 3, 15))
-    np.testing.assert_allclose(cp._q_values(z, 3), want, rtol=1e-12)
+    np.testing.assert_allclose(energy.q_values(z, 3), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n,min_size", [(7, 3), (20, 2), (53, 3), (100, 5)])
+def test_the_shuffle_last_kernel_gives_every_shuffle_the_same_q_to_the_bit(n, min_size):
+    """energy.Tops (shuffles in blocks, shuffle-last) adds in numpy's cumsum order: a shuffle's Q is the same number
+    as energy.grid's, so a hit is a hit whichever kernel counted it."""
+    z = np.random.default_rng(n).standard_normal((energy.WIDE + 3, n)) * 1e3
+    want = np.maximum(energy.grid(z, min_size).reshape(len(z), -1).max(1), 0.0)
+    kernel = energy.Tops(n, len(z), min_size)
+    assert np.array_equal(kernel(z), want) and np.array_equal(kernel(z[::-1]), want[::-1])
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -154,7 +154,8 @@ def _raw(where: str):
 
 
 def test_the_store_benchmark_runs_report_over_both_stores(tmp_path):
-    """benchmarks/history_stores.py at a tiny size: it measures both stores and says what it measured."""
+    """benchmarks/history_stores.py at a tiny size: it times report and check over both stores and says what it
+    measured, each figure against its budget."""
     url = stores.server_url()
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.history_stores", "--runs", "30", "--cases", "2", "--repeat", "1"]
@@ -166,6 +167,8 @@ def test_the_store_benchmark_runs_report_over_both_stores(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     for said in ("sqlite     report median", "postgresql report median", "postgresql page", "postgresql - sqlite"):
+        assert said in done.stdout, done.stdout
+    for said in ("sqlite     check median", "postgresql check median", "within its budget of 5 s", "budget of 15 MB"):
         assert said in done.stdout, done.stdout
     assert (tmp_path / "page-postgresql" / "index.html").exists() and (tmp_path / "page-sqlite" / "index.html").exists()
 

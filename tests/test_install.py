@@ -8,6 +8,7 @@ and harness/scalegate/workloads is a link to ../../fixtures, so the workloads in
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import re
 import subprocess
@@ -219,3 +220,34 @@ def test_the_architecture_page_shows_the_layers_the_linter_checks():
     page = (ROOT / "docs" / "architecture.md").read_text()
     shown = page.split("<!-- layers:")[1].split("```")[1].strip().splitlines()
     assert shown == layers, "docs/architecture.md's layers differ from pyproject.toml's import-linter contract"
+
+
+def _requirements(dist: str) -> list:
+    """``dist``'s requirements that apply here (markers evaluated, no extra asked)."""
+    from packaging.requirements import Requirement
+
+    found = [Requirement(r) for r in importlib.metadata.requires(dist) or []]
+    return [r for r in found if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+
+def test_the_changepoint_extra_is_pinned_and_nothing_it_installs_asks_for_torch():
+    """Apache Otava is subclassed (harness/scalegate/history/otava_search.py), so its release is pinned; and what it
+    brings, walked through this environment's installed metadata, names no torch: installing the extra beside a
+    team's torch leaves that torch alone (setup.sh installs the extra under the same torch constraint)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    [pinned] = config["project"]["optional-dependencies"]["changepoint"]
+    assert re.fullmatch(r"apache-otava==\d+\.\d+\.\d+", pinned), pinned
+    assert importlib.metadata.version("apache-otava") == pinned.split("==")[1]  # setup.sh installed the pin
+    seen, todo, path = set(), ["apache-otava"], {"apache-otava": "apache-otava"}
+    while todo:
+        dist = todo.pop()
+        for req in _requirements(dist):
+            name = re.sub(r"[-_.]+", "-", req.name).lower()
+            assert name != "torch", f"{path[dist]} -> {req} would install a torch"
+            if name not in seen:
+                seen.add(name)
+                path[name] = f"{path[dist]} -> {req.name}"
+                with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                    importlib.metadata.distribution(name)
+                    todo.append(name)
+    assert "numpy" in seen and len(seen) > 10, sorted(seen)  # the walk went through its dependencies

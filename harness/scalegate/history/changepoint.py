@@ -29,13 +29,22 @@ Choices made here, not in the paper:
   ``permutations`` (default 9,999): a candidate far from the level stops after a block or two, a clear change
   after about 700 shuffles, and only one near the level draws them all. 199 fixed shuffles left p <= 0.01 to
   one hit more or less;
-- memory stays bounded: Q for all (tau, kappa) comes from two-dimensional prefix sums of |z_i - z_j|, an
-  (n + 1, n + 1) grid per shuffle, and a block holds as many shuffles as fit in ``BLOCK_BYTES`` per grid.
+- memory stays bounded: Q for all (tau, kappa) comes from two-dimensional prefix sums of |z_i - z_j| (energy.py),
+  an (n + 1, n + 1) grid per shuffle, and a block holds as many shuffles as fit in ``BLOCK_BYTES``.
 
-Why not the library: PyPI ``signal-processing-algorithms`` (MongoDB's) needs numpy < 2, setuptools < 71,
-gevent and Python 3.11 only, and builds a C extension from its sdist; ``apache-otava`` pins numpy 2.2.0
-exactly and pulls BigQuery, Postgres and Slack clients. Neither installs next to our pinned torch stack
-without moving numpy, so the lines below are the algorithm, tested in tests/test_history_changepoint.py.
+A series of more than ``EXACT_RUNS`` runs is tested the same way with one difference (``windows.py``): a split's X
+and Y lie within one window of ``2 * HALF`` runs of a fixed grid, so each shuffle costs the windows' grids, not the
+whole series' (at 1,000 runs a fifth as many cells), and its tests are curtailed (``sequential.py``). The best split
+over all windows is the candidate and each shuffle's best over all windows is what it is compared with, so where the
+candidate sits is chosen inside the permutation, as the whole-series test chooses it: on a series with no change,
+the chance of a change point is the level. Apache Otava's search (``otava_search.py``, the extra ``changepoint``),
+split and merge with no shuffles, says which long series are tested at all: one where it finds nothing is reported
+without change. Without the extra, a long series is tested whole (minutes at 1,000 runs). Otava's own verdict, a
+Student's t-test on the split it chose, is not used: on noise it finds change points far more often than its level,
+and it misses a regression fixed a few runs later (docs/evidence/history.md has the side-by-side). MongoDB's
+``signal-processing-algorithms`` (kappa fixed, no minimum segment, unseeded shuffles) requires numpy < 2,
+setuptools < 71 and Python 3.11 exactly, and builds a C extension from its sdist: it does not install beside the
+suite's stack.
 """
 
 from __future__ import annotations
@@ -45,13 +54,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scalegate.history import sequential
+from scalegate.history import energy, otava_search, sequential, windows
 
 DEFAULT_PVALUE = 0.01
 DEFAULT_PERMUTATIONS = 9999  # the cap: a sequential test (sequential.py) stops as soon as the verdict is settled
 DEFAULT_MIN_SIZE = 3
 BLOCK_BYTES = 8 * 2**20  # one (shuffles, n + 1, n + 1) float grid per block; a few live at once
 MAX_BLOCK = 100  # shuffles per block at most, so a hopeless candidate stops early at short series too
+FIRST_BLOCK = 4  # a curtailed test's first block, doubling: it stops at its first hits, often among the first few
+LATER_HITS = 2  # a long series' later change points: 299 shuffles at 0.01, up to 2 as extreme (windows.py)
+EXACT_RUNS = 100  # a series up to this long is tested whole; a longer one within windows, where Otava finds a change
+HALF = 50  # a long series' windows: 2 * HALF runs, one every HALF runs (windows.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,41 +75,20 @@ class ChangePoint:
     permutations: int = 0  # shuffles its test drew before the verdict was settled
 
 
-def _weights(n: int, min_size: int) -> tuple[np.ndarray, ...]:
-    """Q = between * a + within_x * b + s_kk * c + pen on the (tau, kappa) grid; pen is -inf off the valid part."""
-    t = np.arange(n + 1, dtype=float)[:, None]
-    m = np.arange(n + 1, dtype=float)[None, :] - t  # |Y| = kappa - tau
-    ok = (t >= max(min_size, 2)) & (m >= max(min_size, 2))
-    t, m = np.where(ok, t, 2.0), np.where(ok, m, 2.0)  # any value > 1 off the grid: no division by zero
-    w = t * m / (t + m)
-    a = 2 * w * (1 / (t * m) + 1 / (m * (m - 1)))
-    b = w * (1 / (m * (m - 1)) - 1 / (t * (t - 1)))
-    c = -w / (m * (m - 1))
-    return a, b, c, np.where(ok, 0.0, -np.inf)
-
-
-def _q_values(z: np.ndarray, min_size: int) -> np.ndarray:
-    """max over kappa of Q(tau, kappa) for every split tau of each row of ``z`` (shape (k, n)) -> (k, n + 1);
-    -inf where no kappa leaves both sides ``min_size`` long.
-
-    With S[i, j] = sum of |z_p - z_q| over p < i, q < j (so S is symmetric): the pairs within X sum to
-    S[tau, tau] (each twice), between X and Y to S[tau, kappa] - S[tau, tau], within Y to
-    S[kappa, kappa] - 2 S[tau, kappa] + S[tau, tau] (each twice), which Q weighs linearly."""
-    k, n = z.shape
-    a, b, c, pen = _weights(n, min_size)
-    s = np.zeros((k, n + 1, n + 1))
-    d = np.abs(z[:, :, None] - z[:, None, :])
-    np.cumsum(d, axis=1, out=d)
-    np.cumsum(d, axis=2, out=s[:, 1:, 1:])
-    del d
-    i = np.arange(n + 1)
-    diag = s[:, i, i]
-    s -= diag[:, :, None]  # between X and Y
-    s *= a
-    s += diag[:, :, None] * b
-    s += diag[:, None, :] * c
-    s += pen
-    return s.max(2)
+def _tops(z: np.ndarray, pieces: list[tuple[int, int]], min_size: int, kept: dict) -> np.ndarray:
+    """For each row of ``z`` (shape (k, n)): its largest Q over all pieces, or 0 where none is larger (what a
+    shuffle is compared with: a candidate's Q is positive). Pieces of one length go through ``energy.tops`` as one
+    block; ``kept``: the test's buffers."""
+    top = np.zeros(len(z))
+    by_length: dict[int, list[int]] = {}
+    for a, b in pieces:
+        if b - a >= 2 * min_size:
+            by_length.setdefault(b - a, []).append(a)
+    for length, starts in by_length.items():
+        rows = np.concatenate([z[:, a : a + length] for a in starts])
+        found = energy.tops(rows, min_size, kept).reshape(len(starts), len(z))
+        np.maximum(top, found.max(0), out=top)
+    return top
 
 
 def _best(z: np.ndarray, bounds: list[tuple[int, int]], min_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +96,7 @@ def _best(z: np.ndarray, bounds: list[tuple[int, int]], min_size: int) -> tuple[
     best_index = np.full(len(z), -1)
     best_q = np.full(len(z), -np.inf)
     for a, b in bounds:
-        q = _q_values(z[:, a:b], min_size)
+        q = energy.q_values(z[:, a:b], min_size)
         i = q.argmax(1)
         top = q[np.arange(len(z)), i]
         better = top > best_q
@@ -145,6 +137,12 @@ def block_size(n: int) -> int:
     return int(min(MAX_BLOCK, max(1, BLOCK_BYTES // (8 * (n + 1) ** 2))))
 
 
+def _local_block(pieces: list[tuple[int, int]]) -> int:
+    """Shuffles per block of a local test: every piece's grid within ``BLOCK_BYTES``, at least one."""
+    cells = sum((b - a + 1) ** 2 for a, b in pieces) or 1
+    return int(min(MAX_BLOCK, max(1, BLOCK_BYTES // (8 * cells))))
+
+
 def permutation_test(
     z: np.ndarray,
     bounds: list[tuple[int, int]],
@@ -155,17 +153,28 @@ def permutation_test(
     min_size: int,
     seed: int,
     risk: float = sequential.DEFAULT_RISK,
+    pieces: list[tuple[int, int]] | None = None,
+    curtailed: int | None = None,
 ) -> tuple[float, int]:
-    """(p, shuffles drawn): how often shuffling within ``bounds`` gives a best Q >= ``q``, drawn block by block
-    until ``sequential.settled`` says the verdict at ``pvalue`` is decided, or ``permutations`` are drawn."""
+    """(p, shuffles drawn): how often shuffling within ``bounds`` gives a best Q >= ``q`` (best over ``pieces``,
+    default the segments themselves), drawn block by block until ``sequential.settled`` says the verdict at
+    ``pvalue`` is decided, or ``permutations`` are drawn. ``curtailed`` (a number of hits): ``sequential.fewest``
+    shuffles for it, stopped at one hit more; (1.0, 0) where ``permutations`` is fewer, too few to show the level."""
+    fixed = None if curtailed is None else sequential.fewest(pvalue, curtailed)
+    if fixed is not None and permutations < fixed:
+        return 1.0, 0
+    cap = permutations if fixed is None else fixed
     hits = drawn = 0
-    step = block_size(len(z))
-    while drawn < permutations:
-        rows = range(drawn, min(permutations, drawn + step))
-        hits += int((_best(_shuffled(z, bounds, seed, rows), bounds, min_size)[1] >= q).sum())
+    kept: dict = {}
+    most = block_size(len(z)) if pieces is None else _local_block(pieces)
+    step = min(FIRST_BLOCK, most) if pieces is not None else most
+    while drawn < cap:
+        rows = range(drawn, min(cap, drawn + step))
+        hits += int((_tops(_shuffled(z, bounds, seed, rows), pieces or bounds, min_size, kept) >= q).sum())
         drawn = rows.stop
-        if sequential.settled(hits, drawn, pvalue, risk):
+        if hits > curtailed if curtailed is not None else sequential.settled(hits, drawn, pvalue, risk):
             break
+        step = min(2 * step, most)
     return (hits + 1) / (drawn + 1), drawn
 
 
@@ -177,8 +186,11 @@ def e_divisive(
     min_size: int = DEFAULT_MIN_SIZE,
     seed: int = 0,
     risk: float = sequential.DEFAULT_RISK,
+    half: int | None = None,
 ) -> list[ChangePoint]:
-    """Significant change points of ``values``, sorted by index (each index starts a new regime)."""
+    """Significant change points of ``values``, sorted by index (each index starts a new regime). ``half``: splits
+    seen only within the grid's windows of ``2 * half`` runs (windows.py), each test curtailed (``permutation_test``):
+    the first at no hit, a later one at ``LATER_HITS``."""
     z = np.asarray(values, dtype=float)
     if z.ndim != 1 or not np.all(np.isfinite(z)):
         raise ValueError("e_divisive needs a one-dimensional series of finite numbers")
@@ -186,14 +198,39 @@ def e_divisive(
     while True:
         edges = [0] + sorted(c.index for c in found) + [len(z)]
         bounds = list(zip(edges[:-1], edges[1:]))
-        top_index, top_q = _best(z[None], bounds, min_size)
+        pieces = None if half is None else windows.pieces(len(z), half, bounds, min_size)
+        top_index, top_q = _best(z[None], pieces or bounds, min_size)
         index, q = int(top_index[0]), float(top_q[0])
         if index < 0 or q <= 0:
             break
         p, drawn = permutation_test(
-            z, bounds, q, pvalue=pvalue, permutations=permutations, min_size=min_size, seed=seed, risk=risk
-        )
-        if p > pvalue:
+            z, bounds, q, pvalue=pvalue, permutations=permutations, min_size=min_size, seed=seed, risk=risk,
+            pieces=pieces, curtailed=None if half is None else LATER_HITS if found else 0,
+        )  # fmt: skip
+        if not sequential.within(p, pvalue):
             break
         found.append(ChangePoint(index=index, pvalue=p, statistic=q, permutations=drawn))
     return sorted(found, key=lambda c: c.index)
+
+
+def find(
+    values,
+    *,
+    pvalue: float = DEFAULT_PVALUE,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    min_size: int = DEFAULT_MIN_SIZE,
+    seed: int = 0,
+    risk: float = sequential.DEFAULT_RISK,
+) -> list[ChangePoint]:
+    """The change points the history reports, sorted by index: ``e_divisive`` over the whole series up to
+    ``EXACT_RUNS`` runs (or without Otava); a longer one where Otava's search finds a candidate, ``e_divisive`` with
+    its splits seen within windows of ``2 * HALF`` runs (windows.py), and none where Otava finds nothing."""
+    z = np.asarray(values, dtype=float)
+    kw = dict(pvalue=pvalue, permutations=permutations, min_size=min_size, seed=seed, risk=risk)
+    if len(z) <= EXACT_RUNS or not otava_search.available():
+        return e_divisive(z, **kw)
+    if not np.all(np.isfinite(z)):
+        raise ValueError("e_divisive needs a one-dimensional series of finite numbers")
+    if not otava_search.candidates(z, min_size=min_size):
+        return []
+    return e_divisive(z, half=HALF, **kw)

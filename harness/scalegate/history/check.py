@@ -4,7 +4,9 @@ For every series of the history (cluster, hardware, case, metric; software versi
 oldest run first:
 
 - fewer than ``2 * min_size`` runs: ``insufficient data`` (no split could have both sides long enough);
-- E-divisive means with a permutation test (``changepoint.py``) finds the change points;
+- E-divisive means with a permutation test (``changepoint.py``) finds the change points; in a series longer than
+  ``changepoint.EXACT_RUNS`` runs, with its splits seen within windows (``windows.py``), where Apache Otava's search
+  finds a candidate (``otava_search.py``);
 - each change point compares the median of its segment before with the median after (back to the previous
   and on to the next change point). The direction is the metric's: lower efficiency, local efficiency,
   throughput or MFU is worse; higher peak memory or bytes per step is worse. A shift smaller than the minimum
@@ -181,7 +183,7 @@ def change_points(
 def _found(task: tuple[list[float], str, float, int, int]) -> list[changepoint.ChangePoint]:
     values, name, pvalue, permutations, min_size = task
     seed = changepoint.seed_for(name)
-    return changepoint.e_divisive(values, pvalue=pvalue, permutations=permutations, min_size=min_size, seed=seed)
+    return changepoint.find(values, pvalue=pvalue, permutations=permutations, min_size=min_size, seed=seed)
 
 
 def judge_series(

@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from scalegate.contract import affinity, atomic
 from scalegate.contract.errors import ScalegateError
-from scalegate.history import changepoint, check, ingest, store, summary
+from scalegate.history import changepoint, check, ingest, otava_search, store, summary
 from scalegate.history.db import locate
 from scalegate.plan import hostinfo
 from scalegate.plan.option_types import output_dir, output_file
@@ -136,6 +137,13 @@ def _verdicts(args: argparse.Namespace) -> tuple[list[check.SeriesVerdict], chec
         found = check.check(
             db, baseline_dir=Path(args.baseline_dir), settings=settings, cases=args.case, runs=runs, jobs=jobs
         )
+    long = sum(len(v.points) > changepoint.EXACT_RUNS for v in found)
+    if long and not otava_search.available():
+        print(
+            f"history: {long} series longer than {changepoint.EXACT_RUNS} runs tested whole, without Apache Otava's "
+            f"search (minutes at 1,000 runs); HINT: pip install 'scalegate[{otava_search.EXTRA}]'",
+            file=sys.stderr,
+        )
     return found, settings, runs
 
 
@@ -194,8 +202,9 @@ def _judging(p: argparse.ArgumentParser, baseline_dir: str) -> None:
         "--permutations",
         type=int,
         default=changepoint.DEFAULT_PERMUTATIONS,
-        help="most shuffles in the permutation test; it stops as soon as the verdict at --pvalue is settled "
-        "(default: %(default)s)",
+        help="most shuffles in the permutation test; it stops as soon as the verdict at --pvalue is settled. A series "
+        "longer than 100 runs draws the fewest that can show --pvalue (99 at 0.01, 299 for a later change point): "
+        "with fewer allowed it holds no change point (default: %(default)s)",
     )
     p.add_argument(
         "--min-size",

@@ -15,6 +15,13 @@ about 700 shuffles at level 0.01 and risk 0.001), and only a candidate near the 
 test is the idea of Gandy (JASA 2009, "Sequential implementation of Monte Carlo tests with uniformly bounded
 resampling risk") with a simpler boundary: the risk is bounded per look, not uniformly over all of them, which
 matters only when the true p is at the level itself, where either verdict is as right as the other.
+
+A test at a level far below 0.01 (a window of a long series, ``windows.py``) would need thousands of shuffles to
+settle even a clear change (about 7 / level at risk 0.001). There the shuffles are curtailed instead (Besag & Clifford,
+Biometrika 1991): a fixed number, ``fewest(level, hits)``, the fewest whose p = (hits + 1) / (shuffles + 1) can reach
+the level with ``hits`` of them at least as extreme, stopped as soon as more than ``hits`` are, after which no verdict
+but "not significant" is left. The p it gives is exact for that number of shuffles, so the test keeps its level; a
+clear change costs (hits + 1) / level shuffles, a hopeless candidate a handful.
 """
 
 from __future__ import annotations
@@ -49,3 +56,16 @@ def settled(hits: int, drawn: int, level: float, risk: float = DEFAULT_RISK) -> 
     below = at_most(hits, drawn, level)  # this few hits, were p at the level: significant
     above = 1.0 - at_most(hits - 1, drawn, level)  # this many: not significant
     return below < risk or above < risk
+
+
+def fewest(level: float, hits: int = 0) -> int:
+    """The fewest shuffles whose p = (hits + 1) / (shuffles + 1) can be at most ``level`` with ``hits`` of them at
+    least as extreme: 99 at 0.01 with none, 299 with two."""
+    if not 0 < level < 1 or hits < 0:
+        raise ValueError(f"level {level} must be in (0, 1), hits {hits} >= 0\nHINT: e.g. level 0.01 (--pvalue)")
+    return max(1, math.ceil((hits + 1) / level - 1e-9) - 1)
+
+
+def within(p: float, level: float) -> bool:
+    """p <= level, give or take the rounding of a level divided by a count (0.01 / 19 against 1 / 1,900)."""
+    return p <= level * (1 + 1e-9)

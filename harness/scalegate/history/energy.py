@@ -1,0 +1,118 @@
+"""E-divisive's energy statistic Q(tau, kappa) for every split of a series at once, and of many shuffles at once.
+
+For X = z[0:tau] and Y = z[tau:kappa] (changepoint.py has the statistic and why kappa is free):
+Q = |X||Y|/(|X|+|Y|) * (2 mean|X_i - Y_j| - mean_{i<k}|X_i - X_k| - mean_{j<k}|Y_j - Y_k|). With
+S[i, j] = sum of |z_p - z_q| over p < i, q < j (S is symmetric): the pairs within X sum to S[tau, tau] (each twice),
+between X and Y to S[tau, kappa] - S[tau, tau], within Y to S[kappa, kappa] - 2 S[tau, kappa] + S[tau, tau] (each
+twice), which Q weighs linearly: one (n + 1, n + 1) grid per series, two running sums of the distances.
+
+A permutation test asks this of thousands of shuffles, so ``Tops`` lays a block of them out shuffle-last
+(``(n + 1, n + 1, shuffles)``): each running sum is then n additions of whole contiguous planes (numpy's cumsum
+along an axis is a scalar loop over every cell), every step works in buffers made once per block size and test, and
+only the valid triangle (kappa at least ``min_size`` after tau) is weighed. The arithmetic is ``grid``'s, step for
+step: the same Q to the bit.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+BANDS = 3  # Tops weighs the valid triangle in this many rectangles, not the whole square
+
+
+@functools.lru_cache(maxsize=64)
+def weights(n: int, min_size: int) -> tuple[np.ndarray, ...]:
+    """Q = between * a + within_x * b + s_kk * c on the (tau, kappa) grid, 0 off its valid part (a side shorter than
+    ``min_size``); pen is 0 on it and -inf off it. Kept per (n, min_size): every block of shuffles uses the same."""
+    t = np.arange(n + 1, dtype=float)[:, None]
+    m = np.arange(n + 1, dtype=float)[None, :] - t  # |Y| = kappa - tau
+    ok = (t >= max(min_size, 2)) & (m >= max(min_size, 2))
+    t, m = np.where(ok, t, 2.0), np.where(ok, m, 2.0)  # any value > 1 off the grid: no division by zero
+    w = t * m / (t + m)
+    a = 2 * w * (1 / (t * m) + 1 / (m * (m - 1)))
+    b = w * (1 / (m * (m - 1)) - 1 / (t * (t - 1)))
+    c = -w / (m * (m - 1))
+    found = tuple(np.where(ok, x, 0.0) for x in (a, b, c)) + (np.where(ok, 0.0, -np.inf),)
+    for x in found:
+        x.setflags(write=False)
+    return found
+
+
+def grid(z: np.ndarray, min_size: int) -> np.ndarray:
+    """Q(tau, kappa) for each row of ``z`` (shape (k, n)) -> (k, n + 1, n + 1); 0 off the valid part."""
+    k, n = z.shape
+    a, b, c, _ = weights(n, min_size)
+    s = np.zeros((k, n + 1, n + 1))
+    d = np.abs(z[:, :, None] - z[:, None, :])
+    np.cumsum(d, axis=1, out=d)
+    np.cumsum(d, axis=2, out=s[:, 1:, 1:])
+    i = np.arange(n + 1)
+    diag = s[:, i, i]
+    s -= diag[:, :, None]  # between X and Y
+    s *= a
+    s += diag[:, :, None] * b
+    s += diag[:, None, :] * c
+    return s
+
+
+def q_values(z: np.ndarray, min_size: int) -> np.ndarray:
+    """max over kappa of Q(tau, kappa) for every split tau of each row of ``z`` (shape (k, n)) -> (k, n + 1);
+    -inf where no kappa leaves both sides ``min_size`` long."""
+    s = grid(z, min_size)
+    s += weights(z.shape[1], min_size)[3]
+    return s.max(2)
+
+
+class Tops:
+    """The largest Q of each of ``rows`` series of ``n`` runs, in buffers kept between blocks."""
+
+    def __init__(self, n: int, rows: int, min_size: int) -> None:
+        self.a, self.b, self.c = (x[:, :, None] for x in weights(n, min_size)[:3])
+        self.s = np.zeros((n + 1, n + 1, rows))
+        self.tmp = np.empty((n + 1, n + 1, rows))
+        self.i = np.arange(n + 1)
+        side = max(min_size, 2)
+        edges = np.linspace(side, n - side + 1, BANDS + 1).astype(int)
+        # the valid part is a triangle (kappa >= tau + side): bands of tau, each from its first valid kappa on
+        self.bands = [(t0, t1, t0 + side) for t0, t1 in zip(edges[:-1], edges[1:]) if t1 > t0]
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        """For each row of ``z`` (shape (rows, n)): its largest Q, or 0 where none is larger."""
+        k, n = z.shape
+        s, tmp = self.s, self.tmp
+        zt = np.ascontiguousarray(z.T)
+        d = s[1:, 1:]
+        np.subtract(zt[:, None, :], zt[None, :, :], out=d)
+        np.abs(d, out=d)
+        for r in range(1, n):  # S, summed in numpy's cumsum order (runs p, then q)
+            np.add(d[r - 1], d[r], out=d[r])
+        for q in range(1, n):
+            np.add(d[:, q - 1], d[:, q], out=d[:, q])
+        diag = s[self.i, self.i]
+        top = np.zeros(k)
+        for t0, t1, k0 in self.bands:
+            band, spare = s[t0:t1, k0:], tmp[t0:t1, k0:]
+            band -= diag[t0:t1, None, :]  # between X and Y
+            band *= self.a[t0:t1, k0:]
+            np.multiply(diag[t0:t1, None, :], self.b[t0:t1, k0:], out=spare)
+            band += spare
+            np.multiply(diag[None, k0:, :], self.c[t0:t1, k0:], out=spare)
+            band += spare
+            np.maximum(top, band.max(axis=(0, 1)), out=top)
+        return top
+
+
+WIDE = 32  # shuffles at once from which the shuffle-last layout pays for its 2n steps a block
+
+
+def tops(z: np.ndarray, min_size: int, kept: dict[tuple[int, int], Tops]) -> np.ndarray:
+    """For each row of ``z`` (shape (k, n)): its largest Q, or 0 where none is larger. From ``WIDE`` rows, with a
+    ``Tops`` kept in ``kept`` (one test's blocks: its buffers live as long as the test)."""
+    k, n = z.shape
+    if k < WIDE:
+        return np.maximum(grid(z, min_size).reshape(k, -1).max(1), 0.0)
+    if (n, k) not in kept:
+        kept[n, k] = Tops(n, k, min_size)
+    return kept[n, k](z)
