@@ -242,15 +242,19 @@ def test_every_docs_anchor_the_harness_links_is_a_heading_of_that_page():
     assert not broken, f"links to sections that do not exist: {broken}"
 
 
-def test_the_docs_cite_no_file_outside_the_repository():
-    """The docs are the users'; the notes of the people building the project are not, and are never cited."""
+def test_the_docs_and_the_code_cite_no_file_outside_the_repository():
+    """The docs and the code are the users'; the notes of the people building the project are not, and are never
+    cited: a definition the code follows is docs/concepts.md's or docs/architecture.md's."""
+    code = [p for folder in ("harness", "benchmarks", "tests") for p in (ROOT / folder).rglob("*.py")]
     cited = [
         f"{path.relative_to(ROOT)}: {word}"
         for path in [
             README,
+            ROOT / "pyproject.toml",
             *sorted(p for p in (ROOT / "docs").rglob("*") if p.is_file() and p.suffix in (".md", ".py")),
+            *sorted(p for p in code if p != Path(__file__).resolve()),
         ]
-        for word in ("DESIGN.md", "../shared")
+        for word in ("DESIGN" + ".md", "STYLE" + ".md", "../" + "shared")
         if word in path.read_text()
     ]
     assert not cited, cited

@@ -2,7 +2,7 @@
 another project's package (PyPI's ``fixtures``, testing-cabal's, is the name the repository's fixtures/ folder
 once installed over).
 
-The repository keeps its folders (harness/, fixtures/: DESIGN.md); the package is harness/scalegate/ (a src layout)
+The repository keeps its folders (harness/, fixtures/: docs/architecture.md); the package is harness/scalegate/ (a src layout)
 and harness/scalegate/workloads is a link to ../../fixtures, so the workloads install as ``scalegate.workloads``.
 """
 

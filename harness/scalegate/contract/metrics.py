@@ -1,4 +1,4 @@
-"""Scaling arithmetic with the normative definitions of DESIGN.md, in one place."""
+"""Scaling arithmetic with the definitions of docs/concepts.md, in one place."""
 
 from __future__ import annotations
 

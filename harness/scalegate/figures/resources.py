@@ -5,7 +5,7 @@ private loopback counts every byte each rank sends once, so the node total over 
 the per-rank figure. The analytic volume per rank is ``Strategy.wire_factor * (W-1)/W * parameter
 bytes`` (ring all-reduce: factor 2; all-gather fwd + bwd + reduce-scatter: factor 3; the ranks report the
 factor for their backend in ``RankResult.wire_factor``, so this side imports no strategy); TCP/IP headers
-add ~0.1% on loopback. The gates on them (DESIGN.md: peak memory per rank above baseline x (1 + tolerance),
+add ~0.1% on loopback. The gates on them (docs/gate.md: peak memory per rank above baseline x (1 + tolerance),
 bytes per step above baseline x (1 + tolerance)) are the judge's: harness/scalegate/judge/budgets.py.
 """
 

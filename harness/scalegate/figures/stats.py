@@ -82,7 +82,7 @@ def throughput_estimate(
 def _efficiency(
     case_steps_s: Sequence[float], case_batch: int, ref_steps_s: Sequence[float], ref_batch: int, world_size: int
 ) -> float:
-    """DESIGN.md's efficiency (harness/scalegate/contract/metrics.py) from the two median step times."""
+    """The efficiency of docs/concepts.md (harness/scalegate/contract/metrics.py) from the two median step times."""
     return efficiency(speedup(case_batch / median(case_steps_s), ref_batch / median(ref_steps_s)), world_size)
 
 

@@ -3,7 +3,7 @@
 Metrics, each where the run measured it: efficiency, local_efficiency, throughput (samples/s), mfu, peak
 memory (the largest rank's, bytes), bytes on the wire per step, final loss, and from the collective ledger the
 bytes sent across nodes a step and the collectives a step. A case that failed correctness
-keeps its status but no metrics (DESIGN.md: a case that fails correctness reports no performance); an
+keeps its status but no metrics (a case that fails correctness reports no performance: docs/gate.md); an
 oversubscribed case keeps its memory and bytes but no timing (its timing is not meaningful).
 
 The run's cluster, hardware and torch (with CUDA and NCCL) come from its profile name (``plan/hostinfo.py``), the

@@ -1,6 +1,6 @@
 """``judge(record, baseline, overrides) -> Outcome``: the one verdict of a case (pure: no I/O, no clock).
 
-Order (STYLE.md: a case that fails correctness reports no performance verdict):
+Order (a case that fails correctness reports no performance verdict):
 
 1. no result (crash, hang, bad input): ``failed``;
 2. correctness problems found by the session, and a final loss above the baseline's: ``failed``;

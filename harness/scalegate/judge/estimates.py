@@ -1,6 +1,6 @@
 """Per-launch estimates the judge works from: classic efficiency and same-launch local efficiency.
 
-- **efficiency** (DESIGN.md, the reports' figure): throughput of the case over the throughput of the
+- **efficiency** (docs/concepts.md, the reports' figure): throughput of the case over the throughput of the
   single process measured in a separate 1x1 launch of the same session, divided by W. Medians of the
   measured steps; bootstrap interval from ``harness/scalegate/figures/stats.py``.
 - **local efficiency** (docs/gate.md): in the same launch, per pair i, the ranks' mean local step over
@@ -30,7 +30,7 @@ def local_efficiency(pair_s: Sequence[float], local_s: Sequence[float]) -> Estim
 
 
 def classic(record: CaseRecord, launch: LaunchRecord) -> Estimate | None:
-    """DESIGN.md's efficiency of one launch against the session's pooled 1x1 reference steps."""
+    """The efficiency (docs/concepts.md) of one launch against the session's pooled 1x1 reference steps."""
     if not record.reference_step_times_s or not launch.step_times_s:
         return None
     return stats.efficiency_estimate(

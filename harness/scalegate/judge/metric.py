@@ -1,6 +1,6 @@
 """Performance verdicts: a metric against its baseline, aware of the measured noise.
 
-Regression (DESIGN.md): efficiency below baseline * (1 - tolerance) *and* outside the measured noise
+Regression (docs/concepts.md): efficiency below baseline * (1 - tolerance) *and* outside the measured noise
 band. The noise band is the measurement's bootstrap interval widened by the baseline's own recorded
 noise (both are single measurements), combined in quadrature:
 

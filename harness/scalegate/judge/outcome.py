@@ -52,7 +52,7 @@ class Outcome:
     message: str
     gate: str = ""  # LOCAL, CLASSIC or AB: the efficiency the timing verdict was decided on
     launches: int = 0
-    # the reports' efficiency: against the separate single-process 1x1 launch (DESIGN.md)
+    # the reports' efficiency: against the separate single-process 1x1 launch (docs/concepts.md)
     speedup: float | None = None
     efficiency: float | None = None
     efficiency_ci: tuple[float, float] | None = None

@@ -2,7 +2,7 @@
 
 - **local** (the default where the baseline has it): the sequential test of ``sequential.py`` on each
   launch's same-launch local efficiency. More launches only while undecided, up to the run's budget.
-- **classic** (fallback: no local baseline, no pairs, a replica that does not fit): DESIGN.md's
+- **classic** (fallback: no local baseline, no pairs, a replica that does not fit): docs/concepts.md's
   efficiency against the separate 1x1 launch, several launches as their median, a regression confirmed by
   ``--scaling-confirm`` rounds of fresh launches of the case and its reference.
 """

@@ -1,7 +1,7 @@
 """The terminal table: case, samples/s, tokens/s (token workloads), ``comm exp`` (the step's share of exposed
 communication, harness/scalegate/figures/breakdown.py), MFU (``n/a`` where the device has no known
 peak or nothing was counted: the case JSON says why), speedup, both efficiencies, the gated one's baseline and delta, launches,
-memory, bytes, verdict. ``efficiency`` is DESIGN.md's (against the separate 1x1 launch); ``local eff`` is the
+memory, bytes, verdict. ``efficiency`` is docs/concepts.md's (against the separate 1x1 launch); ``local eff`` is the
 same-launch one (docs/gate.md); ``gated on`` says which one the verdict was decided on. ``ckpt s/GB`` (save + load
 seconds per GB written, docs/checkpoints.md) appears only when a case ran ``--scaling-checkpoint``."""
 

@@ -336,7 +336,7 @@ def _result(
 
 def _promises(strategy, ctx: RankContext) -> dict[str, Any]:
     """What the strategy promises, for the launching side's sharding and wire gates: reported by the ranks so
-    that side never imports strategy code (DESIGN.md: it never imports the worker side)."""
+    that side never imports strategy code (docs/architecture.md: it never imports the rank side)."""
     factor = strategy.wire_factor
     if isinstance(factor, dict):  # by backend: NCCL on CUDA ranks, gloo elsewhere
         factor = factor.get("nccl" if ctx.device.type == "cuda" else "gloo")
