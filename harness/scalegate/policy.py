@@ -76,7 +76,7 @@ SCRIPT_ROUNDS = 7
 # An alternate pairing's rounds (a case whose two jobs run whole, one after the other), unless
 # --scaling-max-launches is named: ten catch a 10% drop ~97% of the time at < 1% false alarms (replayed over its
 # recorded A/A rounds; eight ~91%), an undecided canary gate taking ~6.5 minutes.
-# docs/evidence/duet.md#ten-rounds-for-the-alternate-pairing
+# docs/evidence/alternate.md#ten-rounds-for-the-alternate-pairing
 ALTERNATE_ROUNDS = 10
 # The swap pairing's turn (gate --pairing swap without --turn-steps), in optimizer steps: a swap costs a copy of the
 # job's state each way, so its turns are long against it; shorter turns (10) spread the canary's rounds no less.
@@ -149,7 +149,7 @@ RECORDED_AA_STEP_W = {
 }
 # The alternate pairing's floors (whole jobs one after the other: a launch's level is all of a round's spread), the
 # efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs, a workload's and a
-# training script's. docs/evidence/duet.md#the-alternate-pairing-measured
+# training script's. docs/evidence/alternate.md#todays-figures
 RECORDED_AA_ALTERNATE = {
     "workload": (
         (0.0804, "12 A/A alternate rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
@@ -161,7 +161,7 @@ RECORDED_AA_ALTERNATE = {
     ),
 }
 # The same where a round's efficiency is read from each launch's own local steps (a workload's; a script has none):
-# two launches of the local efficiency's spread between launches. docs/evidence/duet.md#the-alternate-pairing-measured
+# two launches of the local efficiency's spread between launches. docs/evidence/alternate.md#the-other-session-parked
 RECORDED_AA_ALTERNATE_LOCAL = (0.038, "two launches' local efficiencies, 2.7% each between launches on the 2-core VMs")
 # The swap pairing's floors (turns of 25 steps, each job's state copied out and back between its turns), the
 # efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs, where the copies free
