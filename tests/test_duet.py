@@ -126,7 +126,7 @@ def test_turns_of_several_steps_keep_one_job_at_a_time_and_the_abba_order():
 
 def test_a_turn_never_spans_more_than_half_a_jobs_steps():
     """A turn as long as the whole job lets one side's job end while the other's runs all its steps, which loses what
-    the pairing cancels (docs/evidence/duet.md, "Longer turns, measured"). The client takes at most half its job's
+    the pairing cancels (docs/evidence/swap.md, "Longer turns, measured"). The client takes at most half its job's
     steps a turn (``turns.start``: the spec's warmup and steps)."""
     log: list = []
     with Coordinator(pair_wait_s=30, turn_s=30, turn_steps=100) as c:

@@ -80,7 +80,7 @@ SCRIPT_ROUNDS = 7
 ALTERNATE_ROUNDS = 10
 # The swap pairing's turn (gate --pairing swap without --turn-steps), in optimizer steps: a swap costs a copy of the
 # job's state each way, so its turns are long against it; shorter turns (10) spread the canary's rounds no less.
-# docs/evidence/duet.md#the-swap-pairing-measured
+# docs/evidence/swap.md#the-turns-and-the-copies
 SWAP_TURN_STEPS = 25
 # The fewest turns a job of the swap pairing takes for its rounds to read like the recorded ones, a workload's (the
 # canary's 100 steps in turns of 25) and a training script's (the example script's 150); fewer get a HINT
@@ -168,7 +168,7 @@ RECORDED_AA_ALTERNATE_LOCAL = (0.038, "two launches' local efficiencies, 2.7% ea
 # nothing (host memory): forced rounds and whole gates pooled. A script's efficiency floor is from rounds whose two
 # sides' paths are of one length, as the gate lays them out (gate/worktree.py), above their spread (3.7%); replayed
 # with each run's level kept (duet_replay --by-run), 0.1% of A/A gates alarm at it.
-# docs/evidence/duet.md#the-gates-own-layout-measured
+# docs/evidence/swap.md#the-gates-own-layout-measured
 RECORDED_AA_SWAP = {
     "workload": (
         (0.0356, "19 A/A swap rounds of ddp-cnn-1x2 (turns of 25 steps) recorded on the 2-core VMs"),
