@@ -605,7 +605,8 @@ def test_the_timeline_splits_a_round_into_turns_waits_and_start_up():
 
 def test_the_estimators_replay_a_round_of_fewer_launches():
     """benchmarks/duet_estimators.py --launches W,1x1 keeps a round's first launches of each level, as a round of
-    fewer launches would have measured them (docs/evidence/duet.md, "fewer launches a round")."""
+    fewer launches would have measured them (docs/evidence/script.md, the twelfth set; its table:
+    experiments/notes/duet-canaries.md, "fewer launches a round")."""
     levels = [1.00, 1.02, 1.04, 1.30]  # the fourth launch reads the head 30% slower: dropping it moves the estimate
     base = [0.01] * 40
     head = [0.01 * level for level in levels for _ in range(10)]
