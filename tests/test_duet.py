@@ -126,7 +126,7 @@ def test_turns_of_several_steps_keep_one_job_at_a_time_and_the_abba_order():
 
 def test_a_turn_never_spans_more_than_half_a_jobs_steps():
     """A turn as long as the whole job lets one side's job end while the other's runs all its steps, which loses what
-    the pairing cancels (docs/evidence/duet.md, "Longer turns, measured"). The client takes at most half its job's
+    the pairing cancels (docs/evidence/swap.md, "Longer turns, measured"). The client takes at most half its job's
     steps a turn (``turns.start``: the spec's warmup and steps)."""
     log: list = []
     with Coordinator(pair_wait_s=30, turn_s=30, turn_steps=100) as c:
@@ -605,7 +605,8 @@ def test_the_timeline_splits_a_round_into_turns_waits_and_start_up():
 
 def test_the_estimators_replay_a_round_of_fewer_launches():
     """benchmarks/duet_estimators.py --launches W,1x1 keeps a round's first launches of each level, as a round of
-    fewer launches would have measured them (docs/evidence/duet.md, "fewer launches a round")."""
+    fewer launches would have measured them (docs/evidence/script.md, the twelfth set; its table:
+    experiments/notes/duet-canaries.md, "fewer launches a round")."""
     levels = [1.00, 1.02, 1.04, 1.30]  # the fourth launch reads the head 30% slower: dropping it moves the estimate
     base = [0.01] * 40
     head = [0.01 * level for level in levels for _ in range(10)]

@@ -71,16 +71,16 @@ AB_GATE_TOLERANCE = 0.05
 GATE_MAX_LAUNCHES = 8
 # A training script's duet rounds, unless --scaling-max-launches is named: seven catch a 5% drop ~96% of the time at
 # < 1% false alarms, in ~10 minutes.
-# docs/evidence/duet.md#a-teams-script-where-a-rounds-time-goes-and-a-shorter-1x1-reference
+# docs/evidence/script.md#where-a-rounds-time-goes-and-a-shorter-1x1-reference
 SCRIPT_ROUNDS = 7
 # An alternate pairing's rounds (a case whose two jobs run whole, one after the other), unless
 # --scaling-max-launches is named: ten catch a 10% drop ~97% of the time at < 1% false alarms (replayed over its
 # recorded A/A rounds; eight ~91%), an undecided canary gate taking ~6.5 minutes.
-# docs/evidence/duet.md#ten-rounds-for-the-alternate-pairing
+# docs/evidence/alternate.md#ten-rounds-for-the-alternate-pairing
 ALTERNATE_ROUNDS = 10
 # The swap pairing's turn (gate --pairing swap without --turn-steps), in optimizer steps: a swap costs a copy of the
 # job's state each way, so its turns are long against it; shorter turns (10) spread the canary's rounds no less.
-# docs/evidence/duet.md#the-swap-pairing-measured
+# docs/evidence/swap.md#the-turns-and-the-copies
 SWAP_TURN_STEPS = 25
 # The fewest turns a job of the swap pairing takes for its rounds to read like the recorded ones, a workload's (the
 # canary's 100 steps in turns of 25) and a training script's (the example script's 150); fewer get a HINT
@@ -92,18 +92,18 @@ ROUND_GAP_S = _seconds("SCALEGATE_ROUND_GAP_S", 30)
 
 # --- a training script's launches in a paired gate (plan/options.py resolves them) ------------------------------
 # Its 1x1 reference launches this many times a session: each 1x1 launch keeps a level of its own.
-# docs/evidence/duet.md#a-teams-script-four-1x1-launches-a-round
+# docs/evidence/script.md#four-1x1-launches-a-round
 SCRIPT_REFERENCE_LAUNCHES = 4
 # ... and its case at W this many times, pooled into one estimate a round.
-# docs/evidence/duet.md#a-teams-script-four-short-launches-at-w-long-ones-at-1x1
+# docs/evidence/script.md#four-short-launches-at-w-long-ones-at-1x1
 SCRIPT_CASE_LAUNCHES = 4
 # ... each 1x1 launch measuring this share of the case's steps, at least SCRIPT_REFERENCE_MIN_STEPS: a launch's first
-# pairs are its steadiest. docs/evidence/duet.md#a-teams-script-where-a-rounds-time-goes-and-a-shorter-1x1-reference
+# pairs are its steadiest. docs/evidence/script.md#where-a-rounds-time-goes-and-a-shorter-1x1-reference
 SCRIPT_REFERENCE_SHARE = 0.5
 SCRIPT_REFERENCE_MIN_STEPS = 100
 # The measured steps a launch of a team's script that its detection figures were taken at (the example script, 34 of
 # 35 A/A gates passed, a 5% drop caught 97.3% in seven rounds): what `scalegate init` writes into the CI templates
-# as --scaling-steps. docs/evidence/duet.md#todays-figures-what-the-default-5-tolerance-catches
+# as --scaling-steps. docs/evidence/script.md#todays-figures
 SCRIPT_GATE_STEPS = 300
 
 # --- the duet's coordinator and its ranks (launch/duet.py, measure/turns.py) -------------------------------------
@@ -120,7 +120,7 @@ ROUND_GRACE_S = _seconds("SCALEGATE_GATE_ROUND_GRACE_S", 60)
 # A round's pairs are trimmed this share at each end: a descheduled step hits one side of one pair.
 TRIM = 0.2
 # A training script's are trimmed 40%: at 1x1 a launch's units carry tails of their own.
-# docs/evidence/duet.md#a-teams-script-a-launchs-own-tails-trimmed
+# docs/evidence/script.md#a-launchs-own-tails-trimmed
 SCRIPT_TRIM = 0.4
 BLOCKS = 5  # a round's standard error from the trimmed means of this many runs of consecutive pairs
 # Pairs per unit: in the ABBA order each side's two turns in a row differ, two pairs hold one of each.
@@ -149,7 +149,7 @@ RECORDED_AA_STEP_W = {
 }
 # The alternate pairing's floors (whole jobs one after the other: a launch's level is all of a round's spread), the
 # efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs, a workload's and a
-# training script's. docs/evidence/duet.md#the-alternate-pairing-measured
+# training script's. docs/evidence/alternate.md#todays-figures
 RECORDED_AA_ALTERNATE = {
     "workload": (
         (0.0804, "12 A/A alternate rounds of ddp-cnn-1x2 recorded on the 2-core VMs"),
@@ -161,14 +161,14 @@ RECORDED_AA_ALTERNATE = {
     ),
 }
 # The same where a round's efficiency is read from each launch's own local steps (a workload's; a script has none):
-# two launches of the local efficiency's spread between launches. docs/evidence/duet.md#the-alternate-pairing-measured
+# two launches of the local efficiency's spread between launches. docs/evidence/alternate.md#the-other-session-parked
 RECORDED_AA_ALTERNATE_LOCAL = (0.038, "two launches' local efficiencies, 2.7% each between launches on the 2-core VMs")
 # The swap pairing's floors (turns of 25 steps, each job's state copied out and back between its turns), the
 # efficiency's and the step time at W's, from its recorded A/A rounds on the 2-core CPU VMs, where the copies free
 # nothing (host memory): forced rounds and whole gates pooled. A script's efficiency floor is from rounds whose two
 # sides' paths are of one length, as the gate lays them out (gate/worktree.py), above their spread (3.7%); replayed
 # with each run's level kept (duet_replay --by-run), 0.1% of A/A gates alarm at it.
-# docs/evidence/duet.md#the-gates-own-layout-measured
+# docs/evidence/swap.md#the-gates-own-layout-measured
 RECORDED_AA_SWAP = {
     "workload": (
         (0.0356, "19 A/A swap rounds of ddp-cnn-1x2 (turns of 25 steps) recorded on the 2-core VMs"),

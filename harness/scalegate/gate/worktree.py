@@ -7,10 +7,10 @@ A ``git worktree`` (detached) shares the repository's objects, so a checkout cos
 beside the repository, in a hidden directory whose path is exactly as long as the repository's (``place``), and
 links it from the run directory: every path either side's ranks see (their directory, ``sys.path``, the script's
 path, every module's file) is then as long as the other side's. A base tree nested in the run directory, 23 or more
-characters deeper, doubled the variance of a script's 1x1 reference in forced A/A swap rounds (docs/evidence/duet.md,
-"Where the base's tree lies"). Both
-sides run in the same Python environment unless ``--base-python`` names the base side's
-(harness/scalegate/gate/environments.py): then a PR that changes a dependency's version is measured too (docs/gate.md).
+characters deeper, doubled the variance of a script's 1x1 reference in forced A/A swap rounds
+(docs/evidence/swap.md#where-the-bases-tree-lies). Both sides run in the same Python environment unless
+``--base-python`` names the base side's (harness/scalegate/gate/environments.py): then a PR that changes a
+dependency's version is measured too (docs/gate.md).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def block_se(values: Sequence[float], blocks: int = BLOCKS, trim: float = TRIM) 
     """The standard error of the trimmed mean (``trim``) from the trimmed means of ``blocks`` runs of consecutive
     values (batch means): it keeps what neighbouring pairs share, which the pairs' own spread over sqrt(n) would
     hide, and it is the error of the estimate the judge uses (plain block means read a script's 1x1 tails as noise:
-    docs/evidence/duet.md#a-teams-script-a-launchs-own-tails-trimmed)."""
+    docs/evidence/script.md#a-launchs-own-tails-trimmed)."""
     n = len(values)
     blocks = min(blocks, n // 2)
     if blocks < 2:

@@ -333,7 +333,7 @@ class Coordinator:
         """Whether ``side``'s session is idle, so a job of the other side may run whole: it has ended, or a job of
         it has joined and every rank waits for its first turn (before it touches the device). Between its jobs a
         session imports, spawns ranks and writes results, which slows a job beside it
-        (docs/evidence/duet.md#the-alternate-pairing-measured). Past ``pair_wait_s`` of waiting it counts as
+        (docs/evidence/alternate.md#the-other-session-parked). Past ``pair_wait_s`` of waiting it counts as
         parked, so a session that died without a word stops nothing."""
         if side in self.ended_sides or waited >= self.pair_wait_s:
             return True

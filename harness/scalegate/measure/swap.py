@@ -20,7 +20,7 @@ step).
 
 On CPU the host buffer is the same memory as the storage's, so freeing would gain nothing, and would measure the host
 allocator's way of making memory again rather than a GPU's: a CPU job's swap copies its storages out and back and
-keeps them (``FREE_ON_CPU``; docs/evidence/duet.md, "The swap pairing, measured"). Worker side.
+keeps them (``FREE_ON_CPU``; docs/evidence/swap.md#the-turns-and-the-copies). Worker side.
 """
 
 from __future__ import annotations
