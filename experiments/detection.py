@@ -16,7 +16,7 @@ repetition, in shuffled order. Each launch's judge record goes to a JSON-lines f
 ``--scaling-update-baselines --scaling-launches M`` writes it), then, per trial, launches drawn without
 replacement from another collection handed one at a time to ``scalegate.judge.judge`` until it decides or
 the budget (``scalegate.policy.GATE_MAX_LAUNCHES``) is spent. Clean launches judged ``regressed`` are false alarms; slowed
-ones, detections. It also reports the efficiency drop each injected slowdown really caused, by DESIGN.md's
+ones, detections. It also reports the efficiency drop each injected slowdown really caused, by docs/concepts.md's
 definition (classic efficiency, launches pooled) and on the local efficiency.
 
 ``gate-runs`` times the whole command (``python -m scalegate gate``) on the canaries, clean, with a slowdown
@@ -172,7 +172,7 @@ def _baseline(key: str, values: list[float]) -> BaselineFile:
 
 
 def _drops(rows: list[dict], strategy: str, slowdowns: list[float]) -> dict[float, tuple[float, float]]:
-    """The efficiency drop each slowdown caused: DESIGN.md's (pooled steps, pooled reference) and the local one."""
+    """The efficiency drop each slowdown caused: docs/concepts.md's (pooled steps, pooled reference) and the local one."""
     ref = [t for r in rows if r["strategy"] == "single" for t in r["launch"].step_times_s]
     out = {}
     base = None
@@ -212,7 +212,7 @@ def replay(args: argparse.Namespace) -> None:
         + (f"; only the first {args.pairs} pairs of each launch" if args.pairs else "")
     )
     print(
-        "| case | injected slowdown | efficiency drop (DESIGN.md) | local efficiency drop | trials | regressed | "
+        "| case | injected slowdown | efficiency drop (concepts) | local efficiency drop | trials | regressed | "
         "noisy | ok | launches per verdict (mean, max) |"
     )
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")

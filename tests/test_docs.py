@@ -245,7 +245,7 @@ def test_every_docs_anchor_the_harness_links_is_a_heading_of_that_page():
 def test_the_docs_and_the_code_cite_no_file_outside_the_repository():
     """The docs and the code are the users'; the notes of the people building the project are not, and are never
     cited: a definition the code follows is docs/concepts.md's or docs/architecture.md's."""
-    code = [p for folder in ("harness", "benchmarks", "tests") for p in (ROOT / folder).rglob("*.py")]
+    code = [p for folder in ("harness", "benchmarks", "tests", "experiments") for p in (ROOT / folder).rglob("*.py")]
     cited = [
         f"{path.relative_to(ROOT)}: {word}"
         for path in [
