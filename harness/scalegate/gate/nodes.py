@@ -29,26 +29,27 @@ from scalegate.contract.errors import ScalegateError
 from scalegate.gate import rounds
 from scalegate.gate.plan import GatePlan
 from scalegate.gate.sides import Side
+from scalegate.launch.duet_nodes import NodeRegistry, NodeSaid
 
 
 class Leader:
-    """Node 0's side of the followers: ``rounds.Followers``."""
+    """Node 0's side of the followers (``rounds.Followers``), over its coordinator's node registry."""
 
-    def __init__(self, coordinator, count: int) -> None:
-        self.c, self.count = coordinator, count
+    def __init__(self, registry: NodeRegistry, address: str, count: int) -> None:
+        self.registry, self.address, self.count = registry, address, count
         self.round = 0
         self.ran: set[int] = set()  # the followers that ran this round
 
     def wait_joined(self, timeout_s: float) -> None:
         """Until every other node's gate follows; bad input naming the missing nodes past ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        while len(self.c.followers) < self.count and time.monotonic() < deadline:
+        while len(self.registry.joined) < self.count and time.monotonic() < deadline:
             time.sleep(0.2)
-        missing = sorted(set(range(1, self.count + 1)) - set(self.c.followers))
+        missing = sorted(set(range(1, self.count + 1)) - set(self.registry.joined))
         if missing:
             raise ScalegateError(
                 f"node(s) {', '.join(map(str, missing))} of the allocation did not join the gate in {timeout_s:.0f} s "
-                f"(node 0's coordinator at {self.c.tcp_address})",
+                f"(node 0's coordinator at {self.address})",
                 "run one gate per node: srun --ntasks-per-node=1 python -m scalegate gate --base REF ...; check that "
                 "the nodes reach node 0 over tcp",
             )
@@ -56,9 +57,9 @@ class Leader:
 
     def start_round(self, n: int, args: list[str], first: str) -> None:
         self.round, self.ran = n, set()
-        for node, sock in sorted(self.c.followers.items()):
+        for node in self.registry.joined:
             try:
-                duet.send(sock, {"op": "round", "n": n, "args": args, "first": first})
+                self.registry.send(node, {"op": "round", "n": n, "args": args, "first": first})
             except OSError:
                 raise _gone(node, n) from None
 
@@ -67,7 +68,7 @@ class Leader:
         node 0's ranks waited out their collectives' timeouts."""
         with contextlib.suppress(queue.Empty):
             while True:
-                self._take(*self.c.from_nodes.get_nowait())
+                self._take(self.registry.next())
 
     def wait_round(self, n: int) -> None:
         """Until every follower ran round ``n``; a follower gone meanwhile stops the gate, naming it. Node 0's
@@ -76,27 +77,27 @@ class Leader:
         told = time.monotonic() + policy.ROUND_GRACE_S
         while len(self.ran) < self.count:
             try:
-                self._take(*self.c.from_nodes.get(timeout=1.0))
+                self._take(self.registry.next(timeout=1.0))
             except queue.Empty:
                 pass
             if told is not None and time.monotonic() > told:
                 print(f"gate: round {n}: node 0's sessions ended; telling the others to end theirs", flush=True)
-                for node, sock in self.c.followers.items():
+                for node in self.registry.joined:
                     if node not in self.ran:
                         with contextlib.suppress(OSError):
-                            duet.send(sock, {"op": "end-round", "n": n})
+                            self.registry.send(node, {"op": "end-round", "n": n})
                 told = None
 
-    def _take(self, node: int, message: dict) -> None:
-        if message.get("op") == "ran" and message.get("n") == self.round:
-            self.ran.add(node)
-        elif message.get("op") == "gone":
-            raise _gone(node, self.round)
+    def _take(self, said: NodeSaid) -> None:
+        if said.message.get("op") == "ran" and said.message.get("n") == self.round:
+            self.ran.add(said.node)
+        elif said.message.get("op") == "gone":
+            raise _gone(said.node, self.round)
 
     def end(self, code: int) -> None:
-        for sock in self.c.followers.values():
+        for node in self.registry.joined:
             with contextlib.suppress(OSError):
-                duet.send(sock, {"op": "end", "code": code})
+                self.registry.send(node, {"op": "end", "code": code})
 
 
 def _gone(node: int, n: int) -> ScalegateError:
@@ -121,7 +122,7 @@ def lead(plan: GatePlan, paired: rounds.Paired | None) -> Iterator[Leader | None
     if plan.node != 0:
         yield None
         return
-    leader = Leader(paired.coordinator, plan.nodes.nnodes - 1)
+    leader = Leader(paired.coordinator.nodes, paired.coordinator.tcp_address, plan.nodes.nnodes - 1)
     leader.wait_joined(policy.NODE_WAIT_S)
     code = 2
     try:
