@@ -28,7 +28,6 @@ import math
 import os
 import shlex
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,12 +37,12 @@ from benchmarks.duet_estimators import raw_row
 from experiments.duet_aa import canary as with_single  # as the whole gates select: single-cnn-1x1 in round 1 too
 from experiments.duet_aa import script_repo
 from scalegate import policy
-from scalegate.gate import merge, rounds, worktree
+from scalegate.gate import merge, pairing, rounds, worktree
 from scalegate.gate.project import Project
-from scalegate.gate.sides import Side, session_command
+from scalegate.gate.sessions import Sessions
+from scalegate.gate.sides import Side
 from scalegate.judge import duet_floors, duet_pairs
 from scalegate.judge.evidence import CaseRecord
-from scalegate.launch.duet import Coordinator
 from tests.repos import checkout_repo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,8 +124,8 @@ def one_run(a: argparse.Namespace) -> list[dict]:
         project = Project.find(repo)
         gate_dir = repo / "results" / "bias"
         empty = gate_dir / "no-baselines"
-        settings = ["--scaling-tolerance", str(policy.AB_GATE_TOLERANCE), "--scaling-max-launches", str(a.rounds)]
-        command = session_command(project, sys.executable, settings, empty)
+        settings = ("--scaling-tolerance", str(policy.AB_GATE_TOLERANCE))
+        each_side = {"project": project, "settings": settings, "baselines": empty}
         # gate: where the gate puts it (worktree.base_tree: beside, a path as long as the repository's); nested: in
         # the run directory; equal: a sibling whose name is as long as the repository's ("base" beside "repo");
         # sibling: a sibling whose path is as long as the nested one (the path's length without the nesting)
@@ -138,8 +137,8 @@ def one_run(a: argparse.Namespace) -> list[dict]:
         with tree as base:
             trees = {"swapped": (repo, base.path), "same": (repo, repo)}.get(a.layout, (base.path, repo))
             sides = [
-                PaddedSide(name="base", tree=trees[0], argv=command, pad=a.pad_base),
-                Side(name="head", tree=trees[1], argv=command),
+                PaddedSide(name="base", tree=trees[0], pad=a.pad_base, **each_side),
+                Side(name="head", tree=trees[1], **each_side),
             ]
 
             def undecided(merged: dict) -> list[str]:
@@ -147,14 +146,22 @@ def one_run(a: argparse.Namespace) -> list[dict]:
                     a.partial.write_text(json.dumps({"note": a.note, "rounds": rounds_of(merged)}) + "\n")
                 return [case]
 
-            swap = a.pairing == "swap"
-            with Coordinator(alternate=a.pairing == "alternate", turn_steps=a.turn_steps, swap=swap) as coordinator:
+            with pairing.local(pairing.Chosen(a.pairing, "", turn_steps=a.turn_steps)) as paired:
+                coordinator = paired.coordinator
                 if a.first != "alternate":  # always the one side first (the experiment; the gate alternates)
                     round_started = coordinator.round_started
                     coordinator.round_started = lambda refused=None, first="": round_started(refused, first=a.first)
-                paired = rounds.Paired(coordinator=coordinator, pairing="duet" if swap else a.pairing)
                 args = [*select, *shlex.split(a.extra)]
-                merged = rounds.run(sides, args, gate_dir, undecided, merge.Budgets(a.rounds), paired=paired).merged
+                each = rounds.Rounds(
+                    sides=sides,
+                    args=args,
+                    gate_dir=gate_dir,
+                    undecided=undecided,
+                    budgets=merge.Budgets(a.rounds),
+                    sessions=Sessions(),
+                    paired=paired,
+                )
+                merged = rounds.run(each).merged
         return [r for r in rounds_of(merged, a.raw) if f"[{r['case']}]" == case]  # not --with-single's single-cnn-1x1
 
 

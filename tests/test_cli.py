@@ -473,6 +473,7 @@ def test_a_gate_whose_parity_cases_all_skip_goes_on_without_parity(tmp_path, cap
     from scalegate.gate import pairing
     from scalegate.gate.plan import GatePlan
     from scalegate.gate.project import PARITY_TEST, Project
+    from scalegate.gate.sessions import Sessions
 
     root = tmp_path / "team"
     (root / "scaling_tests").mkdir(parents=True)
@@ -482,5 +483,5 @@ def test_a_gate_whose_parity_cases_all_skip_goes_on_without_parity(tmp_path, cap
     args, extra = gate.namespace()
     args.forward = extra
     plan = GatePlan.build(args, Project(root=root, parity=[PARITY_TEST]))
-    assert pairing.parity(plan, root, tmp_path / "gate") == (None, 0)
+    assert pairing.parity(plan, root, tmp_path / "gate", sessions=Sessions()) == (None, 0)
     assert "gate: parity: every parity case was skipped here" in capsys.readouterr().out

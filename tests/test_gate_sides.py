@@ -1,4 +1,4 @@
-"""Each side of an A/B gate runs its own tree's tests and script (gate/sides.py ``session_command``).
+"""Each side of an A/B gate runs its own tree's tests and script (gate/sides.py ``Side.command``).
 
 The gate's run directory, where both sessions write and where the base tree is checked out, lies in the head's
 repository. pytest finds its configuration from the common ancestor of the command line's existing paths, an
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from scalegate.gate.project import Project
-from scalegate.gate.sides import session_command
+from scalegate.gate.sides import Side
 
 
 def _tree(root: Path, marker: str) -> None:
@@ -34,7 +34,9 @@ def test_the_base_sides_session_reads_the_base_trees_configuration_not_the_heads
     empty = run / "no-baselines"
     where.mkdir(parents=True)
     empty.mkdir()
-    argv = session_command(Project(root=head), sys.executable, [], empty)(["--co"], where)
+    argv = Side(name="base", tree=base, project=Project(root=head), python=sys.executable, baselines=empty).command(
+        ["--co"], where
+    )
     done = subprocess.run(argv, cwd=base, capture_output=True, text=True, timeout=120)
     out = done.stdout + done.stderr
     assert f"rootdir: {base}\n" in out, out[-3000:]  # the script's path is relative to it

@@ -22,13 +22,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from scalegate.cli import forward
 from scalegate.contract.errors import ScalegateError
 from scalegate.gate import merge, rounds
+from scalegate.gate.paired import Merged
 from scalegate.gate.project import Project
-from scalegate.gate.sides import Side
+from scalegate.gate.sessions import Sessions, environment
+from scalegate.gate.sides import older_plugin
 from scalegate.plan import declare
 from scalegate.plan.option_groups import Recorded
 from scalegate.plan.option_types import output_dir
@@ -56,17 +60,42 @@ def round_argv(user_args: list[str], results_dir: Path, project: Project | None 
     ]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Recording:
+    """The one side of a recording's rounds (gate/sides.py ``RoundSide``): the working tree, one launch of each case
+    a round (``round_argv``)."""
+
+    project: Project
+    name: str = "head"
+
+    @property
+    def tree(self) -> Path:
+        return self.project.root
+
+    def command(self, args: Sequence[str], where: Path, paired: Sequence[str] = ()) -> list[str]:
+        return [*round_argv([*args, *paired], where, self.project), *older_plugin(self.tree)]
+
+    def environment(self) -> dict[str, str]:
+        return environment(self.tree)
+
+
 def run_rounds(count: int, user_args: list[str], results_dir: Path) -> list[Path]:
     """Run the selection ``count`` times, as the gate runs its rounds; the run directory of every round."""
-    project = Project.find()
-    side = Side(name="head", tree=project.root, argv=lambda extra, where: round_argv(extra, where, project))
 
-    def every_case(merged: rounds.Merged) -> list[str]:  # a recording runs all its rounds of every case
+    def every_case(merged: Merged) -> list[str]:  # a recording runs all its rounds of every case
         return [f"[{c['case_id']}]" for c in merged["head"]]
 
     print(f"record-baselines: {count} rounds of the selection", flush=True)
-    said = rounds.counted("record-baselines", count)
-    return rounds.run([side], user_args, results_dir, every_case, merge.Budgets(count), progress=said).runs["head"]
+    each = rounds.Rounds(
+        sides=[Recording(project=Project.find())],
+        args=user_args,
+        gate_dir=results_dir,
+        undecided=every_case,
+        budgets=merge.Budgets(count),
+        sessions=Sessions(),
+        progress=rounds.counted("record-baselines", count),
+    )
+    return rounds.run(each).runs["head"]
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:

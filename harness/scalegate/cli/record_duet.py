@@ -19,18 +19,18 @@ correctness failure or an injected fault refuses the whole recording, as ``updat
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from scalegate.contract.errors import ScalegateError
-from scalegate.gate import merge, rounds
+from scalegate.gate import merge, pairing, rounds
+from scalegate.gate.paired import Merged
 from scalegate.gate.project import Project
-from scalegate.gate.sides import Side, session_command
+from scalegate.gate.sessions import Sessions
+from scalegate.gate.sides import Side
 from scalegate.judge import duet_floors, duet_pairs
 from scalegate.judge.evidence import CaseRecord
-from scalegate.launch.duet import Coordinator
 from scalegate.plan import hostinfo
 from scalegate.record import baselines, update
 from scalegate.report import compare
@@ -101,18 +101,26 @@ def record(count: int, user_args: list[str], results_dir: Path, baseline_dir: Pa
         )
     project = Project.find()
     gate_dir = (results_dir / time.strftime("duet-aa-%Y%m%d-%H%M%S")).resolve()
-    command = session_command(project, sys.executable, [], gate_dir / "no-baselines")
     # the checkout against itself: both sides run the working tree, as `gate --base-python` alone does
-    sides = [Side(name=name, tree=project.root, argv=command) for name in ("base", "head")]
+    empty = gate_dir / "no-baselines"
+    sides = [Side(name=name, tree=project.root, project=project, baselines=empty) for name in ("base", "head")]
 
-    def every_case(merged: rounds.Merged) -> list[str]:  # an A/A record runs all N rounds of every case
+    def every_case(merged: Merged) -> list[str]:  # an A/A record runs all N rounds of every case
         return [f"[{c['case_id']}]" for c in merged["head"]]
 
     print(f"record-baselines: {count} A/A duet rounds of {project.root} against itself (docs/duet.md)", flush=True)
-    with Coordinator() as coordinator:
-        paired = rounds.Paired(coordinator=coordinator, pairing="duet")
-        budgets, said = merge.Budgets(count), rounds.counted("record-baselines", count)
-        merged = rounds.run(sides, user_args, gate_dir, every_case, budgets, paired=paired, progress=said).merged
+    with pairing.local(pairing.Chosen("duet", "")) as paired:
+        each = rounds.Rounds(
+            sides=sides,
+            args=user_args,
+            gate_dir=gate_dir,
+            undecided=every_case,
+            budgets=merge.Budgets(count),
+            sessions=Sessions(),
+            paired=paired,
+            progress=rounds.counted("record-baselines", count),
+        )
+        merged = rounds.run(each).merged
     update.refuse_unsound([*merged["head"], *merged["base"]])
     values, lines = entries(merged["head"], merged["base"], hostinfo.commit(project.root))
     if not values:

@@ -3,9 +3,10 @@
     verdict = Gate(GatePlan.build(args, project)).run()     # cli/gate.py
 
 One object holds a gate's state while it runs (as torchtitan's ``Trainer`` holds a training run's): the plan it was
-given, the sides it measures, the coordinator that pairs them, the notes it takes. Every phase below is a short
-block under a comment saying what it does. A gate stopped by a signal (``scancel``, a CI timeout, Ctrl-C) ends its
-sessions, its coordinator and its base worktree on the way out and says so in one line (``Stopped``).
+given, the pytest sessions it has running (gate/sessions.py), the notes it takes, the round it is in. Every phase
+below is a short block under a comment saying what it does. A gate stopped by a signal (``scancel``, a CI timeout,
+Ctrl-C) ends its sessions, its coordinator and its base worktree on the way out and says so in one line
+(``Stopped``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from scalegate.contract import atomic
-from scalegate.contract.errors import ScalegateError
 from scalegate.gate import environments, merge, nodes, pairing, rounds, verdict, worktree
+from scalegate.gate.paired import Merged, Paired
 from scalegate.gate.plan import GatePlan
-from scalegate.gate.sides import Side, pytest_argv, session_command
+from scalegate.gate.sessions import NoCases, Sessions, check_run
+from scalegate.gate.sides import Side, pytest_argv
 from scalegate.plan import hostinfo
 from scalegate.record import baselines
 from scalegate.report import compare
@@ -50,6 +52,7 @@ class Verdict:
 @dataclass
 class Gate:
     plan: GatePlan
+    sessions: Sessions = field(default_factory=Sessions)  # its pytest sessions running now: a stopped gate ends them
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     round_now: int = 0
@@ -63,16 +66,16 @@ class Gate:
                     return self._stored_in_session()
                 return self._stored_in_rounds()
             except Stopped:
-                rounds.stop_sessions()  # their ranks, agents and namespaces go with them
+                self.sessions.stop()  # their ranks, agents and namespaces go with them
                 raise
 
     # --- against the stored baselines ----------------------------------------------------------------------------
     def _stored_in_rounds(self) -> Verdict:
         plan = self.plan
         # parity: both front ends in each launch, in a session of its own
-        parity_run, parity_code = pairing.parity(plan, plan.project.root, plan.gate_dir)
+        parity_run, parity_code = pairing.parity(plan, plan.project.root, plan.gate_dir, sessions=self.sessions)
         # the rounds: every undecided case once a round
-        head = Side(name="head", tree=plan.project.root, argv=self._command(sys.executable, empty=None))
+        head = Side(name="head", tree=plan.project.root, project=plan.project, settings=plan.settings)
         found = self._rounds([head], parity_run, _stored_undecided(plan.baseline_dir))
         # merge, then judge against the stored baselines
         run_dir = merge.write(plan.gate_dir, found.merged["head"], parity_run, plan.results_dir)
@@ -81,14 +84,18 @@ class Gate:
     def _stored_in_session(self) -> Verdict:
         """One pytest session on every node; its sequential relaunches follow each other; node 0 judges."""
         plan, project = self.plan, self.plan.project
-        here = Side(name="head", tree=project.root, argv=lambda extra, where: [])
-        tests = [*project.tests, *project.parity]
-        argv = pytest_argv(project, plan.user_args, plan.gate_dir, tests, plan.settings, sys.executable)
-        with rounds.ending_sessions():
-            code = rounds.finish(rounds.start(argv, here))
+        argv = pytest_argv(
+            project,
+            python=sys.executable,
+            tests=[*project.tests, *project.parity],
+            settings=plan.relaunching,
+            results_dir=plan.gate_dir,
+            user_args=plan.user_args,
+        )
+        code = self.sessions.run(argv, tree=project.root)
         if plan.node != 0:
             return Verdict(code=0 if code == 0 else 1, text="", data={}, node=plan.node, follower=True)
-        return self._judged(rounds.check_run(code, plan.gate_dir, "the gate"), None, [code])
+        return self._judged(check_run(code, plan.gate_dir, "the gate"), None, [code])
 
     # --- against the base commit, measured in the same job (A/B) -----------------------------------------------
     def _ab(self) -> Verdict:
@@ -119,7 +126,7 @@ class Gate:
                 flush=True,
             )
             # parity: both front ends in each launch, no base needed (node 0: the other nodes have no part in it)
-            parity_run, parity_code = pairing.parity(plan, plan.project.root, plan.gate_dir)
+            parity_run, parity_code = pairing.parity(plan, plan.project.root, plan.gate_dir, sessions=self.sessions)
             # the rounds: both sides once a round, paired where they can be; the other nodes follow node 0
             paired = held.enter_context(pairing.coordinator(plan, chosen))
             followers = held.enter_context(nodes.lead(plan, paired))
@@ -143,45 +150,51 @@ class Gate:
         return self._judged(run_dir, run_dir / "base", [*found.codes, parity_code])
 
     def _sides(self, base_tree: Path, base_python: str) -> list[Side]:
-        empty = self.plan.gate_dir / "no-baselines"
+        plan = self.plan
+        empty = plan.gate_dir / "no-baselines"
         return [
             # the base side's ranks build DeepSpeed's ops into their own venv's cache (launch/base.py)
             Side(
                 name="base",
                 tree=base_tree,
-                argv=self._command(base_python, empty),
+                project=plan.project,
+                python=base_python,
+                settings=plan.settings,
+                baselines=empty,
                 drop=("TORCH_EXTENSIONS_DIR",) if base_python != sys.executable else (),
             ),
-            Side(name="head", tree=self.plan.project.root, argv=self._command(sys.executable, empty)),
+            Side(name="head", tree=plan.project.root, project=plan.project, settings=plan.settings, baselines=empty),
         ]
 
-    def _followed(self, sides: list[Side], paired: rounds.Paired | None) -> Verdict:
+    def _followed(self, sides: list[Side], paired: Paired | None) -> Verdict:
         """A node other than 0: run each round node 0 names, on this node, until node 0 ends the gate."""
-        code = nodes.follow(self.plan, sides, paired, on_round=lambda n: setattr(self, "round_now", n))
+        code = nodes.follow(self.plan, sides, paired, self.sessions, on_round=self._at_round)
         return Verdict(code=code, text="", data={}, node=self.plan.node, follower=True)
 
     # --- the phases every gate shares ----------------------------------------------------------------------------
-    def _command(self, python: str, empty: Path | None):
-        return session_command(self.plan.project, python, self.plan.settings, empty)
+    def _at_round(self, n: int) -> None:
+        self.round_now = n
 
     def _rounds(self, sides, parity_run, undecided, paired=None, followers=None) -> rounds.Outcome:
         plan = self.plan
+        each = rounds.Rounds(
+            sides=sides,
+            args=plan.user_args,
+            gate_dir=plan.gate_dir,
+            undecided=undecided,
+            budgets=plan.budgets(paired=paired is not None),
+            sessions=self.sessions,
+            paired=paired,
+            followers=followers,
+            deadline=plan.deadline,
+            on_round=self._at_round,
+        )
         try:
-            found = rounds.run(
-                sides,
-                plan.user_args,
-                plan.gate_dir,
-                undecided,
-                plan.budgets(paired=paired is not None),
-                paired=paired,
-                deadline=plan.deadline,
-                followers=followers,
-                on_round=lambda n: setattr(self, "round_now", n),
-            )
-        except ScalegateError as exc:
-            if parity_run is None or "exit code 5" not in exc.message:
+            found = rounds.run(each)
+        except NoCases:
+            if parity_run is None:
                 raise
-            return rounds.Outcome(merged={side.name: [] for side in sides}, codes=[], runs={})  # parity only
+            return rounds.Outcome(merged={side.name: [] for side in sides}, codes=(), runs={})  # parity only
         self.notes += found.notes
         return found
 
@@ -198,7 +211,7 @@ class Gate:
 
 
 def _stored_undecided(baseline_dir: Path):
-    def undecided(merged: rounds.Merged) -> list[str]:
+    def undecided(merged: Merged) -> list[str]:
         cases = merged["head"]
         baseline = baselines.load(baseline_dir, cases[0].get("profile", "?")) if cases else None
         return [f"[{c['case_id']}]" for c in cases if compare.outcome_of(c, baseline).next_launches]
@@ -207,7 +220,7 @@ def _stored_undecided(baseline_dir: Path):
 
 
 def _ab_undecided(baseline_dir: Path):
-    def undecided(merged: rounds.Merged) -> list[str]:
+    def undecided(merged: Merged) -> list[str]:
         cases = merged["head"]
         stored = baselines.load(baseline_dir, cases[0].get("profile", "?")) if cases else None
         theirs = compare.base_records(cases, merged["base"])

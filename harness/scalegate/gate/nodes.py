@@ -21,19 +21,22 @@ import queue
 import select
 import socket
 import time
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
 
 from scalegate import policy
 from scalegate.contract import duet
 from scalegate.contract.errors import ScalegateError
-from scalegate.gate import rounds
+from scalegate.gate.paired import Paired, Place, at_once
 from scalegate.gate.plan import GatePlan
-from scalegate.gate.sides import Side
+from scalegate.gate.sessions import Sessions
+from scalegate.gate.sides import RoundSide
 from scalegate.launch.duet_nodes import NodeRegistry, NodeSaid
 
 
 class Leader:
-    """Node 0's side of the followers (``rounds.Followers``), over its coordinator's node registry."""
+    """Node 0's side of the followers (gate/rounds.py ``Followers``), over its coordinator's node registry."""
 
     def __init__(self, registry: NodeRegistry, address: str, count: int) -> None:
         self.registry, self.address, self.count = registry, address, count
@@ -109,7 +112,7 @@ def _gone(node: int, n: int) -> ScalegateError:
 
 
 @contextlib.contextmanager
-def lead(plan: GatePlan, paired: rounds.Paired | None) -> Iterator[Leader | None]:
+def lead(plan: GatePlan, paired: Paired | None) -> Iterator[Leader | None]:
     """On node 0 of a multi-node gate, its followers once every node joined; None on one node or on a follower."""
     if plan.nodes is None:
         yield None
@@ -122,6 +125,7 @@ def lead(plan: GatePlan, paired: rounds.Paired | None) -> Iterator[Leader | None
     if plan.node != 0:
         yield None
         return
+    assert paired.coordinator is not None  # node 0 runs the coordinator
     leader = Leader(paired.coordinator.nodes, paired.coordinator.tcp_address, plan.nodes.nnodes - 1)
     leader.wait_joined(policy.NODE_WAIT_S)
     code = 2
@@ -133,23 +137,33 @@ def lead(plan: GatePlan, paired: rounds.Paired | None) -> Iterator[Leader | None
 
 
 def follow(
-    plan: GatePlan, sides: list[Side], paired: rounds.Paired | None, on_round: Callable[[int], None] = lambda n: None
+    plan: GatePlan,
+    sides: Sequence[RoundSide],
+    paired: Paired | None,
+    sessions: Sessions,
+    on_round: Callable[[int], None] = lambda n: None,
 ) -> int:
     """A node other than 0: run every round node 0 names, both sides' sessions on this node, until it ends the gate;
     the exit code node 0 sends. ``on_round(n)`` as each round starts (the gate names it if a signal stops it)."""
     assert paired is not None and plan.nodes is not None
-    sock = _connect(paired.coordinator.tcp_address, policy.NODE_WAIT_S)
+    sock = _connect(paired.address, policy.NODE_WAIT_S)
     lines = duet.Lines(sock)
     duet.send(sock, {"op": "follow", "v": duet.VERSION, "node": plan.node})
     try:
-        with rounds.ending_sessions():
-            return _follow(plan, sides, paired, sock, lines, on_round)
+        with sessions.ending():
+            return _follow(plan, sides, paired, sessions, sock, lines, on_round)
     finally:
         sock.close()
 
 
 def _follow(
-    plan: GatePlan, sides: list[Side], paired: rounds.Paired, sock: socket.socket, lines: duet.Lines, on_round
+    plan: GatePlan,
+    sides: Sequence[RoundSide],
+    paired: Paired,
+    sessions: Sessions,
+    sock: socket.socket,
+    lines: duet.Lines,
+    on_round: Callable[[int], None],
 ) -> int:
     while True:
         message = lines.read()
@@ -163,37 +177,38 @@ def _follow(
         if message["op"] == "round":
             n = int(message["n"])
             on_round(n)
-            ordered = sides if sides[-1].name == message["first"] else sides[::-1]
-            codes = _run_round(ordered, list(message["args"]), plan, n, paired, sock, lines)
+            ordered = list(sides) if sides[-1].name == message["first"] else list(sides)[::-1]
+            place = Place(gate_dir=plan.gate_dir, n=n, log=f"session-node{plan.node}.log")
+            watch = _Listening(node=plan.node, n=n, sock=sock, lines=lines, sessions=sessions)
+            codes = at_once(ordered, list(message["args"]), place, paired, sessions, watch)
             duet.send(sock, {"op": "ran", "n": n, "codes": codes})
 
 
-def _run_round(
-    sides: list[Side], args: list[str], plan: GatePlan, n: int, paired: rounds.Paired, sock: socket.socket, lines
-) -> dict[str, int]:
-    """This node's two sessions of round ``n`` at once, each its node's torchrun agent for the round's cases, until
-    both end or node 0 says the round is over (``end-round``: its own sessions ended, so every job has)."""
-    procs = []
-    for side in sides:
-        where = plan.gate_dir / f"round-{n:02d}" / side.name
-        where.mkdir(parents=True, exist_ok=True)
-        log = open(where / f"session-node{plan.node}.log", "w")
-        procs.append((side, rounds.start(side.command([*args, *paired.args(side.name)], where), side, log), log))
-    while any(proc.poll() is None for _, proc, _ in procs):
-        if select.select([sock], [], [], 0.5)[0]:
-            message = lines.read()
-            if message is None:
-                raise ScalegateError(
-                    f"node {plan.node}: node 0's gate closed its connection in round {n}",
-                    "read node 0's output: it names what stopped the gate",
-                )
-            if message.get("op") == "end-round":
-                rounds.stop_sessions()
-    codes = {}
-    for side, proc, log in procs:
-        codes[side.name] = rounds.finish(proc)
-        log.close()
-    return codes
+@dataclass(frozen=True, kw_only=True)
+class _Listening:
+    """A follower's watch over its paired round (gate/paired.py ``Watch``): node 0's word, until both its sessions
+    ended or node 0 says the round is over (``end-round``: its own sessions ended, so every job has)."""
+
+    node: int
+    n: int
+    sock: socket.socket
+    lines: duet.Lines
+    sessions: Sessions
+
+    def ended(self, side: str, code: int, log: Path) -> None:
+        pass
+
+    def wait(self) -> None:
+        if not select.select([self.sock], [], [], 0.5)[0]:
+            return
+        message = self.lines.read()
+        if message is None:
+            raise ScalegateError(
+                f"node {self.node}: node 0's gate closed its connection in round {self.n}",
+                "read node 0's output: it names what stopped the gate",
+            )
+        if message.get("op") == "end-round":
+            self.sessions.stop()
 
 
 def _connect(address: str, timeout_s: float) -> socket.socket:

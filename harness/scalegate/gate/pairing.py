@@ -12,7 +12,7 @@ Four pairings (docs/duet.md):
   rounds``).
 
 ``choose`` decides before the first round and says why; ``coordinator`` starts the pairing's coordinator (a unix
-socket on one node, tcp on node 0 of an allocation).
+socket on one node, ``local``; tcp on node 0 of an allocation) and says how the sessions pair (gate/paired.py).
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from scalegate.contract import duet
 from scalegate.contract.errors import ScalegateError
 from scalegate.contract.nvml import NvmlDeviceError
-from scalegate.gate import rounds
+from scalegate.gate.paired import Merged, Paired, none_refused
 from scalegate.gate.plan import GatePlan
-from scalegate.gate.sides import Side, pytest_argv, unpaired_base
+from scalegate.gate.sessions import NO_CASES, Sessions, check_run
+from scalegate.gate.sides import pytest_argv, unpaired_base
 from scalegate.launch import duet_fit
 from scalegate.launch.duet import Coordinator
 from scalegate.plan import hostinfo
@@ -72,14 +73,6 @@ def choose(plan: GatePlan, base_tree: Path, base_python: str) -> Chosen:
     return Chosen("swap" if plan.pairing == "swap" else "duet", "", turn_steps=plan.turn_steps)
 
 
-@dataclass(frozen=True)
-class Remote:
-    """Node 0's coordinator as another node sees it: its address."""
-
-    address: str
-    tcp_address: str
-
-
 def address(plan: GatePlan) -> tuple[str, int]:
     """Node 0's coordinator on a multi-node allocation: (host, port), the same on every node (its job and step)."""
     slurm = plan.nodes
@@ -88,33 +81,51 @@ def address(plan: GatePlan) -> tuple[str, int]:
 
 
 @contextlib.contextmanager
-def coordinator(plan: GatePlan, chosen: Chosen) -> Iterator[rounds.Paired | None]:
+def coordinator(plan: GatePlan, chosen: Chosen) -> Iterator[Paired | None]:
     """The chosen pairing's coordinator for the gate's rounds, closed however they end (None: not paired)."""
     if chosen.pairing == "rounds":
         yield None
         return
-    refusals = _refusals(plan.baseline_dir) if chosen.pairing == "duet" else (lambda merged: {})
-    swap = chosen.pairing == "swap"
-    turns = {"alternate": chosen.pairing == "alternate", "turn_steps": chosen.turn_steps, "swap": swap}
-    sessions = "duet" if swap else chosen.pairing  # a swap's sessions run as a duet's: the coordinator's go swaps
+    refusals = _refusals(plan.baseline_dir) if chosen.pairing == "duet" else none_refused
     if plan.nodes is None:
-        with Coordinator(**turns) as c:
-            yield rounds.Paired(coordinator=c, pairing=sessions, refusals=refusals)
+        with local(chosen, refusals) as paired:
+            yield paired
         return
     host, port = address(plan)
     if plan.node != 0:  # its gate and its ranks reach node 0's coordinator over tcp
-        remote = Remote(address=f"tcp:{host}:{port}", tcp_address=f"tcp:{host}:{port}")
-        yield rounds.Paired(coordinator=remote, pairing=sessions)
+        yield Paired(pairing=_sessions(chosen), address=f"tcp:{host}:{port}")
         return
-    with Coordinator(**turns, tcp=("0.0.0.0", port), host=host) as c:
-        yield rounds.Paired(coordinator=c, pairing=sessions, refusals=refusals)
+    with Coordinator(**_turns(chosen), tcp=("0.0.0.0", port), host=host) as c:
+        yield Paired(pairing=_sessions(chosen), address=c.address, coordinator=c, refusals=refusals)
 
 
-def report(chosen: Chosen, paired: rounds.Paired | None) -> dict[str, Any]:
-    """What duet.json holds: the pairing, or why none, every job's turns and the rounds' timeline."""
+@contextlib.contextmanager
+def local(chosen: Chosen, refusals: Callable[[Merged], dict[str, str]] = none_refused) -> Iterator[Paired]:
+    """The chosen pairing's coordinator on this one host (a unix socket), closed however its rounds end."""
+    with Coordinator(**_turns(chosen)) as c:
+        yield Paired(pairing=_sessions(chosen), address=c.address, coordinator=c, refusals=refusals)
+
+
+def _turns(chosen: Chosen) -> dict[str, Any]:
+    """What the coordinator grants in the chosen pairing."""
+    return {
+        "alternate": chosen.pairing == "alternate",
+        "turn_steps": chosen.turn_steps,
+        "swap": chosen.pairing == "swap",
+    }
+
+
+def _sessions(chosen: Chosen) -> str:
+    """The sessions' pairing: a swap's sessions run as a duet's (the coordinator's ``go`` swaps)."""
+    return "duet" if chosen.pairing == "swap" else chosen.pairing
+
+
+def report(chosen: Chosen, paired: Paired | None) -> dict[str, Any]:
+    """What duet.json holds: the pairing, or why none, every job's turns and the rounds' timeline (node 0's)."""
     if paired is None:
         return {"duet": False, "why_not": chosen.why, "pairing": "rounds", "jobs": {}}
     c = paired.coordinator
+    assert isinstance(c, Coordinator)  # node 0's
     c.settle()  # every job's last bye read before its end is reported
     said = {"pairing": chosen.pairing, "turn_steps": chosen.turn_steps}
     return {"duet": True, "why_not": "", **said, "jobs": c.report(), **c.timeline()}
@@ -125,11 +136,11 @@ def _refusals(baseline_dir: Path):
     (launch/duet_fit.py): their peaks from the rounds so far, else from the stored baseline. They alternate; so does
     every case with a recorded peak where the GPUs ``CUDA_VISIBLE_DEVICES`` names cannot be matched to NVML's."""
 
-    def needs(merged: rounds.Merged) -> list[duet_fit.Need]:
+    def needs(merged: Merged) -> list[duet_fit.Need]:
         stored = baselines.load(baseline_dir, hostinfo.detect().profile)
         return duet_fit.needs(merged, stored.cases if stored else {})
 
-    def refused(merged: rounds.Merged) -> dict[str, str]:
+    def refused(merged: Merged) -> dict[str, str]:
         try:
             free = duet_fit.free_bytes()
         except NvmlDeviceError as exc:  # which GPU is whose is unknown: no case is made resident twice on a guess
@@ -141,22 +152,25 @@ def _refusals(baseline_dir: Path):
     return refused
 
 
-def parity(plan: GatePlan, tree: Path, gate_dir: Path) -> tuple[Path | None, int]:
+def parity(plan: GatePlan, tree: Path, gate_dir: Path, *, sessions: Sessions) -> tuple[Path | None, int]:
     """Parity in a session of its own (both front ends interleaved in each launch: no base needed), where the
     repository has a parity test; node 0 alone runs it."""
     project = plan.project
     if not project.parity or plan.node != 0:
         return None, 0
     argv = pytest_argv(
-        project, [*plan.settings, *plan.user_args], gate_dir / "parity", project.parity, [], sys.executable
+        project,
+        python=sys.executable,
+        tests=project.parity,
+        settings=plan.relaunching,
+        results_dir=gate_dir / "parity",
+        user_args=plan.user_args,
     )
-    side = Side(name="parity", tree=tree, argv=lambda extra, where: [])
-    with rounds.ending_sessions():
-        code = rounds.finish(rounds.start(argv, side))
-    if code == 5:  # the selection has no parity case
+    code = sessions.run(argv, tree=tree)
+    if code == NO_CASES:  # the selection has no parity case
         return None, 0
     if code == 0 and not (gate_dir / "parity" / "latest").exists():
         # every parity case was skipped with its reason (one GPU: a 1x2 pair cannot run), so no case opened a run
         print("gate: parity: every parity case was skipped here (reasons above); the gate goes on without parity")
         return None, 0
-    return rounds.check_run(code, gate_dir / "parity", "the gate's parity session"), code
+    return check_run(code, gate_dir / "parity", "the gate's parity session"), code

@@ -57,11 +57,18 @@ class GatePlan:
         return merge.Budgets(self.budget, script=self.script_budget, alternate=self.alternate_budget)
 
     @property
-    def settings(self) -> list[str]:
-        """What the gate sets in every session before the user's arguments: the drop to catch, the budget (each
-        round's session then launches once), and a baseline for the stored gate."""
-        common = ["--scaling-tolerance", str(self.tolerance), "--scaling-max-launches", str(self.budget)]
-        return common if self.ab else ["--scaling-require-baseline", *common]
+    def settings(self) -> tuple[str, ...]:
+        """What the gate sets in every session before the user's arguments: the drop to catch, and a baseline for the
+        stored gate. A round's session launches each case once (gate/sides.py); a session that relaunches its cases
+        itself takes ``relaunching``."""
+        common = ("--scaling-tolerance", str(self.tolerance))
+        return common if self.ab else ("--scaling-require-baseline", *common)
+
+    @property
+    def relaunching(self) -> tuple[str, ...]:
+        """The settings of a session that relaunches a case while it is undecided (parity; the stored gate on several
+        nodes, one session): the gate's, and its budget."""
+        return (*self.settings, "--scaling-max-launches", str(self.budget))
 
     @classmethod
     def build(cls, args: argparse.Namespace, project: Project) -> "GatePlan":

@@ -2,35 +2,31 @@
 
 Launches seconds apart share a slow phase of the host; launches a minute apart do not. So the gate runs *rounds*:
 round 1 is every selected case once; each later round launches only the cases whose sequential verdict is still
-undecided, once each, in a fresh pytest session per side. Where both sides of an A/B gate pair (``Pairing``), each
-round runs both sides' sessions at once and their jobs take turns through the coordinator (launch/duet.py), step by
-step (duet) or one whole job at a time (alternate); otherwise the sides' sessions follow each other, in alternating
-order, ``ROUND_GAP_S`` at least between round starts. ``merge`` (gate/merge.py) makes one judge record of every
-round's launches of a case. On several nodes node 0 runs this loop and its followers run each round's sessions on
-their nodes too (gate/nodes.py).
+undecided, once each, in a fresh pytest session per side. Where both sides of an A/B gate pair (``Paired``), each
+round runs both sides' sessions at once (gate/paired.py) and their jobs take turns through the coordinator
+(launch/duet.py), step by step (duet) or one whole job at a time (alternate); otherwise the sides' sessions follow each
+other, in alternating order, ``ROUND_GAP_S`` at least between round starts. ``merge`` (gate/merge.py) makes one judge
+record of every round's launches of a case. On several nodes node 0 runs this loop and its followers run each round's
+sessions on their nodes too (gate/nodes.py).
+
+    found = rounds.run(rounds.Rounds(sides=..., args=..., gate_dir=..., undecided=..., budgets=..., sessions=...))
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from scalegate import policy
-from scalegate.contract.errors import ScalegateError
 from scalegate.gate import merge
-from scalegate.gate.project import NO_CASES_HINT
-from scalegate.gate.sides import Side
+from scalegate.gate.paired import Merged, Paired, Place, at_once
+from scalegate.gate.sessions import Sessions, check_run
+from scalegate.gate.sides import RoundSide
 from scalegate.record import runfiles
 
-PYTEST_BAD_INPUT = (2, 3, 4, 5)  # interrupted, internal error, usage error, nothing collected
-Merged = dict[str, list[dict[str, Any]]]  # each side's merged cases
+Cases = list[dict[str, Any]]  # one run's result files
 
 
 class Followers(Protocol):
@@ -41,43 +37,6 @@ class Followers(Protocol):
     def check(self) -> None: ...
 
     def wait_round(self, n: int) -> None: ...
-
-
-@dataclass
-class Paired:
-    """How a round's two sessions share the host: the coordinator, and the sessions' pairing options."""
-
-    coordinator: Any  # launch/duet.Coordinator
-    pairing: str  # "duet" or "alternate"
-    refusals: Callable[[Merged], dict[str, str]] = lambda merged: {}  # {case id: why} a case pairs whole jobs
-    hinted: bool = False  # the gate named --pairing swap for the cases that alternate (once a gate)
-
-    def args(self, side: str) -> list[str]:
-        return [
-            f"--scaling-duet={self.coordinator.address}",
-            f"--scaling-duet-side={side}",
-            f"--scaling-duet-pairing={self.pairing}",
-        ]
-
-
-@dataclass
-class Outcome:
-    merged: Merged
-    codes: list[int]  # the head's pytest exit codes, round by round
-    runs: dict[str, list[Path]]  # each side's run directory, round by round
-    notes: list[str] = field(default_factory=list)  # what the loop did that the verdicts do not say
-
-
-LIVE: set[subprocess.Popen] = set()  # the sessions running now: a stopped gate ends them (gate/life.py)
-_LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
-PR_SET_PDEATHSIG = 1
-
-
-def _end_with_gate() -> None:
-    """In a session's process before it runs: SIGTERM it when the gate's process dies, killed or not, so no session
-    (and none of its ranks) outlives a gate."""
-    if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def gate_progress(n: int, seconds: float, undecided: list[str]) -> str:
@@ -91,183 +50,156 @@ def counted(name: str, count: int) -> Callable[[int, float, list[str]], str]:
     return lambda n, seconds, _: f"{name}: round {n}/{count} done in {seconds:.0f}s"
 
 
-def run(
-    sides: list[Side],
-    args: list[str],
-    gate_dir: Path,
-    undecided: Callable[[Merged], list[str]],
-    budgets: merge.Budgets,
-    *,
-    paired: Paired | None = None,
-    deadline: float | None = None,
-    followers: Followers | None = None,
-    on_round: Callable[[int], None] = lambda n: None,
-    progress: Callable[[int, float, list[str]], str] = gate_progress,
-) -> Outcome:
-    """Rounds until no case is undecided or its budget of ``budgets`` is spent (``merge.Budgets.of``). ``deadline``
+def _no_hook(n: int) -> None:
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rounds:
+    """What a gate's rounds run: ``sides`` (one, or base and head) in ``sessions``, each round's sessions writing
+    under ``gate_dir``; ``args``: the user's pytest arguments, to every session. Rounds go on until ``undecided``
+    names no case or a case's budget of ``budgets`` is spent (``merge.Budgets.of``). ``deadline``
     (``time.monotonic()``, from ``gate --max-minutes``): no round starts that would end past it by the longest round
-    so far; the cases still undecided are then judged on the rounds they had, and why goes to the notes. Neither side
-    always runs first: the order alternates by round. ``undecided(merged)`` names the case ids that want another
-    round; ``progress(n, seconds, undecided)`` is the line printed as round ``n`` ends."""
-    with ending_sessions():
-        return _run(sides, args, gate_dir, undecided, budgets, paired, deadline, followers, on_round, progress)
+    so far. ``on_round(n)`` as round ``n`` starts; ``progress(n, seconds, undecided)`` is the line printed as it
+    ends."""
+
+    sides: Sequence[RoundSide]
+    args: Sequence[str]
+    gate_dir: Path
+    undecided: Callable[[Merged], list[str]]
+    budgets: merge.Budgets
+    sessions: Sessions
+    paired: Paired | None = None
+    followers: Followers | None = None
+    deadline: float | None = None
+    on_round: Callable[[int], None] = _no_hook
+    progress: Callable[[int, float, list[str]], str] = gate_progress
 
 
-def _run(sides, args, gate_dir, undecided, budgets, paired, deadline, followers, on_round, progress) -> Outcome:
-    found: dict[str, list[Path]] = {side.name: [] for side in sides}
-    out = Outcome(merged={}, codes=[], runs=found)
-    selection: list[str] = []
-    walls: list[float] = []
-    last = budgets.most
-    for n in range(1, last + 1):
-        started = time.monotonic()
-        on_round(n)
-        round_args = [*args, "-k", " or ".join(selection)] if n > 1 else list(args)  # later: the undecided only
-        ordered = sides if n % 2 else sides[::-1]
-        if followers is not None:
-            followers.start_round(n, round_args, ordered[-1].name)
-        if paired is not None and len(sides) == 2:
-            codes = _paired_round(ordered, round_args, gate_dir, n, paired, out.merged, followers)
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    merged: Merged
+    codes: tuple[int, ...]  # the head's pytest exit codes, round by round
+    runs: dict[str, list[Path]]  # each side's run directory, round by round
+    notes: tuple[str, ...] = ()  # what the loop did that the verdicts do not say
+
+
+def run(rounds: Rounds) -> Outcome:
+    """Every round, until no case is undecided, its budget is spent or the deadline is near; the cases still
+    undecided at the deadline are then judged on the rounds they had, and why goes to the notes. Neither side always
+    runs first: the order alternates by round."""
+    with rounds.sessions.ending():
+        return _Loop(rounds).run()
+
+
+@dataclass
+class _Loop:
+    r: Rounds
+    found: dict[str, list[Path]] = field(default_factory=dict)  # each side's run directories, round by round
+    merged: Merged = field(default_factory=dict)
+    codes: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    hinted: bool = False  # the gate named --pairing swap for the cases that alternate (once a gate)
+
+    def run(self) -> Outcome:
+        r = self.r
+        self.found = {side.name: [] for side in r.sides}
+        selection: list[str] = []
+        walls: list[float] = []
+        for n in range(1, r.budgets.most + 1):
+            started = time.monotonic()
+            r.on_round(n)
+            args = [*r.args, "-k", " or ".join(selection)] if n > 1 else list(r.args)  # later: the undecided only
+            runs = self._read(n, self._round(n, args))
+            selection = r.undecided(self.merged)
+            print(r.progress(n, time.monotonic() - started, selection), flush=True)
+            if not selection or n == r.budgets.most:
+                break
+            walls.append(time.monotonic() - started)
+            gap = 0.0 if r.paired is not None else max(0.0, policy.ROUND_GAP_S - walls[-1])  # paired: at once
+            if r.deadline is not None and time.monotonic() + gap + max(walls) > r.deadline:
+                self._stop_early(n, max(walls), selection, runs)
+                break
+            time.sleep(gap)
+        return Outcome(merged=self.merged, codes=tuple(self.codes), runs=self.found, notes=tuple(self.notes))
+
+    def _round(self, n: int, args: list[str]) -> dict[str, int]:
+        """Round ``n``'s sessions, the other nodes' too; each side's exit code."""
+        r = self.r
+        ordered = list(r.sides) if n % 2 else list(r.sides)[::-1]
+        if r.followers is not None:
+            r.followers.start_round(n, args, ordered[-1].name)
+        if r.paired is not None and len(r.sides) == 2:
+            codes = self._paired(n, ordered, args, r.paired)
         else:
-            codes = _sequential_round(ordered, round_args, gate_dir, n)
-        if followers is not None:
-            followers.wait_round(n)
+            codes = {}
+            for side in ordered:  # one after the other, on the terminal
+                where = Place(gate_dir=r.gate_dir, n=n).of(side.name, len(ordered))
+                proc = r.sessions.start(side.command(args, where), tree=side.tree, env=side.environment())
+                codes[side.name] = r.sessions.finish(proc)
+        if r.followers is not None:
+            r.followers.wait_round(n)
+        return codes
+
+    def _read(self, n: int, codes: dict[str, int]) -> dict[str, list[Cases]]:
+        """Round ``n``'s runs, checked and added to each side's earlier ones; every side's rounds so far, merged."""
+        sides, place = self.r.sides, Place(gate_dir=self.r.gate_dir, n=n)
         for side in sides:
             what = f"round {n} of the gate" + (f" ({side.name} commit)" if len(sides) > 1 else "")
-            where = _round_dir(gate_dir, n, side, len(sides))
-            found[side.name].append(check_run(codes[side.name], where, what))
-        out.codes.append(codes[sides[-1].name])  # the commit under test; the base's failures show as missing cases
-        rounds = {name: [runfiles.load_run(p) for p in paths] for name, paths in found.items()}
-        out.merged = {name: merge.merge(r, budgets) for name, r in rounds.items()}
-        selection = undecided(out.merged)
-        print(progress(n, time.monotonic() - started, selection), flush=True)
-        if not selection or n == last:
-            break
-        walls.append(time.monotonic() - started)
-        gap = 0.0 if paired is not None else max(0.0, policy.ROUND_GAP_S - walls[-1])  # paired rounds follow at once
-        if deadline is not None and time.monotonic() + gap + max(walls) > deadline:
-            note = (
-                f"the gate stopped after round {n}: another round (up to {max(walls):.0f} s) would have "
-                f"ended past its time budget (--max-minutes); {', '.join(selection)} judged on {n} round(s)"
+            self.found[side.name].append(check_run(codes[side.name], place.of(side.name, len(sides)), what))
+        self.codes.append(codes[sides[-1].name])  # the commit under test; the base's failures show as missing cases
+        runs = {name: [runfiles.load_run(p) for p in paths] for name, paths in self.found.items()}
+        self.merged = {name: merge.merge(each, self.r.budgets) for name, each in runs.items()}
+        return runs
+
+    def _paired(self, n: int, ordered: list[RoundSide], args: list[str], paired: Paired) -> dict[str, int]:
+        """Both sessions at once, on this node (node 0); the side started last turns first."""
+        refused = paired.refusals(self.merged)
+        for case_id, why in refused.items():
+            print(
+                f"gate: round {n}, {case_id}: its two jobs alternate whole, one resident at a time: {why}", flush=True
             )
-            print(f"gate: {note}", flush=True)
-            out.notes.append(note)
-            # the budget spent at n rounds, a script's too: the judge reads the undecided cases as noisy
-            out.merged = {name: merge.merge(r, merge.Budgets(n)) for name, r in rounds.items()}
-            break
-        time.sleep(gap)
-    return out
+        if refused and not self.hinted:
+            self.hinted = True
+            print(
+                "HINT: --pairing swap keeps such jobs paired in turns of steps, the idle job's training state off the GPU "
+                "(docs/duet.md)",
+                flush=True,
+            )
+        assert paired.coordinator is not None  # node 0 runs the rounds, and its coordinator
+        paired.coordinator.round_started(refused, first=ordered[-1].name)
+        watch = _Leading(n=n, paired=paired, followers=self.r.followers)
+        return at_once(ordered, args, Place(gate_dir=self.r.gate_dir, n=n), paired, self.r.sessions, watch)
 
-
-def _round_dir(gate_dir: Path, n: int, side: Side, sides: int) -> Path:
-    return gate_dir / f"round-{n:02d}" / (side.name if sides > 1 else "")
-
-
-def _sequential_round(sides: list[Side], args: list[str], gate_dir: Path, n: int) -> dict[str, int]:
-    """The sides' sessions one after the other, on the terminal."""
-    codes = {}
-    for side in sides:
-        proc = start(side.command(args, _round_dir(gate_dir, n, side, len(sides))), side)
-        codes[side.name] = finish(proc)
-    return codes
-
-
-def _paired_round(
-    sides: list[Side], args: list[str], gate_dir: Path, n: int, paired: Paired, merged: Merged, followers=None
-) -> dict[str, int]:
-    """Both sides' sessions of round ``n`` at once, their jobs taking turns through the coordinator; each session's
-    output goes to its ``session.log`` (two sessions would interleave on the terminal). The side started last
-    turns first."""
-    refused = paired.refusals(merged)
-    for case_id, why in refused.items():
-        print(f"gate: round {n}, {case_id}: its two jobs alternate whole, one resident at a time: {why}", flush=True)
-    if refused and not paired.hinted:
-        paired.hinted = True
-        print(
-            "HINT: --pairing swap keeps such jobs paired in turns of steps, the idle job's training state off the GPU "
-            "(docs/duet.md)",
-            flush=True,
+    def _stop_early(self, n: int, longest: float, selection: list[str], runs: dict[str, list[Cases]]) -> None:
+        """Another round would end past the deadline: the cases still undecided are judged on the ``n`` they had."""
+        note = (
+            f"the gate stopped after round {n}: another round (up to {longest:.0f} s) would have "
+            f"ended past its time budget (--max-minutes); {', '.join(selection)} judged on {n} round(s)"
         )
-    paired.coordinator.round_started(refused, first=sides[-1].name)
-    procs: dict[str, tuple[subprocess.Popen, Path, Any]] = {}
-    for side in sides:
-        where = _round_dir(gate_dir, n, side, 2)
-        where.mkdir(parents=True, exist_ok=True)
-        log = open(where / "session.log", "w")
-        procs[side.name] = (start(side.command([*args, *paired.args(side.name)], where), side, log), where, log)
-    codes: dict[str, int] = {}
-    while len(codes) < len(procs):
-        for name, (proc, where, log) in procs.items():
-            if name not in codes and proc.poll() is not None:
-                log.close()
-                paired.coordinator.side_ended(name)  # its partner jobs stop waiting for it
-                codes[name] = finish(proc)
-                if codes[name] not in (0, 1):
-                    tail = (where / "session.log").read_text(errors="replace").splitlines()[-20:]
-                    print(f"gate: round {n}, {name} session exited {codes[name]}:\n" + "\n".join(tail), flush=True)
-        if followers is not None:
-            followers.check()
+        print(f"gate: {note}", flush=True)
+        self.notes.append(note)
+        # the budget spent at n rounds, a script's too: the judge reads the undecided cases as noisy
+        self.merged = {name: merge.merge(each, merge.Budgets(n)) for name, each in runs.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Leading:
+    """Node 0's watch over its paired round (gate/paired.py ``Watch``): the coordinator told as each session ends
+    (its partner jobs stop waiting for it), a session that failed shown, the followers heard meanwhile."""
+
+    n: int
+    paired: Paired
+    followers: Followers | None
+
+    def ended(self, side: str, code: int, log: Path) -> None:
+        assert self.paired.coordinator is not None
+        self.paired.coordinator.side_ended(side)
+        if code not in (0, 1):
+            tail = log.read_text(errors="replace").splitlines()[-20:]
+            print(f"gate: round {self.n}, {side} session exited {code}:\n" + "\n".join(tail), flush=True)
+
+    def wait(self) -> None:
+        if self.followers is not None:
+            self.followers.check()
         time.sleep(0.2)
-    return codes
-
-
-def start(argv: list[str], side: Side, log: Any = None) -> subprocess.Popen:
-    """One side's session, known to ``LIVE`` until ``finish``; ``log``: its output's file (else the terminal)."""
-    proc = subprocess.Popen(
-        argv,
-        cwd=side.tree,
-        env=side.environment(),
-        stdout=log,
-        stderr=subprocess.STDOUT if log else None,
-        preexec_fn=_end_with_gate,
-    )
-    LIVE.add(proc)
-    return proc
-
-
-def finish(proc: subprocess.Popen) -> int:
-    code = proc.wait()
-    LIVE.discard(proc)
-    return code
-
-
-@contextlib.contextmanager
-def ending_sessions() -> Iterator[None]:
-    """Whatever stops the block (a signal, a failed round, a node gone), the sessions it started end first: before
-    the base worktree they run in is removed, and before the coordinator they pair through is closed."""
-    try:
-        yield
-    except BaseException:
-        stop_sessions()
-        raise
-
-
-def stop_sessions(grace_s: float = 30.0) -> None:
-    """End every session still running: SIGTERM first (each cleans up its ranks, agents and namespaces, and marks its
-    run partial: record/run_status.py), SIGKILL for what outlives ``grace_s``."""
-    for proc in list(LIVE):
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + grace_s
-    for proc in list(LIVE):
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        LIVE.discard(proc)
-
-
-def check_run(returncode: int, run_dir: Path, what: str) -> Path:
-    """The run a pytest session wrote under ``run_dir``; bad input when it could not run or wrote none."""
-    if returncode == 5:
-        raise ScalegateError(f"{what}: no scaling case was selected (pytest exit code 5)", NO_CASES_HINT)
-    if returncode in PYTEST_BAD_INPUT:
-        raise ScalegateError(
-            f"{what}: the scaling suite could not run (pytest exit code {returncode}: see its output above)",
-            "check the arguments after `gate`; `pytest --help` lists the --scaling-* options",
-        )
-    latest = run_dir / "latest"
-    if not latest.exists():
-        raise ScalegateError(f"{what} wrote no run under {run_dir}", "rerun; read the output above")
-    return latest.resolve()

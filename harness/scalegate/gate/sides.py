@@ -3,19 +3,38 @@
 A side is one commit's sessions, one per round: the working tree (head) or the PR's base commit checked out beside
 it (gate/worktree.py), each importing its own scalegate where the repository is scalegate itself, else the
 environment's installed one (``--base-python`` names the base side's). The sessions measure; the gate judges.
+
+Every session's command is built in one place, ``pytest_argv``: the repository's tests and default selection, the
+gate's settings, the results directory, the user's arguments (argparse: the last one wins), then what the gate sets
+for the session whatever the user said (a round's session launches each case once).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Protocol, Sequence
 
 from scalegate.contract import checkout, duet
+from scalegate.gate import sessions
 from scalegate.gate.project import Project
+
+
+class RoundSide(Protocol):
+    """What a round needs of a side (gate/rounds.py, gate/paired.py): its name, its tree, its sessions' environment
+    and its session's command for the round."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tree(self) -> Path: ...
+
+    def command(self, args: Sequence[str], where: Path, paired: Sequence[str] = ()) -> list[str]: ...
+
+    def environment(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,23 +43,55 @@ class Side:
 
     name: str  # "head" (the working tree) or "base" (the PR's base commit)
     tree: Path
-    argv: Callable[[list[str], Path], list[str]]  # (pytest arguments, the round's results dir) -> the command
+    project: Project  # the repository the gate runs in: its tests and default selection
+    python: str = sys.executable  # the side's interpreter
+    settings: tuple[str, ...] = ()  # the gate's settings, before the user's arguments (GatePlan.settings)
+    baselines: Path | None = None  # the baseline directory its sessions judge against (A/B: an empty one)
     drop: tuple[str, ...] = ()  # environment variables its sessions must not inherit (another venv's side)
 
-    def command(self, args: list[str], where: Path) -> list[str]:
-        """This side's session of one round: one launch of each case it selects."""
-        return [*self.argv([*args, "--scaling-max-launches", "1"], where), *older_plugin(self.tree)]
+    def command(self, args: Sequence[str], where: Path, paired: Sequence[str] = ()) -> list[str]:
+        """This side's session of one round, writing under ``where``: one launch of each case it selects. ``args``:
+        the user's arguments and the round's selection; ``paired``: the options that pair it (gate/paired.py).
+
+        In an A/B gate a stored baseline in a session would judge its launches against another machine's level (and
+        relaunch on its own): each session gets the empty ``baselines`` directory. Both directories lie in the head's
+        repository (the gate's run directory), and pytest finds its configuration file from the common ancestor of
+        the command line's arguments that are existing paths, an option's separate value included: given as ``--opt
+        PATH`` the base session would read the head's pytest.ini, and so run the head's test files and script while
+        importing the base's scalegate. ``--opt=PATH`` is one token, an option, which pytest does not take for a
+        path: each side's session finds its own tree's configuration from its working directory."""
+        forced = [*paired, "--scaling-max-launches", "1"]
+        if self.baselines is not None:
+            forced.append(f"--scaling-baseline-dir={self.baselines}")
+        return pytest_argv(
+            self.project,
+            python=self.python,
+            tests=self.project.tests,
+            settings=self.settings,
+            results_dir=where,
+            user_args=args,
+            forced=[*forced, *older_plugin(self.tree)],
+        )
 
     def environment(self) -> dict[str, str]:
         """The session's environment: each commit imports its own scalegate (contract/checkout.py)."""
-        return checkout.environment({k: v for k, v in os.environ.items() if k not in self.drop}, self.tree)
+        return sessions.environment(self.tree, self.drop)
 
 
 def pytest_argv(
-    project: Project, user_args: list[str], results_dir: Path, tests: list[str], settings: list[str], python: str
+    project: Project,
+    *,
+    python: str,
+    tests: Sequence[str],
+    settings: Sequence[str],
+    results_dir: Path,
+    user_args: Sequence[str],
+    forced: Sequence[str] = (),
 ) -> list[str]:
-    """A session's command in ``project``: its default selection and the gate's settings first, the user's arguments
-    last (argparse: the last one wins); ``python``: the side's interpreter."""
+    """A session's command in ``project`` (``python``: the side's interpreter): its ``tests``, its default selection
+    and the gate's ``settings`` first, the user's arguments after them (argparse: the last one wins), then what the
+    gate sets whatever the user said (``forced``). The results directory is one token (``--opt=PATH``: see
+    ``Side.command``)."""
     return [
         python,
         "-m",
@@ -48,32 +99,12 @@ def pytest_argv(
         "-p",
         "no:cacheprovider",
         *tests,
-        *project.selection(user_args),
+        *project.selection(list(user_args)),
         *settings,
-        f"--scaling-results-dir={results_dir}",  # one token: see session_command
+        f"--scaling-results-dir={results_dir}",
         *user_args,
+        *forced,
     ]
-
-
-def session_command(
-    project: Project, python: str, settings: list[str], empty: Path | None
-) -> Callable[[list[str], Path], list[str]]:
-    """One side's session command (``python``: the side's interpreter). In an A/B gate a stored baseline in a
-    session would judge its launches against another machine's level (and relaunch on its own): each session gets
-    the ``empty`` baseline directory.
-
-    Both directories lie in the head's repository (the gate's run directory), and pytest finds its configuration
-    file from the common ancestor of the command line's arguments that are existing paths, an option's separate
-    value included: given as ``--opt PATH`` the base session would read the head's pytest.ini, and so run the head's
-    test files and script while importing the base's scalegate. ``--opt=PATH`` is one token, an option, which
-    pytest does not take for a path: each side's session finds its own tree's configuration from its working
-    directory."""
-
-    def command(extra: list[str], where: Path) -> list[str]:
-        argv = pytest_argv(project, [*settings, *extra], where, project.tests, [], python)
-        return [*argv, f"--scaling-baseline-dir={empty}"] if empty is not None else argv
-
-    return command
 
 
 def older_plugin(tree: Path) -> list[str]:
