@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from scalegate.cli import gpu_phases, selftest
+from scalegate.cli import gpu_gate_phases, gpu_phases, selftest
 from scalegate.cli.main import main
 from scalegate.judge.evidence import RECORD_VERSION
 from scalegate.report import acceptance, acceptance_page, acceptance_run
@@ -259,7 +259,7 @@ def test_the_gpu_gate_phase_runs_enough_pairs_to_decide_an_aa_duet():
 
     phases = {p.name: p for p in gpu_phases.plan(1, gpu_phases.Settings())}
     gate, matrix = list(phases["ab-gate"].argv), list(phases["matrix-1x1"].argv)
-    assert gate[gate.index("--scaling-steps") + 1] == str(gpu_phases.GATE_STEPS) == "200"
+    assert gate[gate.index("--scaling-steps") + 1] == str(gpu_gate_phases.GATE_STEPS) == "200"
     assert matrix[matrix.index("--scaling-steps") + 1] == "20"
 
 
@@ -287,7 +287,7 @@ def test_the_swap_phase_gates_the_resnet_in_turns_and_its_rows_say_what_a_swap_m
     phase = next(p for p in gpu_phases.plan(1, _settings(tmp_path)) if p.name == "swap")
     argv = list(phase.argv)
     assert argv[argv.index("--pairing") + 1] == "swap" and argv[argv.index("--scaling-models") + 1] == "resnet"
-    assert argv[argv.index("--scaling-steps") + 1] == str(gpu_phases.GATE_STEPS)
+    assert argv[argv.index("--scaling-steps") + 1] == str(gpu_gate_phases.GATE_STEPS)
     assert argv[argv.index("--json") + 1] == str(tmp_path / "swap" / "gate.json") and phase.gate_json
     launch = {"step_times_s": [0.02] * 4, "duet": "paired", "duet_turn_steps": 25, "duet_swap_bytes": 300 * 2**20}
     launch |= {"duet_swap_s": 0.05, "duet_swap_freed": True, "duet_swap_idle_bytes": 40 * 2**20}
