@@ -14,8 +14,9 @@ import pytest
 
 from scalegate import parity
 from scalegate.contract.errors import SpecError
+from scalegate.contract.faults import Faults
 from scalegate.contract.results import RankResult, aggregate
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.figures import stats
 from scalegate.judge import parity as parity_judge
 from scalegate.judge import sequential
@@ -44,7 +45,7 @@ def runner(tmp_path: Path, faults: Faults, agents=None) -> parity.ParityRunner:
 def test_a_parity_case_is_one_launch_of_the_candidate_with_the_baseline_as_companion():
     [case] = parity_plan.build(options(), hostinfo.detect())
     assert case.id == CASE and (case.candidate, case.baseline) == ("fabric-ddp", "ddp")
-    assert (case.spec.strategy, case.spec.companion, case.spec.local_steps) == ("fabric-ddp", "ddp", 0)
+    assert (case.spec.strategy, case.spec.companion, case.spec.windows.local_steps) == ("fabric-ddp", "ddp", 0)
     assert CaseSpec.from_dict(json.loads(json.dumps(case.spec.to_dict()))) == case.spec
 
 

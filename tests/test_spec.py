@@ -3,14 +3,15 @@
 import pytest
 
 from scalegate.contract.errors import SpecError
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.faults import Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 
 
 def spec(**changes):
     base = dict(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=32)
     base.update(changes)
-    return CaseSpec(**base)
+    return CaseSpec.of(**base)
 
 
 @pytest.mark.parametrize("text", ["2x", "0x2", "ax2", "x", "", "2x2x2", "1 x", "-1x2", "1x0"])
@@ -33,7 +34,7 @@ def test_case_id_reads_strategy_model_topology():
 def test_spec_is_frozen_and_round_trips(tmp_path):
     original = spec(faults=Faults(delay_ms=5), companion="fabric-ddp")
     with pytest.raises(Exception):
-        original.steps = 3  # type: ignore[misc]
+        original.run.steps = 3  # type: ignore[misc]
     assert CaseSpec.read(original.write(tmp_path / "s.json")) == original
 
 

@@ -99,7 +99,7 @@ def loss_problem(case_id: str, result: CaseResult, atol: float = LOSS_ATOL) -> t
         return None, diff
     return (
         f"loss parity failed [{case_id}] rank {rank_id} step {step}: {cs} loss {a:.9g} vs {bs} loss {b:.9g}, "
-        f"difference {diff:.3g} > {atol:.0e} ({result.spec.dtype}, same seed and data): {cs} does not "
+        f"difference {diff:.3g} > {atol:.0e} ({result.spec.run.dtype}, same seed and data): {cs} does not "
         f"compute what {bs} computes"
     ), diff
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from scalegate.contract.errors import ScalegateError
-from scalegate.contract.spec import Faults
+from scalegate.contract.faults import Faults
 from scalegate.figures import resources
 from scalegate.plan.hostinfo import commit
 from scalegate.record import baselines
