@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from scalegate.contract.option import PREFIX, default_of, fields, flag_name, opt_of
 from scalegate.plan.option_types import typed
@@ -50,11 +50,19 @@ def kwargs_of(f: dataclasses.Field, prefix: str = PREFIX, suppress: bool = False
     return kwargs
 
 
-def declare(addoption: AddOption, sections: tuple[type, ...], prefix: str = PREFIX, suppress: bool = False) -> None:
-    """Every option of ``sections``, through ``addoption`` (pytest's or argparse's)."""
+def declare(
+    addoption: AddOption,
+    sections: tuple[type, ...],
+    prefix: str = PREFIX,
+    suppress: bool = False,
+    only: Iterable[str] | None = None,
+) -> None:
+    """Every option of ``sections``, through ``addoption`` (pytest's or argparse's); ``only``: those fields alone
+    (a command that takes one of a section's options, as ``compare --tolerance``)."""
     for section in sections:
         for f in fields(section):
-            addoption(flag_name(f, prefix), **kwargs_of(f, prefix, suppress))
+            if only is None or f.name in only:
+                addoption(flag_name(f, prefix), **kwargs_of(f, prefix, suppress))
 
 
 def read(section: type, values: argparse.Namespace | dict[str, Any], prefix: str = PREFIX) -> Any:
