@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scalegate import parity
+from scalegate import parity, policy
 from scalegate.contract.errors import SpecError
 from scalegate.contract.faults import Faults
 from scalegate.contract.results import RankResult, aggregate
@@ -117,7 +117,7 @@ def test_a_clean_parity_case_passes_with_both_front_ends_in_one_launch(suite, tm
     data = json.loads(record.read_text())
     assert data["problems"] == [] and data["max_loss_diff"] == 0.0  # the same DDP underneath: bitwise
     assert (data["candidate"], data["baseline"], data["interleaved"]) == ("fabric-ddp", "ddp", True)
-    assert data["tolerance"] == parity_judge.THROUGHPUT_TOLERANCE == 0.1
+    assert data["tolerance"] == policy.PARITY_TOLERANCE == 0.1
     assert data["step_ratios"]["n"] == STEPS and len(data["step_ratios"]["values"]) == STEPS
     assert data["ratio_ci"][0] <= data["ratio"] <= data["ratio_ci"][1]
     # one launch, holding both: every rank recorded the companion's steps beside its own

@@ -252,7 +252,7 @@ class Recorded:
         policy.RECORDED_TOLERANCE, "efficiency tolerance to record (default: %(default)s)", check=FRACTION
     )
     local_tolerance: float = option(
-        policy.RECORDED_TOLERANCE,
+        policy.DETECT,
         "the drop the sequential gate must catch, recorded with the local efficiency (default: %(default)s)",
         check=FRACTION,
     )
