@@ -41,6 +41,15 @@ def _accepted(check: Check, option: str, value: Any) -> Any:
     return value
 
 
+def _number(check: Check, option: str, text: str, convert: Callable[[str], Any], what: str) -> Any:
+    """``text`` as ``convert`` reads it (``what`` it must be: "a whole number"), then as ``check`` takes it."""
+    try:
+        value = convert(text)
+    except (TypeError, ValueError):
+        raise SpecError(f"{option}={text!r} is not {what}", check.hint(option)) from None
+    return _accepted(check, option, value)
+
+
 @dataclass(frozen=True)
 class Whole:
     """A whole number of at least ``low`` and at most ``high`` (None: no bound). ``said``: the hint, where the bounds'
@@ -61,11 +70,7 @@ class Whole:
         return None
 
     def read(self, option: str, text: str) -> int:
-        try:
-            value = int(text)
-        except (TypeError, ValueError):
-            raise SpecError(f"{option}={text!r} is not a whole number", self.hint(option)) from None
-        return _accepted(self, option, value)
+        return _number(self, option, text, int, "a whole number")
 
 
 @dataclass(frozen=True)
@@ -84,11 +89,7 @@ class Real:
         return None if self.accept(value) else self.wrong
 
     def read(self, option: str, text: str) -> float:
-        try:
-            value = float(text)
-        except (TypeError, ValueError):
-            raise SpecError(f"{option}={text!r} is not a number", self.hint(option)) from None
-        return _accepted(self, option, value)
+        return _number(self, option, text, float, "a number")
 
 
 FRACTION = Real(lambda v: 0 <= v < 1, "is not a fraction in [0, 1)", "e.g. {option} 0.1 for 10%")  # a tolerance
