@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,7 @@ import argparse, contextlib, io, json, sys
 from pathlib import Path
 
 from scalegate.cli import forward, gate, reference
+from scalegate.contract.spec import CaseSpec
 from scalegate.plan import hostinfo, matrix, options
 
 found = {"docs": [line for line in reference.markdown().splitlines() if line.startswith("| `--scaling-knob`")]}
@@ -40,6 +42,7 @@ with contextlib.redirect_stderr(io.StringIO()) as said, contextlib.suppress(Syst
 found["gate_refuses"] = said.getvalue().strip().splitlines()[-2:]
 opts = options.from_argv(["--scaling-knob", "9", "--scaling-steps", "1", "--scaling-warmup", "0"])
 matrix.spec_for("single", "cnn", "1x1", opts, hostinfo.detect()).write(Path(sys.argv[1]))
+found["read"] = CaseSpec.read(Path(sys.argv[1])).run.knob  # as a rank reads it
 print(json.dumps(found))
 """
 
@@ -82,18 +85,27 @@ def _run(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.Co
     return done
 
 
-def test_a_field_added_to_a_section_is_an_option_everywhere_and_reaches_the_ranks(copy, tmp_path):
-    spec_path = tmp_path / "SPEC.json"
-    found = json.loads(_run(copy, "-c", PYTEST_SIDE, str(spec_path)).stdout)
+@pytest.fixture(scope="module")
+def built(copy, tmp_path_factory) -> tuple[dict, Path]:
+    """What the copy's pytest side says of the field, and the SPEC.json of a case its options made."""
+    spec_path = tmp_path_factory.mktemp("spec") / "SPEC.json"
+    return json.loads(_run(copy, "-c", PYTEST_SIDE, str(spec_path)).stdout), spec_path
+
+
+def test_a_field_added_to_a_section_is_an_option_of_pytest_the_gate_and_the_docs(copy, built):
+    found, spec_path = built
     assert found["docs"] == ["| `--scaling-knob` | `7` | a throwaway option (default: 7) |"]
     assert found["gate_help"] and "--scaling-knob=9" in found["passed_on"]
     assert found["gate_refuses"][-1] == "HINT: pass --scaling-knob 0 or more"
     assert "--scaling-knob=-1 is below 0" in found["gate_refuses"][0]
     assert "--scaling-knob" in _run(copy, "-m", "pytest", "--help", "-p", "no:cacheprovider").stdout
     assert json.loads(spec_path.read_text())["knob"] == 9  # SPEC.json, as the launchers hand it to the ranks
+    assert found["read"] == 9
 
+
+def test_a_field_added_to_a_section_reaches_a_rank(copy, built, tmp_path):
     seen = tmp_path / "seen.json"
     (tmp_path / "out").mkdir()
-    _run(copy, "-c", RANK, str(spec_path), str(tmp_path / "out"), str(seen))
+    _run(copy, "-c", RANK, str(built[1]), str(tmp_path / "out"), str(seen))
     assert json.loads(seen.read_text()) == 9
     assert (tmp_path / "out" / "rank0.json").is_file()  # the rank ran its case with it
