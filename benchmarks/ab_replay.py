@@ -29,7 +29,8 @@ import sys
 from pathlib import Path
 
 from scalegate import policy, workloads
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.faults import Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.judge import CaseRecord, Conduct, LaunchRecord, estimates, judge
 from scalegate.plan import hostinfo
 from scalegate.record import baselines
@@ -45,7 +46,7 @@ def spec_for(strategy: str, slowdown: float) -> CaseSpec:
     """The canary as the gate builds it on this machine (cnn, tiny preset, 1x2; 1x1 for the reference)."""
     preset = workloads.preset("cnn", "tiny")
     if strategy == PARITY:  # the slowdown reaches the candidate (Fabric) only, never its companion
-        return CaseSpec(
+        return CaseSpec.of(
             strategy="fabric-ddp",
             companion="ddp",
             model="cnn",
@@ -54,7 +55,7 @@ def spec_for(strategy: str, slowdown: float) -> CaseSpec:
             micro_batch=preset.micro_batch,
             faults=Faults(slowdown=slowdown),
         )
-    return CaseSpec(
+    return CaseSpec.of(
         strategy=strategy,
         model="cnn",
         preset="tiny",
@@ -112,8 +113,8 @@ def record(strategy: str, launches: list, budget: int, host: str = "") -> CaseRe
         profile="replay",
         world_size=spec.world_size,
         global_batch=spec.global_batch_size,
-        steps=spec.steps,
-        warmup=spec.warmup,
+        steps=spec.run.steps,
+        warmup=spec.run.warmup,
         launches=tuple(launches),
         conduct=Conduct(max_launches=budget, tolerance=0.10),
         host=host,

@@ -234,8 +234,8 @@ def main() -> int:
     step_w = a.metric == "step_w"
     design = sequential.Design(
         detect=duet_floors.speed_drop(a.tolerance) if step_w else a.tolerance,
-        alpha=0.01,
-        beta=0.05,
+        alpha=policy.ALPHA,
+        beta=policy.BETA,
         max_launches=a.budget,
         min_launches_regressed=policy.MIN_ROUNDS,
         min_launches_ok=policy.MIN_ROUNDS,

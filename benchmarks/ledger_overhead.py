@@ -63,7 +63,7 @@ def per_call_us(calls: int = 20_000) -> tuple[float, float]:
 
 def launch(strategy: str, steps: int, root: Path, tag: str, ledger: bool) -> tuple[float, float]:
     """(median step s, collectives a step) of one cold launch of the canary."""
-    spec = CaseSpec(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=steps,
+    spec = CaseSpec.of(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=steps,
                     warmup=5, grad_check=False)  # fmt: skip
     if ledger:
         os.environ.pop(OFF, None)

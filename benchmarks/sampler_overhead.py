@@ -39,7 +39,7 @@ def per_sample_cost_s(reads: int = 2000) -> float:
 
 
 def run(interval_ms: float, steps: int, root: Path, tag: str) -> float:
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="ddp",
         model="cnn",
         preset="tiny",

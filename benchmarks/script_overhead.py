@@ -61,7 +61,7 @@ def make_clock(out_dir: Path) -> bootstrap.StepClock:
     instrumented step and never closes, so every later step pays the in-window path."""
     from scalegate.contract import heartbeat
 
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="ddp",
         model="mlp",
         preset="script",

@@ -53,7 +53,6 @@ from tests.repos import SLOW_DDP
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOWDOWNS = (0.0, 0.093, 0.111)
-MAX_LAUNCHES = policy.GATE_MAX_LAUNCHES
 
 
 def collect(args: argparse.Namespace) -> None:
@@ -144,7 +143,7 @@ def _record(
     launches: list[LaunchRecord],
     references: list[LaunchRecord],
     spec: CaseSpec,
-    max_launches: int = MAX_LAUNCHES,
+    max_launches: int = policy.GATE_MAX_LAUNCHES,
 ) -> CaseRecord:
     return CaseRecord(
         case_id=spec.case_id,
@@ -152,8 +151,8 @@ def _record(
         profile="replay",
         world_size=spec.world_size,
         global_batch=spec.global_batch_size,
-        steps=spec.steps,
-        warmup=spec.warmup,
+        steps=spec.run.steps,
+        warmup=spec.run.warmup,
         launches=tuple(launches),
         reference_step_times_s=tuple(t for r in references for t in r.step_times_s),
         reference_global_batch=spec_for("single", 0.0).global_batch_size,
@@ -203,7 +202,7 @@ def replay(args: argparse.Namespace) -> None:
     rows = read_rows(Path(args.data))
     if args.pairs:
         _first_pairs(rows, args.pairs)
-    budget = args.max_launches or MAX_LAUNCHES
+    budget = args.max_launches or policy.GATE_MAX_LAUNCHES
     rng = random.Random(args.seed)
     loads = [r["load1"] for r in rows]
     print(
@@ -291,7 +290,7 @@ def _parity_rows(rows: list[dict], args: argparse.Namespace, budget: int) -> Non
         for _ in range(args.trials):
             order = rng.sample(ratios, min(budget, len(ratios)))
             for n in range(1, len(order) + 1):
-                found = parity_judge.decide(order[:n], parity_judge.THROUGHPUT_TOLERANCE, design)
+                found = parity_judge.decide(order[:n], policy.PARITY_TOLERANCE, design)
                 if found.decided:
                     break
             counts[found.status] += 1

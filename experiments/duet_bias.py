@@ -173,6 +173,8 @@ def duet_threads(extra: str) -> str:
 
 
 def main() -> int:
+    from scalegate.contract.sections import PAIRINGS
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument(
@@ -201,7 +203,7 @@ def main() -> int:
     p.add_argument("--kind", choices=("canary", "script"), default="canary")
     p.add_argument(
         "--pairing",
-        choices=("duet", "alternate", "swap"),
+        choices=[name for name in PAIRINGS if name != "rounds"],
         default="duet",
         help="step by step, whole jobs, or turns of --turn-steps with the idle job's state swapped out",
     )

@@ -59,7 +59,7 @@ def test_bind_sets_this_process_affinity():
 @pytest.mark.parametrize("binding", [True, False])
 def test_real_ranks_record_their_cores(tmp_path, binding, agents):
     preset = workloads.preset("cnn", "tiny")
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="ddp",
         model="cnn",
         preset="tiny",
@@ -93,7 +93,7 @@ def test_a_duet_binds_gloos_threads_unless_the_strategys_card_or_the_option_says
 
 def test_a_bad_duet_threads_choice_names_the_option():
     with pytest.raises(SpecError, match=r"duet_threads='sometimes' for ddp-cnn-1x2 is not one of auto, bound, free"):
-        CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=4, duet_threads="sometimes")
+        CaseSpec.of(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=4, duet_threads="sometimes")
 
 
 @pytest.mark.parametrize("bound", [True, False])

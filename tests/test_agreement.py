@@ -1,12 +1,13 @@
 """Gradient and parameter agreement catch injected faults in real two-rank DDP jobs."""
 
 from scalegate.checks import agreement
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.faults import Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.launch import run_case
 
 
 def ddp_spec(**faults) -> CaseSpec:
-    return CaseSpec(
+    return CaseSpec.of(
         strategy="ddp",
         model="cnn",
         preset="tiny",

@@ -29,7 +29,7 @@ from scalegate.launch import run_case
 def test_ddp_agrees_for_drawn_shapes(tmp_path_factory, agents, width, hidden, micro_batch, world, strategy):
     if strategy == "single":
         world = 1
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy=strategy,
         model="cnn",
         preset="tiny",

@@ -52,7 +52,7 @@ def _rank(i: int, forward: float, local: float) -> RankResult:
 
 
 def test_extra_info_has_the_breakdown_and_the_straggler_verdict():
-    spec = CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=5, warmup=1)
+    spec = CaseSpec.of(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=5, warmup=1)
     result = aggregate(spec, [_rank(0, 0.020, 0.040), _rank(1, 0.031, 0.030)])
     late = stragglers.attribute(result)
     outcome = Outcome(
@@ -76,7 +76,7 @@ def test_extra_info_has_the_breakdown_and_the_straggler_verdict():
 
 
 def test_without_pairs_or_a_straggler_the_fields_are_there_and_empty():
-    spec = CaseSpec(strategy="fsdp", model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=5, warmup=1)
+    spec = CaseSpec.of(strategy="fsdp", model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=5, warmup=1)
     ranks = [_rank(i, 0.02, 0.03) for i in range(2)]
     ranks = [RankResult(**{**r.__dict__, "pair_step_times_s": [], "local_step_times_s": []}) for r in ranks]
     result = aggregate(spec, ranks)

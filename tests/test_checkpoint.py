@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from scalegate.checks import agreement, tolerances
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.faults import Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.figures import resources
 from scalegate.judge import budgets
 from scalegate.judge import metric as V
@@ -27,7 +28,7 @@ from scalegate.report import table
 
 
 def spec(strategy: str, directory, **changes) -> CaseSpec:
-    return CaseSpec(
+    return CaseSpec.of(
         strategy=strategy,
         model="cnn",
         preset="tiny",
@@ -187,7 +188,7 @@ def resume_in_one_process(directory, two: CaseSpec) -> tuple[float, dict]:
     from scalegate.worker.reference import make_optimizer_factory
 
     kept = torch.load(directory / checkpoint.UNINTERRUPTED)
-    workload = workloads.resolve(two)(two.preset, two.seed, None, dims=two.dims)
+    workload = workloads.resolve(two)(two.preset, two.run.seed, None, dims=two.dims)
     torch.manual_seed(1)  # other initial weights: the load must replace every one
     model = workload.build_model()
     optimizer = make_optimizer_factory(two)(model.parameters())
@@ -222,9 +223,11 @@ def _resume_on_rank(rank: int, directory: str, port: int, out: str) -> None:
     )
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        two = CaseSpec(strategy="fsdp", model="cnn", preset="tiny", topology="1x2", micro_batch=16, steps=2, warmup=1)
+        two = CaseSpec.of(
+            strategy="fsdp", model="cnn", preset="tiny", topology="1x2", micro_batch=16, steps=2, warmup=1
+        )
         kept = torch.load(f"{directory}/{checkpoint.UNINTERRUPTED}")
-        workload = workloads.resolve(two)(two.preset, two.seed, None, dims=two.dims)
+        workload = workloads.resolve(two)(two.preset, two.run.seed, None, dims=two.dims)
         torch.manual_seed(1)  # other initial weights: the load must replace every one
         strategy = strategies.get("fsdp")(rank_context(two), two, workload=workload)
         strategy.setup(workload.build_model(), make_optimizer_factory(two))
@@ -252,7 +255,7 @@ def test_resume_at_another_world_size_one_rank_to_two(tmp_path, agents):
     from scalegate.launch.process import free_port
 
     directory = tmp_path / "case" / "checkpoint"
-    one = CaseSpec(
+    one = CaseSpec.of(
         strategy="single",
         model="cnn",
         preset="tiny",
@@ -322,13 +325,15 @@ def test_the_option_reaches_every_case_spec_and_the_session_puts_the_files_in_th
     opts = from_argv([*argv, "--scaling-warmup=1", f"--scaling-results-dir={tmp_path}", "--scaling-checkpoint"])
     host = hostinfo.detect()
     case_spec = matrix.spec_for("ddp", "cnn", "1x2", opts, host)
-    assert case_spec.checkpoint and not case_spec.checkpoint_dir  # the session decides where
+    assert case_spec.windows.checkpoint and not case_spec.windows.checkpoint_dir  # the session decides where
     session = ScalingSession(options=opts, host=host, run_dir=tmp_path / "run", baseline=None)
-    assert session._windows(case_spec).checkpoint_dir == str(
+    assert session._windows(case_spec).windows.checkpoint_dir == str(
         (tmp_path / "run" / "ddp-cnn-1x2" / "checkpoint").resolve()
     )
     off = matrix.spec_for("ddp", "cnn", "1x2", from_argv(argv), host)
-    assert not off.checkpoint and session._windows(off).checkpoint_dir == ""  # off by default: nothing changes
+    assert (
+        not off.windows.checkpoint and session._windows(off).windows.checkpoint_dir == ""
+    )  # off by default: nothing changes
 
 
 def test_the_history_tracks_checkpoint_seconds_per_gb_lower_is_better():
@@ -343,7 +348,7 @@ def test_the_history_tracks_checkpoint_seconds_per_gb_lower_is_better():
 
 def test_the_resume_fault_is_a_command_line_switch_that_needs_the_option():
     from scalegate.contract.errors import SpecError
-    from scalegate.contract.spec import parse_fault
+    from scalegate.contract.faults import parse_fault
     from scalegate.plan.option_types import faults
     from scalegate.plan.options import _faults
 

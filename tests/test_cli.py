@@ -276,6 +276,15 @@ def test_a_directory_option_given_a_file_is_a_usage_error_before_anything_runs(t
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan", "ten"])
+def test_compare_tolerance_is_the_declared_option_a_fraction(tmp_path, value):
+    """``compare --tolerance`` is ``--scaling-tolerance``'s declaration without the prefix: its help, and its check."""
+    done = cli("compare", write_run(tmp_path / "run", make_case()), "--tolerance", value)
+    assert done.returncode == 2 and "argument --tolerance: --tolerance=" in done.stderr
+    assert "HINT: e.g. --tolerance 0.1 for 10%" in done.stderr and "Traceback" not in done.stderr
+    assert cli("compare", write_run(tmp_path / "ok", make_case()), "--tolerance", "0.2").returncode == 0
+
+
 @pytest.mark.parametrize(
     "command, said",
     [

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.faults import Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.figures import resources
 from scalegate.judge import judge
 from scalegate.judge.evidence import from_results
@@ -23,7 +24,7 @@ needs_netns = pytest.mark.skipif(netns.available() is not None, reason=f"no netw
 
 
 def spec(strategy: str = "ddp", **faults) -> CaseSpec:
-    return CaseSpec(
+    return CaseSpec.of(
         strategy=strategy,
         model="cnn",
         preset="tiny",
@@ -125,8 +126,8 @@ def synthetic(topology: str, strategy: str, wires: list[dict], device: str = "cp
             node_rank=r // per_node,
             host="h",
             device=device,
-            step_times_s=[0.1] * s.steps,
-            losses=[1.0] * s.steps,
+            step_times_s=[0.1] * s.run.steps,
+            losses=[1.0] * s.run.steps,
             warmup_losses=[1.0],
             loss_weight=1 / s.world_size,
             full_state_bytes={"params": 4_000_000},

@@ -14,17 +14,8 @@ from tests.test_convergence import _result  # a result built as the ranks write 
 
 
 def spec(strategy: str, **fields) -> CaseSpec:
-    return CaseSpec(
-        strategy=strategy,
-        model="cnn",
-        preset="tiny",
-        topology="1x2",
-        micro_batch=32,
-        steps=2,
-        warmup=1,
-        compile=True,
-        **fields,
-    )
+    given = dict(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=2, warmup=1)
+    return CaseSpec.of(**{**given, "compile": True, **fields})
 
 
 def test_a_compiled_ddp_step_computes_what_the_eager_single_process_does(tmp_path, agents):
@@ -53,7 +44,7 @@ def test_a_compiled_case_keeps_the_gradient_bound_and_gets_a_looser_parameter_bo
     gradients, 1.4e-3 on its parameters after 3 AdamW steps); AdamW amplifies that in the parameters only."""
     from scalegate.checks import tolerances
 
-    eager, compiled = tolerances.for_spec(spec("ddp").replace(compile=False)), tolerances.for_spec(spec("ddp"))
+    eager, compiled = tolerances.for_spec(spec("ddp", compile=False)), tolerances.for_spec(spec("ddp"))
     assert eager == tolerances.for_dtype("fp32")
     assert compiled.grad_rel == eager.grad_rel and compiled.loss_rel == eager.loss_rel
     assert compiled.param_rel == tolerances.COMPILED_PARAM_REL["fp32"] > eager.param_rel

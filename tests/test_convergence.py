@@ -13,7 +13,7 @@ from scalegate.contract.spec import CaseSpec
 
 
 def _result(losses: list[float], warmup: list[float], script: ScriptSpec | None = None, curve=None, **spec_fields):
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="ddp",
         model="cnn",
         preset="tiny",

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from scalegate import strategies
 from scalegate.contract import SCHEMA_VERSION
 from scalegate.contract.errors import BaselineError, SpecError
-from scalegate.contract.spec import parse_fault
+from scalegate.contract.faults import parse_fault
 from scalegate.contract.topology import Topology
 from scalegate.plan import catalog, declare, option_groups, options
 from scalegate.record import baselines
@@ -120,7 +120,7 @@ def test_options_parse_returns_valid_options_or_a_usage_error(overrides):
     assert opts.judging.tolerance is None or 0 <= opts.judging.tolerance < 1
     assert 0 <= opts.baselines.default_tolerance < 1
     assert math.isfinite(opts.timeout_s) and opts.timeout_s > 0
-    assert math.isfinite(opts.injection.inject_delay_ms) and opts.injection.inject_delay_ms >= 0
+    assert math.isfinite(opts.injection.delay_ms) and opts.injection.delay_ms >= 0
     assert opts.topologies and all(Topology.parse(t) for t in opts.topologies)
     if opts.selection.scaling in ("strong", "both"):
         assert all(opts.selection.global_batch % Topology.parse(t).world_size == 0 for t in opts.topologies)

@@ -34,7 +34,9 @@ def test_the_name_is_made_for_test_ids_and_the_loader_finds_the_class():
     assert hf.hf_workload("xlm-roberta").name == "hf_xlm_roberta"
     cls = workloads.load("hf:gpt2", where="--scaling-models hf:gpt2")
     assert cls.name == "hf_gpt2" and cls.model_type == "gpt2" and workloads.load("hf:gpt2") is cls
-    spec = CaseSpec(strategy="ddp", model="hf_gpt2", preset="tiny", topology="1x2", micro_batch=8, workload="hf:gpt2")
+    spec = CaseSpec.of(
+        strategy="ddp", model="hf_gpt2", preset="tiny", topology="1x2", micro_batch=8, workload="hf:gpt2"
+    )
     assert workloads.resolve(spec) is cls and spec.case_id == "ddp-hf_gpt2-1x2"
 
 
@@ -212,7 +214,7 @@ def _run(tmp_path, agents, model_type: str, strategy: str, steps: int, warmup: i
     from scalegate.launch import run_case
 
     name = hf.hf_workload(model_type).name
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy=strategy,
         model=name,
         preset="tiny",

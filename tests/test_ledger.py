@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from scalegate.contract.faults import Faults
 from scalegate.contract.results import RankResult, aggregate
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.figures import ledger as rows_of
 from scalegate.judge import judge, ledger
 from scalegate.judge.evidence import CaseRecord, from_results
@@ -63,7 +64,7 @@ def entry(op: str, group: str, members: list[int], index: int, calls: int, paylo
 
 def launch(topology: str, entries_of, steps: int = 3):
     """A CaseResult whose ranks hold the ledgers ``entries_of(rank)`` makes: the arithmetic of the rows, no job."""
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="hsdp", model="cnn", preset="tiny", topology=topology, micro_batch=8, steps=steps, warmup=1
     )
     per_node = spec.topo.per_node
@@ -343,7 +344,7 @@ def test_every_collective_kind_is_counted_with_its_bytes_on_gloo(tmp_path):
 
 def canary(**faults) -> CaseSpec:
     # two warm-up steps: DDP rebuilds its buckets in its second step (a broadcast of their indices, once)
-    return CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=4, warmup=2,
+    return CaseSpec.of(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=4, warmup=2,
                     grad_check=False, faults=Faults(**faults))  # fmt: skip
 
 
@@ -375,7 +376,7 @@ def script_case(project: Path, script: str, strategy: str) -> CaseSpec:
 
     argv = (f"--strategy={strategy}", "--max-steps=6")
     spec = ScriptSpec(path=str(project / script), argv=argv, template=argv, cwd=str(project), batch=64, needed_steps=6)
-    return CaseSpec(strategy=strategy, model="mlp", preset="script", topology="1x2", micro_batch=64, steps=4,
+    return CaseSpec.of(strategy=strategy, model="mlp", preset="script", topology="1x2", micro_batch=64, steps=4,
                     warmup=2, grad_check=False, local_steps=0, script=spec)  # fmt: skip
 
 

@@ -83,7 +83,7 @@ def test_outside_torchrun_the_trainer_strategy_says_how_to_run_it(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     ctx = RankContext(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0, device=torch.device("cpu"))
     strategy = strategies.get("lightning-ddp")(
-        ctx, CaseSpec(strategy="lightning-ddp", model="cnn", topology="1x1", preset="tiny", micro_batch=8)
+        ctx, CaseSpec.of(strategy="lightning-ddp", model="cnn", topology="1x1", preset="tiny", micro_batch=8)
     )
     with pytest.raises(SpecError) as err:
         strategy.setup(torch.nn.Linear(2, 2), lambda params: torch.optim.AdamW(params))
@@ -178,7 +178,7 @@ def assert_agrees(result, parameters: int) -> None:
 
 def test_a_users_lightning_module_trains_through_the_trainer_and_agrees_with_one_process(user_module, agents):
     _, project = user_module
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="lightning-ddp",
         model="user_lit",
         workload="user_lit:LitWorkload",

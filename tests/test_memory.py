@@ -16,7 +16,8 @@ import pytest
 from scalegate import strategies
 from scalegate.checks import sharding
 from scalegate.contract.errors import SpecError
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.faults import Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.launch import run_case
 from scalegate.measure.memory import MAX_TIMELINE_POINTS, MemorySampler, downsample, process_reader
 
@@ -123,13 +124,13 @@ def test_timeline_is_downsampled_and_keeps_the_peak():
 
 def test_memory_interval_must_be_positive():
     with pytest.raises(SpecError, match="memory_interval_ms=0"):
-        CaseSpec(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=32, memory_interval_ms=0)
+        CaseSpec.of(strategy="ddp", model="cnn", preset="tiny", topology="1x2", micro_batch=32, memory_interval_ms=0)
     with pytest.raises(ValueError):
         MemorySampler("cpu", interval_s=0)
 
 
 def spec(strategy: str) -> CaseSpec:
-    return CaseSpec(
+    return CaseSpec.of(
         strategy=strategy,
         model="cnn",
         preset="tiny",
@@ -159,7 +160,7 @@ def test_rank_0_counts_the_flops_of_the_single_process_step_on_the_global_batch(
     from scalegate.measure import flops
 
     spec = ddp_result.spec
-    workload = workloads.resolve(spec)(spec.preset, spec.seed)
+    workload = workloads.resolve(spec)(spec.preset, spec.run.seed)
     inputs, targets = workload.global_batch(0, spec.global_batch_size)
     counter = flops.StepFlops(enabled=True)
     with counter.counting():  # the same model, batch and loss as the reference step the rank counted
@@ -263,7 +264,9 @@ def test_on_cuda_the_judged_peak_is_the_allocators_with_nvmls_beside_it_and_a_ti
     from scalegate.worker.measured import ALLOCATOR, MeasuredWindow
 
     ctx = RankContext(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0, device=torch.device("cpu"))
-    window = MeasuredWindow(CaseSpec(strategy="single", model="cnn", preset="tiny", topology="1x1", micro_batch=8), ctx)
+    window = MeasuredWindow(
+        CaseSpec.of(strategy="single", model="cnn", preset="tiny", topology="1x1", micro_batch=8), ctx
+    )
     assert window.memory()["memory_source"].startswith("rss")  # off CUDA: the sampler's RSS
     window.allocator_peak = 145_891_840  # as torch.cuda.max_memory_allocated returned it on an H200
     found = window.memory()

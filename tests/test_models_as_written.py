@@ -24,7 +24,8 @@ import pytest
 
 from scalegate.checks import agreement, tolerances
 from scalegate.contract import cards
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.faults import Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.launch import run_case
 from scalegate.plan import availability
@@ -120,7 +121,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def spec(project: Path, ref: str, model: str, strategy: str = "ddp", **fields) -> CaseSpec:
-    return CaseSpec(
+    return CaseSpec.of(
         strategy=strategy,
         model=model,
         preset="tiny",

@@ -10,8 +10,9 @@ import pytest
 from scalegate import workloads
 from scalegate.contract import units
 from scalegate.contract.errors import LaunchError, SpecError
+from scalegate.contract.faults import Faults
 from scalegate.contract.results import CaseResult
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.launch import Settings, netns
 from scalegate.launch.emulated import EmulatedLauncher
 
@@ -34,7 +35,7 @@ def spec_2x1(**changes) -> CaseSpec:
         warmup=1,
         timeout_s=240.0,
     )
-    return CaseSpec(**{**base, **changes})
+    return CaseSpec.of(**{**base, **changes})
 
 
 def run_emulated(spec: CaseSpec, case_dir, link_rate: str = "1gbit") -> CaseResult:

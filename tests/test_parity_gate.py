@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from scalegate import parity
+from scalegate import parity, policy
 from scalegate.contract.errors import SpecError
+from scalegate.contract.faults import Faults
 from scalegate.contract.results import RankResult, aggregate
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.figures import stats
 from scalegate.judge import parity as parity_judge
 from scalegate.judge import sequential
@@ -44,7 +45,7 @@ def runner(tmp_path: Path, faults: Faults, agents=None) -> parity.ParityRunner:
 def test_a_parity_case_is_one_launch_of_the_candidate_with_the_baseline_as_companion():
     [case] = parity_plan.build(options(), hostinfo.detect())
     assert case.id == CASE and (case.candidate, case.baseline) == ("fabric-ddp", "ddp")
-    assert (case.spec.strategy, case.spec.companion, case.spec.local_steps) == ("fabric-ddp", "ddp", 0)
+    assert (case.spec.strategy, case.spec.companion, case.spec.windows.local_steps) == ("fabric-ddp", "ddp", 0)
     assert CaseSpec.from_dict(json.loads(json.dumps(case.spec.to_dict()))) == case.spec
 
 
@@ -116,7 +117,7 @@ def test_a_clean_parity_case_passes_with_both_front_ends_in_one_launch(suite, tm
     data = json.loads(record.read_text())
     assert data["problems"] == [] and data["max_loss_diff"] == 0.0  # the same DDP underneath: bitwise
     assert (data["candidate"], data["baseline"], data["interleaved"]) == ("fabric-ddp", "ddp", True)
-    assert data["tolerance"] == parity_judge.THROUGHPUT_TOLERANCE == 0.1
+    assert data["tolerance"] == policy.PARITY_TOLERANCE == 0.1
     assert data["step_ratios"]["n"] == STEPS and len(data["step_ratios"]["values"]) == STEPS
     assert data["ratio_ci"][0] <= data["ratio"] <= data["ratio_ci"][1]
     # one launch, holding both: every rank recorded the companion's steps beside its own

@@ -184,7 +184,7 @@ def test_the_pytest_side_probes_once_and_stops_a_case_before_its_launch(monkeypa
     real = probe.probe
     monkeypatch.setattr(probe, "probe", lambda w: calls.append(w) or real(w))
     monkeypatch.setattr(plan_probe, "_FOUND", {})
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="ddp",
         model="probe_tokens",
         preset="tiny",
@@ -216,7 +216,7 @@ def test_a_failure_lists_the_parameters_left_out():
         "why": "",
         "params": {"enc.in_proj_bias": {"numel": 96, "ranges": [[32, 64]]}, "0.bias": {"numel": 8, "ranges": [[0, 8]]}},
     }
-    spec = CaseSpec(strategy="ddp", model="m", preset="tiny", topology="1x2", micro_batch=8, steps=1, zero_grad=zero)
+    spec = CaseSpec.of(strategy="ddp", model="m", preset="tiny", topology="1x2", micro_batch=8, steps=1, zero_grad=zero)
     bad = {"errors": {"w": {"abs": 1.0, "rel": 0.5, "scale": 2.0}}, "worst": "w", "missing": [], "extra": []}
     ranks = [
         RankResult(

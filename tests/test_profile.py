@@ -38,7 +38,7 @@ def trace_names(path: Path) -> Counter:
 
 
 def cnn(topology: str, **changes) -> CaseSpec:
-    return CaseSpec(
+    return CaseSpec.of(
         strategy="ddp" if topology != "1x1" else "single",
         model="cnn",
         preset="tiny",

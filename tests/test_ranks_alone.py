@@ -17,7 +17,7 @@ DDP_WIRE = {"source": "netns:lo", "bytes_per_step": 3_203_197, "steps": 5}
 
 def _result(topology: str = "1x2", group: int | None = 2, wire: dict | None = None, device: str = "cpu"):
     world = int(topology.split("x")[1])
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="ddp",
         model="train",
         preset="script",

@@ -16,7 +16,8 @@ import pytest
 import torch
 from torch import nn
 
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.faults import Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.strategies.pipeline import _tied
 from scalegate.worker.reference import Reference, batch_statistics, pieces_for, plain_batchnorm
 
@@ -24,7 +25,7 @@ CE = nn.functional.cross_entropy
 
 
 def _spec(**faults) -> CaseSpec:
-    return CaseSpec(strategy="ddp", model="m", preset="tiny", topology="1x2", micro_batch=8, faults=Faults(**faults))
+    return CaseSpec.of(strategy="ddp", model="m", preset="tiny", topology="1x2", micro_batch=8, faults=Faults(**faults))
 
 
 def _bn_model() -> nn.Module:
@@ -176,7 +177,7 @@ def test_a_sync_batchnorm_workload_trains_synced_against_a_plain_whole_batch_ref
         "convert_sync_batchnorm",
         classmethod(lambda cls, module, group=None: converted.append(module) or real(cls, module, group)),
     )
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="single",
         model="team_syncbn_cnn",
         preset="tiny",

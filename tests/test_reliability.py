@@ -25,7 +25,8 @@ from scalegate import workloads
 from scalegate.contract import cards, heartbeat
 from scalegate.contract.cards import StrategyCard
 from scalegate.contract.errors import LaunchError
-from scalegate.contract.spec import CaseSpec, Faults, parse_fault
+from scalegate.contract.faults import Faults, parse_fault
+from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.launch import hang, netns, run_case
 from scalegate.launch.base import first_failure
@@ -38,7 +39,7 @@ TOKEN_ENV = "SCALEGATE_TEST_TOKEN"
 
 
 def _spec(fault: str, timeout_s: float = HANG_TIMEOUT_S) -> CaseSpec:
-    return CaseSpec(
+    return CaseSpec.of(
         strategy="ddp",
         model="cnn",
         preset="tiny",

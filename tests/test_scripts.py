@@ -72,11 +72,11 @@ def test_reference_steps_give_the_1x1_reference_launch_its_own_measured_steps(tm
     spec = plan_script.spec_for(decl, "ddp", plan_script.Topology.parse("1x2"), _options(), tmp_path, "t")
     host = hostinfo.detect()
     same = ScalingSession(options=_options(), host=host, run_dir=tmp_path / "run", baseline=None)
-    assert same.reference_spec(spec).steps == 5 and same.reference_spec(spec).script.argv == ("--max-steps=7",)
+    assert same.reference_spec(spec).run.steps == 5 and same.reference_spec(spec).script.argv == ("--max-steps=7",)
     longer = _options("--scaling-reference-steps=12")
     ref = ScalingSession(options=longer, host=host, run_dir=tmp_path / "run", baseline=None).reference_spec(spec)
-    assert (ref.topology, ref.steps, ref.script.argv) == ("1x1", 12, ("--max-steps=14",))  # 2 warm-up + 12
-    assert spec.steps == 5 and spec.script.argv == ("--max-steps=7",)  # the case keeps its own
+    assert (ref.topology, ref.run.steps, ref.script.argv) == ("1x1", 12, ("--max-steps=14",))  # 2 warm-up + 12
+    assert spec.run.steps == 5 and spec.script.argv == ("--max-steps=7",)  # the case keeps its own
 
 
 def test_a_scripts_reference_in_a_duet_runs_half_the_cases_steps(tmp_path):
@@ -89,7 +89,7 @@ def test_a_scripts_reference_in_a_duet_runs_half_the_cases_steps(tmp_path):
     spec = plan_script.spec_for(decl, "ddp", plan_script.Topology.parse("1x2"), options, tmp_path, "t")
     session = ScalingSession(options=options, host=hostinfo.detect(), run_dir=tmp_path / "run", baseline=None)
     ref = session.reference_spec(spec)
-    assert (ref.steps, ref.script.argv) == (150, ("--max-steps=152",))  # 2 warm-up + 150: the script stops there
+    assert (ref.run.steps, ref.script.argv) == (150, ("--max-steps=152",))  # 2 warm-up + 150: the script stops there
     assert spec.script.argv == ("--max-steps=302",)
 
 

@@ -57,7 +57,7 @@ def test_drift_bounds_what_more_launches_can_prove():
 
 @pytest.mark.parametrize("sigma", [0.02, 0.04])
 def test_operating_characteristics_under_the_normal_model(sigma):
-    design = S.Design()
+    design = S.Design(max_launches=6)
     clean = S.simulate(0.0, sigma, 10, design, trials=4000)
     dropped = S.simulate(0.10, sigma, 10, design, trials=4000)
     assert clean[S.REGRESSED] <= design.alpha  # false alarms over the whole procedure

@@ -24,7 +24,7 @@ PATTERN = r"step (\d+) loss ([0-9.eE+-]+)"
 
 
 def _result(times: list[float], steps: int, curve: list, marked: str = "optimizer.step()", **extra) -> object:
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="ddp",
         model="train",
         preset="script",

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import pytest
 
+from scalegate.contract.faults import Faults, parse_fault
 from scalegate.contract.results import RankResult, aggregate
-from scalegate.contract.spec import CaseSpec, Faults, parse_fault
+from scalegate.contract.spec import CaseSpec
 from scalegate.figures import stragglers
 from scalegate.launch import run_case
 from scalegate.measure.clock import ForwardClock
 
 
 def spec(strategy: str = "ddp", **fields) -> CaseSpec:
-    return CaseSpec(
+    return CaseSpec.of(
         strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=32, steps=5, warmup=1, **fields
     )
 

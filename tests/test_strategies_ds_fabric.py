@@ -24,10 +24,8 @@ def reason(name: str, topology: str = "1x2", device: str = "cpu", devices_per_no
 
 def small_spec(strategy: str, **changes) -> CaseSpec:
     # one checked step + one more untimed step, two measured: correctness, not speed
-    spec = CaseSpec(
-        strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=8, steps=2, warmup=2, timeout_s=240
-    )
-    return spec.replace(**changes)
+    given = dict(strategy=strategy, model="cnn", preset="tiny", topology="1x2", micro_batch=8, steps=2, warmup=2)
+    return CaseSpec.of(**{**given, "timeout_s": 240, **changes})
 
 
 def assert_agrees(result) -> None:

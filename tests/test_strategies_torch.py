@@ -122,7 +122,7 @@ def test_pipeline_stage_wrapper_sends_contiguous_outputs_and_input_gradients():
 # --- real jobs --------------------------------------------------------------------------------------
 def small_spec(strategy: str, topology: str) -> CaseSpec:
     # micro-batch 8, one checked step + one more untimed step, one measured: correctness, not speed
-    return CaseSpec(
+    return CaseSpec.of(
         strategy=strategy,
         model="cnn",
         preset="tiny",
@@ -169,7 +169,10 @@ def test_hsdp_on_two_nodes_of_one_rank_agrees_with_a_single_process(tmp_path):
         )
         argv = launcher.command(job)
         return run(
-            argv, log_path=tmp_path / f"agent{node_rank}.log", timeout_s=spec.timeout_s, env=launcher.environment(spec)
+            argv,
+            log_path=tmp_path / f"agent{node_rank}.log",
+            timeout_s=spec.execution.timeout_s,
+            env=launcher.environment(spec),
         )
 
     with ThreadPoolExecutor(2) as pool:  # two torchrun agents on loopback, as two nodes would run

@@ -24,7 +24,7 @@ from scalegate.plan.matrix import skip_reason
 
 
 def gpt(strategy: str, topology: str = "1x2", **fields) -> CaseSpec:
-    return CaseSpec(
+    return CaseSpec.of(
         strategy=strategy, model="gpt", preset="tiny", topology=topology, micro_batch=8, steps=3, warmup=2, **fields
     )
 
@@ -45,7 +45,7 @@ def test_parallel_dims_name_every_factor():
         (gpt("fsdp-tp", "1x2"), "fsdp-tp needs >= 2 nodes"),
         (gpt("tp", dims={"heads": 3, "dim": 96}), "tp: model gpt does not split over tp=2: heads 3 % tp 2 = 1"),
         (
-            CaseSpec(strategy="tp", model="cnn", preset="tiny", topology="1x2", micro_batch=32),
+            CaseSpec.of(strategy="tp", model="cnn", preset="tiny", topology="1x2", micro_batch=32),
             "tp: workload 'cnn' has no tensor_parallel_plan()",
         ),
     ],

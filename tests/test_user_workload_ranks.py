@@ -44,7 +44,7 @@ def spec(project: Path | None, **changes) -> CaseSpec:
         import_paths=(str(project),) if project else (),
     )
     fields.update(changes)
-    return CaseSpec(**fields)
+    return CaseSpec.of(**fields)
 
 
 def resolve_elsewhere(the_spec: CaseSpec, cwd: Path) -> subprocess.CompletedProcess:
@@ -147,7 +147,7 @@ def test_hf_references_call_hf_workload_lazily_once_per_model_type(monkeypatch):
     loader._hf_class.cache_clear()
     try:
         assert workloads.load("hf:gpt2") is Gpt2 and workloads.load("hf:gpt2") is Gpt2
-        hf_spec = CaseSpec(
+        hf_spec = CaseSpec.of(
             strategy="ddp", model="hf_gpt2", preset="tiny", topology="1x2", micro_batch=32, workload="hf:gpt2"
         )
         assert workloads.resolve(hf_spec) is Gpt2

@@ -30,7 +30,8 @@ from scalegate import workloads
 from scalegate.checks import agreement
 from scalegate.contract import cards, heartbeat
 from scalegate.contract.errors import LaunchError
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.faults import Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.figures import resources
 from scalegate.launch import hang, netns, run_case, warm
@@ -49,7 +50,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("without_agents")]
 
 
 def spec(strategy: str = "ddp", timeout_s: float = 240.0, **faults) -> CaseSpec:
-    return CaseSpec(
+    return CaseSpec.of(
         strategy=strategy,
         model="cnn",
         preset="tiny",

@@ -299,7 +299,7 @@ def test_workers_read_the_data_dir_and_report_a_missing_file(tmp_path, agents):
     from scalegate.contract.spec import CaseSpec
     from scalegate.launch import run_case
 
-    spec = CaseSpec(
+    spec = CaseSpec.of(
         strategy="single",
         model="rnn_mnist",
         preset="tiny",
@@ -342,7 +342,7 @@ def test_matrix_skips_bert_qa_with_the_missing_package_named(monkeypatch):
     from scalegate.plan import hostinfo, matrix
 
     host = hostinfo.detect()
-    spec = CaseSpec(strategy="ddp", model="bert_qa", preset="tiny", topology="1x2", micro_batch=4)
+    spec = CaseSpec.of(strategy="ddp", model="bert_qa", preset="tiny", topology="1x2", micro_batch=4)
     assert matrix.skip_reason(spec, host) is None
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "transformers" else real(n, *a))

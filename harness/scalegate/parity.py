@@ -18,9 +18,10 @@ from scalegate.contract.errors import ScalegateError
 from scalegate.contract.results import CaseResult
 from scalegate.judge import parity as judge_parity
 from scalegate.judge import sequential
-from scalegate.judge.parity import LOSS_ATOL, THROUGHPUT_TOLERANCE, ParityCall, ParityOutcome
+from scalegate.judge.parity import LOSS_ATOL, ParityCall, ParityOutcome
 from scalegate.launch import run_case
 from scalegate.plan.parity import ParityCase
+from scalegate.policy import PARITY_TOLERANCE
 
 if TYPE_CHECKING:
     from scalegate.launch import warm
@@ -33,10 +34,10 @@ class ParityRunner:
 
     case: ParityCase
     out_dir: Path  # <run dir>/parity
-    tolerance: float = THROUGHPUT_TOLERANCE
+    tolerance: float = PARITY_TOLERANCE
     data_dir: str | None = None
     agents: "warm.AgentPool | None" = None  # the session's warm torchrun agent (--scaling-launcher warm)
-    design: sequential.Design = field(default_factory=lambda: sequential.Design(max_launches=4))  # alpha, beta, budget
+    design: sequential.Design = field(default_factory=sequential.Design)  # alpha, beta, budget
     strict: bool = False
 
     @property

@@ -102,7 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     run_dir = opts.results_dir / run_id()
     run_status.install_sigterm(run_dir)  # SLURM's time limit: clean up as for Ctrl-C, and mark the run partial
-    agents = warm.pool(log_dir=run_dir) if opts.execution.launcher == "warm" else None
+    agents = warm.pool(log_dir=run_dir) if opts.launching.launcher == "warm" else None
     config.stash[SESSION] = ScalingSession(options=opts, host=host, run_dir=run_dir, baseline=baseline, agents=agents)
 
 
@@ -231,7 +231,7 @@ def parity_case(request: pytest.FixtureRequest) -> parity.ParityRunner:
         case=case,
         out_dir=state.run_dir / "parity",
         tolerance=opts.judging.parity_tolerance,
-        data_dir=opts.run.data_dir,
+        data_dir=opts.launching.data_dir,
         agents=state.agents,
         design=design,
         strict=opts.judging.strict,

@@ -32,7 +32,7 @@ def _seconds(name: str, default: float) -> float:
     return value
 
 
-# --- one case's launches (plan/option_groups.py defaults) -------------------------------------------------------
+# --- one case's launches (the options' defaults, plan/option_groups.py, and the judge's) ----------------------------
 # Same-launch (distributed, local) step pairs after the measured steps: 40 pairs spread ~2% between launches on the
 # 2-core VMs. docs/evidence/detection.md#designing-the-same-launch-reference
 LOCAL_STEPS = 40
@@ -41,6 +41,9 @@ LOCAL_STEPS = 40
 MAX_LAUNCHES = 4
 # The sequential test's error rates: false alarms when nothing changed, misses at the drop it is built for.
 ALPHA, BETA = 0.01, 0.05
+# The drop the sequential test is built to catch where a baseline's local efficiency names none, and the one
+# recorded with each new local efficiency. docs/evidence/detection.md#the-defaults-it-set-a-10-tolerance-and-a-noisy-band
+DETECT = 0.10
 # How far a front end (fabric-ddp, lightning-ddp) may fall below ddp's throughput in the same launch.
 PARITY_TOLERANCE = 0.10
 # The tolerance written into new baselines: a 5% one raised false alarms on shared 2-core VMs.

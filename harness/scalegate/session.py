@@ -20,9 +20,10 @@ from scalegate.checks import agreement, sharding
 from scalegate.checks import script as script_checks
 from scalegate.contract import atomic
 from scalegate.contract.errors import LaunchError, ScalegateError
+from scalegate.contract.faults import Faults
 from scalegate.contract.results import CaseResult
 from scalegate.contract.script import needed_steps
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.figures import peaks, resources, stragglers
 from scalegate.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judge
@@ -64,12 +65,13 @@ class ScalingSession:
     def reference_spec(self, spec: CaseSpec) -> CaseSpec:
         """The single-process 1x1 case this one's speedup is measured against; for a training script, the same
         script with the same strategy word on one process (harness/scalegate/plan/script.py says why)."""
-        steps = self.options.reference_steps(spec.script is not None, spec.steps)
+        steps = self.options.reference_steps(spec.script is not None, spec.run.steps)
+        run = dataclasses.replace(spec.run, steps=steps)
         if spec.script is not None:
-            one, needed = Topology.parse("1x1"), needed_steps(steps, spec.warmup)
+            one, needed = Topology.parse("1x1"), needed_steps(steps, spec.run.warmup)
             script = dataclasses.replace(spec.script, needed_steps=needed).at(spec.strategy, one)
-            return spec.replace(topology="1x1", steps=steps, faults=Faults(), script=script)
-        return spec.replace(strategy="single", topology="1x1", steps=steps, faults=Faults())
+            return spec.replace(topology="1x1", run=run, faults=Faults(), script=script)
+        return spec.replace(strategy="single", topology="1x1", run=run, faults=Faults())
 
     def reference(self, spec: CaseSpec, more: int = 0) -> list[CaseResult]:
         """The single-process 1x1 launches of the same model and preset, measured in this session
@@ -99,28 +101,29 @@ class ScalingSession:
         directory (a relaunch of the case replaces its traces); unchanged when the option is off."""
         if not self.options.profile_steps:
             return spec
+        profile_dir = str((self.run_dir / spec.case_id / "profile").resolve())
         return spec.replace(
-            profile_steps=self.options.profile_steps,
-            profile_dir=str((self.run_dir / spec.case_id / "profile").resolve()),
+            windows=dataclasses.replace(spec.windows, profile_steps=self.options.profile_steps, profile_dir=profile_dir)
         )
 
     def _windows(self, spec: CaseSpec) -> CaseSpec:
         """Where the post-measurement windows write: ``--scaling-profile``'s traces and ``--scaling-checkpoint``'s
         files go into the case's directory (a relaunch replaces them); unchanged when both are off."""
         spec = self._profiled(spec)
-        if not spec.checkpoint:
+        if not spec.windows.checkpoint:
             return spec
-        return spec.replace(checkpoint_dir=str((self.run_dir / spec.case_id / "checkpoint").resolve()))
+        checkpoint_dir = str((self.run_dir / spec.case_id / "checkpoint").resolve())
+        return spec.replace(windows=dataclasses.replace(spec.windows, checkpoint_dir=checkpoint_dir))
 
     def _launch(self, spec: CaseSpec) -> CaseResult:
         """One launch, by the launcher ``launch.choose`` names: a SLURM node's agent for a multi-node case under
         srun (node 0's: the others go through ``_run_other_node``), emulated nodes elsewhere, and for a
         single-node case the ``--scaling-launcher`` one, also under srun."""
-        spec = probe.prepare(self._windows(spec), self.options.run.data_dir)  # the output check, zero gradients
-        name = launch.choose(spec, self.slurm, self.options.execution.launcher)
+        spec = probe.prepare(self._windows(spec), self.options.launching.data_dir)  # the output check, zero gradients
+        name = launch.choose(spec, self.slurm, self.options.launching.launcher)
         settings = launch.Settings(
-            data_dir=self.options.run.data_dir,
-            link_rate=self.options.execution.link_rate,
+            data_dir=self.options.launching.data_dir,
+            link_rate=self.options.launching.link_rate,
             agents=self.agents,
             slurm=self.slurm,
         )
@@ -129,7 +132,7 @@ class ScalingSession:
     def _run_other_node(self, case: Case) -> Outcome:
         """Nodes 1.. of a SLURM allocation run their agent; node 0 judges, writes and records."""
         spec, node = case.spec, self.slurm.node_id  # type: ignore[union-attr]
-        key = baselines.case_key(spec.case_id, spec.preset, spec.compile)
+        key = baselines.case_key(spec.case_id, spec.preset, spec.execution.compile)
         if node >= spec.topo.nodes:
             return Outcome(
                 case_id=spec.case_id,
@@ -155,7 +158,7 @@ class ScalingSession:
     def run(self, case: Case, tolerances: dict[str, float] | None = None) -> Outcome:
         """Launch, judge, and launch again while the judge says more launches could decide (sequential gate)."""
         spec = case.spec
-        key = baselines.case_key(spec.case_id, spec.preset, spec.compile)
+        key = baselines.case_key(spec.case_id, spec.preset, spec.execution.compile)
         if self.slurm is not None and self.slurm.node_id > 0:
             return self._run_other_node(case)
         tolerances = dict(tolerances or {})
@@ -213,7 +216,7 @@ class ScalingSession:
             failure=failure,
             oversubscribed=case.oversubscribed,
             oversubscribed_why=(
-                f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at {spec.cpu_threads} "
+                f"{spec.topology} oversubscribes {self.host.cpu_cores} cores at {spec.run.cpu_threads} "
                 f"thread(s) per rank: timing is not judged"
             )
             if case.oversubscribed
@@ -232,8 +235,8 @@ class ScalingSession:
                 profile=self.profile,
                 world_size=spec.world_size,
                 global_batch=spec.global_batch_size,
-                steps=spec.steps,
-                warmup=spec.warmup,
+                steps=spec.run.steps,
+                warmup=spec.run.warmup,
                 **fields,
             )
         return from_results(results, references, key=key, profile=self.profile, **fields)
@@ -242,7 +245,7 @@ class ScalingSession:
         """One rank's device peak at the case's dtype (harness/scalegate/figures/peaks.py): the GPU table, or measured on CPU once
         per session (between cases, when nothing else of the session runs)."""
         device = "cuda" if spec.device == "cuda" or (spec.device == "auto" and self.host.device == "cuda") else "cpu"
-        found = peaks.peak_for(device, self.host.device_name, spec.dtype, spec.cpu_threads)
+        found = peaks.peak_for(device, self.host.device_name, spec.run.dtype, spec.run.cpu_threads)
         return {"peak_flops": found.flops, "peak_source": found.source}
 
     def _write(self, outcome: Outcome, record: CaseRecord, spec: CaseSpec) -> None:

@@ -39,7 +39,7 @@ def agreement(result: CaseResult) -> str | None:
             problems.append(
                 f"{what} agreement failed [{result.spec.strategy} {result.spec.case_id}] rank {worst_rank}: "
                 f"worst parameter {name!r} max abs error {err['abs']:.3g}, relative {err['rel']:.3g} "
-                f"> tolerance {bound:.1g} ({result.spec.dtype}{', compiled' if result.spec.compile else ''}) {when}, "
+                f"> tolerance {bound:.1g} ({result.spec.run.dtype}{', compiled' if result.spec.execution.compile else ''}) {when}, "
                 f"against a single process on the same "
                 f"global batch"
             )
@@ -78,7 +78,7 @@ def compiled(result: CaseResult) -> str | None:
     """--scaling-compile: Dynamo compiled something on every rank (``compiled_frames``, harness/scalegate/worker/compiling.py).
     A compile time alone proves nothing: the first H100 run recorded 0.4 s while no frame compiled and the steps
     ran eager, measured as if compiled."""
-    if not result.spec.compile:
+    if not result.spec.execution.compile:
         return None
     for rank in result.ranks:
         frames = rank.extra.get("compiled_frames")
@@ -93,7 +93,7 @@ def compiled(result: CaseResult) -> str | None:
 def checkpoint(result: CaseResult) -> str | None:
     """--scaling-checkpoint's round trip (harness/scalegate/measure/checkpoint.py): the step resumed from the checkpoint must give
     the loss and parameters of the same step taken without stopping, on every rank."""
-    tol = tolerances.for_dtype(result.spec.dtype)
+    tol = tolerances.for_dtype(result.spec.run.dtype)
     where = f"[{result.spec.strategy} {result.spec.case_id}]"
     for rank in result.ranks:
         found = rank.extra.get("checkpoint") or {}
@@ -114,7 +114,7 @@ def checkpoint(result: CaseResult) -> str | None:
                 f"differs from the uninterrupted step: worst parameter {params['worst']!r} max abs error "
                 f"{err['abs']:.3g}, relative {err['rel']:.3g} (tolerance {tol.resume_param_rel:.1g}); loss "
                 f"{b:.8g} resumed vs {a:.8g} (relative {loss_err:.3g}, tolerance {tol.resume_loss_rel:.1g}, "
-                f"{result.spec.dtype}; saved and loaded with {found.get('format', '?')})"
+                f"{result.spec.run.dtype}; saved and loaded with {found.get('format', '?')})"
             )
     return None
 
@@ -194,14 +194,14 @@ def loss_curve(result: CaseResult) -> str | None:
     ref = reference.get("reference_losses") or []
     if not weighted or not ref or not all(len(r.warmup_losses) >= len(ref) for r in weighted):
         return None
-    bound = tolerances.for_dtype(result.spec.dtype).loss_rel
+    bound = tolerances.for_dtype(result.spec.run.dtype).loss_rel
     for step, want in enumerate(ref):
         got = sum(r.loss_weight * r.warmup_losses[step] for r in weighted)
         err = abs(got - want) / max(abs(want), 1e-12)
         if not err <= bound:
             return (
                 f"loss curve diverges from a single process [{result.spec.case_id}] at untimed step {step}: "
-                f"{got:.6g} vs {want:.6g} (relative {err:.3g} > tolerance {bound:.1g}, {result.spec.dtype}) "
+                f"{got:.6g} vs {want:.6g} (relative {err:.3g} > tolerance {bound:.1g}, {result.spec.run.dtype}) "
                 f"on the same global batch"
             )
     return None

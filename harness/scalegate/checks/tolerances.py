@@ -56,6 +56,6 @@ def for_dtype(dtype: str) -> Tolerance:
 
 def for_spec(spec) -> Tolerance:
     """The case's bounds: its dtype's, with the compiled parameter bound where it is compiled."""
-    tol = TOLERANCES[spec.dtype]
-    looser = COMPILED_PARAM_REL.get(spec.dtype) if spec.compile else None
+    tol = TOLERANCES[spec.run.dtype]
+    looser = COMPILED_PARAM_REL.get(spec.run.dtype) if spec.execution.compile else None
     return replace(tol, param_rel=max(tol.param_rel, looser)) if looser else tol

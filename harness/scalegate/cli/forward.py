@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from scalegate.plan import declare
 from scalegate.plan.option_groups import SECTIONS
+from scalegate.plan.option_types import typed
 
 
 class Forwarded(argparse.Action):
@@ -51,7 +52,7 @@ def add(parser: argparse.ArgumentParser) -> None:
                 action=Forwarded,
                 dest=declare.dest(f),
                 default=argparse.SUPPRESS,
-                check=opt.check(name) if opt.check is not None else None,
+                check=typed(opt.check, name) if opt.check is not None else None,
                 flag=opt.flag,
                 repeat=opt.repeat,
                 choices=opt.choices or None,

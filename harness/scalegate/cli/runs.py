@@ -18,7 +18,7 @@ from pathlib import Path
 from scalegate.contract import atomic
 from scalegate.gate.project import Project
 from scalegate.plan import declare
-from scalegate.plan.option_groups import Recorded
+from scalegate.plan.option_groups import Judging, Recorded
 from scalegate.plan.option_types import output_dir, output_file
 from scalegate.record import baselines, merge, runfiles
 
@@ -128,7 +128,7 @@ def add_parsers(sub) -> None:
         type=output_file("--markdown"),
         help="also write the markdown table to this file (for a PR comment)",
     )
-    c.add_argument("--tolerance", type=float, help="override every efficiency tolerance (fraction)")
+    declare.declare(c.add_argument, (Judging,), prefix="", only=("tolerance",))  # --scaling-tolerance's, unprefixed
     c.add_argument("--strict", "--scaling-strict", action="store_true", help="a noisy case fails too")
     c.add_argument(
         "--require-baseline",

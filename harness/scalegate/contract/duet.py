@@ -4,7 +4,7 @@ Both commits' jobs for a case take turns: one optimizer step each (the duet; ``g
 or one whole job each (the alternate pairing, for jobs that cannot be resident twice); in the swap pairing a job's
 state leaves device memory between its turns (``measure/swap.py``). The coordinator
 (``launch/duet.py``, a thread of the gate on node 0) listens at the address each session is given (``--scaling-duet``)
-and its specs carry (``CaseSpec.duet_address``); each rank of each job opens one connection (``measure/turns.py``)
+and its specs carry (``spec.duet.address``); each rank of each job opens one connection (``measure/turns.py``)
 and speaks JSON lines:
 
     rank -> coordinator   {"op": "hello", "v": 11, "side": "head", "job": "ddp-cnn-1x2", "rank": 0, "world": 2}

@@ -115,6 +115,7 @@ class CaseResult:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        data["spec"] = self.spec.to_dict()  # the spec's own JSON (flat), as SPEC.json holds it
         data["case_id"] = self.spec.case_id
         return data
 
@@ -137,16 +138,16 @@ def aggregate(spec: CaseSpec, ranks: list[RankResult], launch_wall_s: float = 0.
             f"{spec.case_id}: expected results from ranks 0..{spec.world_size - 1}, got {[r.rank for r in ranks]}",
             "read the missing ranks' logs in the case directory",
         )
-    companion_steps = spec.steps if spec.companion else 0
-    for series, expected in (("step_times_s", spec.steps), ("companion_step_times_s", companion_steps)):
+    companion_steps = spec.run.steps if spec.companion else 0
+    for series, expected in (("step_times_s", spec.run.steps), ("companion_step_times_s", companion_steps)):
         lengths = {len(getattr(r, series)) for r in ranks}
         if lengths != {expected}:
             raise LaunchError(
                 f"{spec.case_id}: ranks measured {sorted(lengths)} steps ({series}), expected {expected}",
                 "a rank stopped early; read its log",
             )
-    step_times = [max(r.step_times_s[i] for r in ranks) for i in range(spec.steps)]
-    losses = [_weighted_loss(ranks, i) for i in range(spec.steps)]
+    step_times = [max(r.step_times_s[i] for r in ranks) for i in range(spec.run.steps)]
+    losses = [_weighted_loss(ranks, i) for i in range(spec.run.steps)]
     median = metrics.median(step_times)
     pairs = {len(r.pair_step_times_s) for r in ranks} | {len(r.local_step_times_s) for r in ranks}
     n_pairs = pairs.pop() if len(pairs) == 1 else 0  # a window skipped on any rank is skipped for the case

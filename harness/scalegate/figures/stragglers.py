@@ -23,7 +23,7 @@ MIN_EXCESS_S = 0.001
 def attribute(result: CaseResult) -> dict[str, Any] | None:
     """Per-rank median forward, the last rank of every step, and the straggler (``rank``) or None."""
     spec = result.spec
-    ranks = [r for r in result.ranks if len(r.forward_s) == spec.steps]
+    ranks = [r for r in result.ranks if len(r.forward_s) == spec.run.steps]
     if spec.world_size < 2 or len(ranks) < 2:
         return None
     if any(r.forward_collectives for r in result.ranks):
@@ -34,16 +34,16 @@ def attribute(result: CaseResult) -> dict[str, Any] | None:
             "do not show which rank arrives last",
         }
     medians = {r.rank: metrics.median(r.forward_s) for r in ranks}
-    last = [max(ranks, key=lambda r: r.forward_s[i]).rank for i in range(spec.steps)]
+    last = [max(ranks, key=lambda r: r.forward_s[i]).rank for i in range(spec.run.steps)]
     slowest = max(medians, key=medians.get)
     others = metrics.median([v for k, v in medians.items() if k != slowest])
-    excess, share = medians[slowest] - others, last.count(slowest) / spec.steps
+    excess, share = medians[slowest] - others, last.count(slowest) / spec.run.steps
     named = excess > max(MIN_EXCESS_S, MIN_EXCESS_REL * others) and share >= CONSISTENT
     message = (
         (
             f"straggler: rank {slowest} reaches its first collective {excess * 1e3:.1f} ms after the others "
             f"(median forward {medians[slowest] * 1e3:.1f} ms against {others * 1e3:.1f} ms; last in "
-            f"{last.count(slowest)}/{spec.steps} steps) [{spec.case_id}]"
+            f"{last.count(slowest)}/{spec.run.steps} steps) [{spec.case_id}]"
         )
         if named
         else ""

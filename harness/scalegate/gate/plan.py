@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from scalegate import policy
+from scalegate.contract import sections
 from scalegate.contract.errors import ScalegateError
 from scalegate.gate import merge
 from scalegate.gate.project import Project
 from scalegate.plan import cluster
 
-PAIRINGS = ("auto", "duet", "alternate", "swap", "rounds")
+PAIRINGS = ("auto", *sections.PAIRINGS)  # --pairing: auto pairs in a duet, alternating where a case would not fit
 
 
 @dataclass(frozen=True, kw_only=True)

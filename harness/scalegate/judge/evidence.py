@@ -76,9 +76,9 @@ class Conduct:
 
     launches: int = 1  # --scaling-launches: launches judged together before any verdict
     confirm: int = 1  # --scaling-confirm: classic gate, rounds of relaunches that must also regress
-    max_launches: int = 4  # --scaling-max-launches: sequential gate, the budget per case
-    alpha: float = 0.01
-    beta: float = 0.05
+    max_launches: int = policy.MAX_LAUNCHES  # --scaling-max-launches: sequential gate, the budget per case
+    alpha: float = policy.ALPHA
+    beta: float = policy.BETA
     tolerance: float | None = None  # --scaling-tolerance of the run: compare and gate re-judge with the same drop
     step_time_tolerance: float | None = None  # --scaling-step-time-tolerance: an A/B duet judges the step time too
     ledger_tolerance: float = policy.LEDGER_TOLERANCE  # --scaling-ledger-tolerance: the collectives' bytes a step
@@ -251,8 +251,8 @@ def from_results(
         profile=profile,
         world_size=spec.world_size,
         global_batch=spec.global_batch_size,
-        steps=spec.steps,
-        warmup=spec.warmup,
+        steps=spec.run.steps,
+        warmup=spec.run.warmup,
         launches=tuple(launch_record(r, resources.wire(r)) for r in results),
         reference_step_times_s=pooled_steps(references),
         reference_global_batch=references[0].spec.global_batch_size if references else 0,

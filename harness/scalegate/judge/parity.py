@@ -17,7 +17,7 @@ throughput relative to the baseline's), estimated per launch as exp of the 20%-t
 a seeded bootstrap 95% interval (``scalegate.figures.stats.paired_ratio_estimate``). The verdict is the gate's
 sequential test (``harness/scalegate/judge/sequential.py``) over launches: an overhead of at most half the tolerance (``decide``; the reference is exact: there is
 no baseline to estimate, both front ends ran in the same steps) against a shortfall of the tolerance
-(``THROUGHPUT_TOLERANCE``, 10%, unless ``--scaling-parity-tolerance`` overrides it), sigma the launches' own
+(``policy.PARITY_TOLERANCE`` unless ``--scaling-parity-tolerance`` overrides it), sigma the launches' own
 standard error from their intervals. The case launches again while undecided, up to
 ``--scaling-max-launches``; a shortfall is confirmed by at least three launches; still undecided at the
 budget is ``noisy`` (reported, failing only under ``--scaling-strict``). A clean launch's ratio spreads about 2.5%
@@ -43,7 +43,6 @@ from scalegate.judge import sequential
 from scalegate.policy import PARITY_TOLERANCE
 
 LOSS_ATOL = 1e-6  # fp32, same seed and data: any larger difference is a different computation
-THROUGHPUT_TOLERANCE = PARITY_TOLERANCE  # --scaling-parity-tolerance's default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +98,7 @@ def loss_problem(case_id: str, result: CaseResult, atol: float = LOSS_ATOL) -> t
         return None, diff
     return (
         f"loss parity failed [{case_id}] rank {rank_id} step {step}: {cs} loss {a:.9g} vs {bs} loss {b:.9g}, "
-        f"difference {diff:.3g} > {atol:.0e} ({result.spec.dtype}, same seed and data): {cs} does not "
+        f"difference {diff:.3g} > {atol:.0e} ({result.spec.run.dtype}, same seed and data): {cs} does not "
         f"compute what {bs} computes"
     ), diff
 
@@ -200,8 +199,8 @@ class ParityCall:
     candidate: str
     baseline: str
     topology: str
-    tolerance: float = THROUGHPUT_TOLERANCE
-    design: sequential.Design = field(default_factory=lambda: sequential.Design(max_launches=4))
+    tolerance: float = PARITY_TOLERANCE
+    design: sequential.Design = field(default_factory=sequential.Design)
     oversubscribed: bool = False
     strict: bool = False
 

@@ -4,7 +4,7 @@ Each launch gives one local efficiency L_i (``harness/scalegate/measure/local_st
 x_i = ln(L_i / B), B the baseline's. Two hypotheses, the shape of an SPRT (Wald 1945):
 
 - H0, no change: x ~ N(0, s^2);
-- H1, a drop of ``detect`` (10% by default): x ~ N(ln(1 - detect), s^2).
+- H1, a drop of ``detect`` (``policy.DETECT`` by default): x ~ N(ln(1 - detect), s^2).
 
 After n launches the log-likelihood ratio of H1 to H0, for the mean of the x_i, is
 
@@ -32,15 +32,17 @@ import random
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from scalegate import policy
+
 OK, REGRESSED, UNDECIDED = "ok", "regressed", "undecided"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Design:
-    detect: float = 0.10  # the drop (fraction of the baseline) the gate must catch with probability 1 - beta
-    alpha: float = 0.01  # false alarms, over the whole sequential procedure, when nothing changed
-    beta: float = 0.05  # misses when efficiency dropped by ``detect``
-    max_launches: int = 6
+    detect: float = policy.DETECT  # the drop (fraction of the baseline) the gate must catch with probability 1 - beta
+    alpha: float = policy.ALPHA  # false alarms, over the whole sequential procedure, when nothing changed
+    beta: float = policy.BETA  # misses when efficiency dropped by ``detect``
+    max_launches: int = policy.MAX_LAUNCHES
     min_launches_regressed: int = 2
     min_launches_ok: int = 1  # A/B: a lone round reading no change is confirmed too (harness/scalegate/judge/ab.py)
     sigma_floor: float = 0.015  # a recorded spread narrower than this is not trusted (few launches)

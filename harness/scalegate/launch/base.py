@@ -115,7 +115,7 @@ class Launcher(abc.ABC):
     def environment(self, spec: CaseSpec) -> dict[str, str]:
         """The agent's environment: this one, the case's thread count, the checkout on PYTHONPATH."""
         env = dict(os.environ)
-        env["OMP_NUM_THREADS"] = str(spec.cpu_threads)
+        env["OMP_NUM_THREADS"] = str(spec.run.cpu_threads)
         env["PYTHONUNBUFFERED"] = "1"
         env.pop("TORCHELASTIC_ERROR_FILE", None)  # torchrun sets one per rank; an inherited one would clash
         if self.settings.data_dir:

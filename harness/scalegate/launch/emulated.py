@@ -174,7 +174,7 @@ class EmulatedLauncher(Launcher):
                         start_new_session=True,
                     )
                 )
-            codes = _wait_all(procs, start + spec.timeout_s)
+            codes = _wait_all(procs, start + spec.execution.timeout_s)
             if codes is None:  # a hang: heartbeats and every node's rank stacks, before anything is killed
                 diagnosis = [
                     hang.diagnose(p.pid, out_dir, spec.world_size, case_dir) for p in procs if p.poll() is None
@@ -188,7 +188,7 @@ class EmulatedLauncher(Launcher):
         wall = time.perf_counter() - start
         if codes is None:
             raise LaunchError(
-                f"{spec.case_id} timed out after {spec.timeout_s:.0f}s; every node's agent was killed\n"
+                f"{spec.case_id} timed out after {spec.execution.timeout_s:.0f}s; every node's agent was killed\n"
                 + "\n".join(diagnosis),
                 f"raise --scaling-timeout or lower --scaling-link-rate's load; logs under {case_dir}",
             )
@@ -204,7 +204,7 @@ class EmulatedLauncher(Launcher):
 
 def _cpu_slices(spec: CaseSpec) -> list[str]:
     """Emulated nodes share this machine's cores: each node's ranks bind within a slice of its own."""
-    return affinity.node_slices(affinity.node_cpus(), spec.topo.nodes, spec.topo.per_node, spec.cpu_threads)
+    return affinity.node_slices(affinity.node_cpus(), spec.topo.nodes, spec.topo.per_node, spec.run.cpu_threads)
 
 
 def link_bytes(ranks: list[RankResult]) -> list[dict[str, Any]]:

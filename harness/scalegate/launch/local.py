@@ -70,7 +70,7 @@ class TorchrunLauncher(Launcher):
                 return process.run(
                     prefix + self.torchrun(launch.job(port, log_dir)),
                     log_path=launch.case_dir / "launcher.log",
-                    timeout_s=spec.timeout_s,
+                    timeout_s=spec.execution.timeout_s,
                     env={**self.environment(spec), **wire_env},
                     on_timeout=launch.on_timeout,
                 )
@@ -83,7 +83,7 @@ class TorchrunLauncher(Launcher):
         spec, case_dir = launch.spec, launch.case_dir
         if done.timed_out:
             raise LaunchError(
-                f"{spec.case_id} hung: no result after {spec.timeout_s:.0f}s, so every process was "
+                f"{spec.case_id} hung: no result after {spec.execution.timeout_s:.0f}s, so every process was "
                 f"killed\n{''.join(launch.diagnosis)}\n{rank_logs(case_dir)}",
                 "the rank(s) that stopped first are named above, with their stacks; "
                 "raise --scaling-timeout only if the case is merely slow",

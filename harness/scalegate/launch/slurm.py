@@ -63,7 +63,7 @@ class SlurmLauncher(Launcher):
             log_dir=log_dir,
             # an A/B gate's two sides run the same case at once on the same nodes: a port for each side
             port=case_port(
-                slurm.job_id, slurm.step_id, f"{spec.duet_side}:{spec.case_id}" if spec.duet_address else spec.case_id
+                slurm.job_id, slurm.step_id, f"{spec.duet.side}:{spec.case_id}" if spec.duet.address else spec.case_id
             ),
             node_rank=slurm.node_id,
             master_addr=slurm.master if spec.topo.multi_node else "127.0.0.1",
@@ -82,7 +82,7 @@ class SlurmLauncher(Launcher):
         node_dir.mkdir(parents=True, exist_ok=True)
         out_dir = case_dir / "ranks"
         job = self.job(spec, spec.write(node_dir / "spec.json"), out_dir, node_dir / "logs")
-        timeout = spec.timeout_s + (WAIT_S if slurm.node_id else 0)
+        timeout = spec.execution.timeout_s + (WAIT_S if slurm.node_id else 0)
         done = process.run(
             self.command(job), log_path=node_dir / "launcher.log", timeout_s=timeout, env=self.environment(spec)
         )

@@ -333,7 +333,7 @@ class WarmLauncher(TorchrunLauncher):
                 spec,
                 self.command(launch.job(port, log_dir)),
                 log_path=launch.case_dir / "launcher.log",
-                timeout_s=spec.timeout_s,
+                timeout_s=spec.execution.timeout_s,
                 env=self.environment(spec),
                 on_timeout=launch.on_timeout,
             )

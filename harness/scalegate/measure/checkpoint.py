@@ -3,7 +3,7 @@
 Worker side. The window runs on every rank after the measured steps, the same-launch pairs and the profiler
 window, so it costs none of them anything. In order:
 
-1. save model and optimizer state into ``spec.checkpoint_dir`` (``Strategy.save_checkpoint``:
+1. save model and optimizer state into ``spec.windows.checkpoint_dir`` (``Strategy.save_checkpoint``:
    ``torch.distributed.checkpoint`` for DDP, FSDP2, HSDP and TP; DeepSpeed's own ``save_checkpoint`` for ZeRO),
    timed between barriers, so ``save_s`` is the slowest rank's;
 2. step A: one more optimizer step on the next global batch; its loss and full parameters are recorded;
@@ -90,16 +90,16 @@ def run_window(
 ) -> dict[str, Any]:
     """The checkpoint window; ``step(i)`` runs one optimizer step on global batch ``i`` and returns this rank's
     loss. Returns ``{"checkpoint": {...}}`` for the rank's ``extra`` results, or nothing when the option is off."""
-    if not spec.checkpoint:
+    if not spec.windows.checkpoint:
         return {}
     if strategy.checkpoint_unavailable:
         return {"checkpoint": {"unavailable": strategy.checkpoint_unavailable}}
-    if not spec.checkpoint_dir:
+    if not spec.windows.checkpoint_dir:
         raise SpecError(
             f"{spec.case_id}: --scaling-checkpoint needs a checkpoint_dir",
             "set checkpoint_dir in the spec (the session sets <case dir>/checkpoint)",
         )
-    directory = Path(spec.checkpoint_dir)
+    directory = Path(spec.windows.checkpoint_dir)
     _clear(directory, rank)
     save_s = _timed(lambda: strategy.save_checkpoint(str(directory)), sync)
     written = bytes_written(directory, rank)
@@ -110,7 +110,7 @@ def run_window(
     loss_b = step(batch)
     compared = gradcheck.compare(strategy.full_parameters(), params_a)  # compared as gathered: no second copy
     _barrier()
-    if rank == 0 and spec.checkpoint_keep:  # what a resume at another world size must reproduce (tests)
+    if rank == 0 and spec.windows.checkpoint_keep:  # what a resume at another world size must reproduce (tests)
         torch.save({"batch": batch, "params": params_a}, directory / UNINTERRUPTED)
     elif rank == 0:
         shutil.rmtree(directory, ignore_errors=True)

@@ -46,7 +46,7 @@ class LocalStep:
     """An unwrapped copy of the workload's model stepping alone on this rank's share of each global batch."""
 
     def __init__(self, workload, spec, ctx, make_optimizer, autocast: Callable[[], Any]) -> None:
-        torch.manual_seed(spec.seed)  # the same initial weights as the strategy's model
+        torch.manual_seed(spec.run.seed)  # the same initial weights as the strategy's model
         self.model = workload.build_model().to(ctx.device)
         self.optimizer = make_optimizer(self.model.parameters())
         self.workload, self.spec, self.ctx, self.autocast = workload, spec, ctx, autocast

@@ -279,10 +279,12 @@ def start(
     is its launch directory's (the case id, ``~2`` for a second launch of it in the session): the two sides'
     sessions name a case's launches alike, so the same launch of the same case pairs."""
     global ACTIVE
-    if not spec.duet_address:
+    if not spec.duet.address:
         ACTIVE = NoTurns()
         return ACTIVE
     job = Path(out_dir).resolve().parent.name
-    half = max(1, (spec.warmup + spec.steps) // 2)  # a turn never spans a whole job (docs/duet.md, longer turns)
-    ACTIVE = Turns(spec.duet_address, spec.duet_side, job, rank, world, sync, node, most_steps=half)
+    half = max(
+        1, (spec.run.warmup + spec.run.steps) // 2
+    )  # a turn never spans a whole job (docs/duet.md, longer turns)
+    ACTIVE = Turns(spec.duet.address, spec.duet.side, job, rank, world, sync, node, most_steps=half)
     return ACTIVE

@@ -61,7 +61,7 @@ def workload_unavailable(card: StrategyCard, workload: type, topology: Topology)
 
 def case_unavailable(card: StrategyCard, spec: CaseSpec, workload: type) -> str | None:
     """Why this strategy cannot run this case's preset (its dims) of ``workload``, or None."""
-    if spec.compile and not card.compiles:
+    if spec.execution.compile and not card.compiles:
         return (
             f"{card.name}: --scaling-compile does not apply (it runs its own engine or stage wrappers); "
             f"compiled: {COMPILED}"
@@ -69,7 +69,7 @@ def case_unavailable(card: StrategyCard, spec: CaseSpec, workload: type) -> str 
     if TENSOR_PARALLEL in card.needs:  # whole heads and MLP columns per rank, or a skip naming each size
         try:
             ParallelDims.of(spec.topo).check_divides(
-                workload(spec.preset, spec.seed, dims=spec.dims).tensor_parallel_divisors(), workload.name
+                workload(spec.preset, spec.run.seed, dims=spec.dims).tensor_parallel_divisors(), workload.name
             )
         except SpecError as exc:
             return f"{card.name}: {exc.message}"

@@ -1,11 +1,10 @@
-"""One declaration per option: a dataclass per section, a field per option, as torchtitan's ``job_config``.
+"""How the declared sections are read from a command line (each option declared once: contract/option.py).
 
-A field carries its default; its metadata (``option(...)``) carries its one-sentence help, the ``type=`` check
-(plan/option_types.py, given the option's full name), its choices and how it is read (a flag, a repeatable value).
-From the sections, ``declare`` makes the pytest plugin's options (``--scaling-*``) and any argparse parser's
-(the gate declares them too, so its ``--help`` lists what it passes on and reads its own settings from them),
-``read`` turns a parsed namespace back into a section, and cli/reference.py writes docs/options.md. Adding an
-option is one field in its section (plan/option_groups.py) plus the code that uses it.
+From the sections (plan/option_groups.py ``SECTIONS``), ``declare`` makes the pytest plugin's options
+(``--scaling-*``) and any argparse parser's (the gate declares them too, so its ``--help`` lists what it passes on and
+reads its own settings from them), each value checked by its declared check as it is read (``type=``,
+plan/option_types.py ``typed``); ``read`` turns a parsed namespace back into a section, and cli/reference.py writes
+docs/options.md. Adding an option is one field in its section plus the code that uses it.
 """
 
 from __future__ import annotations
@@ -13,54 +12,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable
+
+from scalegate.contract.option import PREFIX, default_of, fields, flag_name, opt_of
+from scalegate.plan.option_types import typed
 
 AddOption = Callable[..., Any]  # pytest's OptionGroup.addoption or argparse's add_argument
-PREFIX = "scaling-"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Opt:
-    """How one field is read from a command line."""
-
-    help: str
-    check: Callable[[str], Callable[[str], Any]] | None = None  # the option's full name -> its type= callable
-    choices: tuple[str, ...] = ()
-    flag: bool = False  # store_true
-    repeat: bool = False  # append: every value, in order
-    metavar: str | None = None
-    name: str = ""  # the option's name where it is not the field's (``timeout`` for ``timeout_s``)
-    shown: str = ""  # the default as help and docs show it, where the value itself would not read well
-
-
-def option(default: Any, help: str, **how: Any) -> Any:
-    """A field of a section: its default and how it is read (``Opt``)."""
-    opt = Opt(help=help, **how)
-    if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda: list(default), metadata={"option": opt})
-    return dataclasses.field(default=default, metadata={"option": opt})
-
-
-def opt_of(f: dataclasses.Field) -> Opt:
-    return f.metadata["option"]
-
-
-def flag_name(f: dataclasses.Field, prefix: str = PREFIX) -> str:
-    return f"--{prefix}{(opt_of(f).name or f.name).replace('_', '-')}"
 
 
 def dest(f: dataclasses.Field, prefix: str = PREFIX) -> str:
     """Where argparse (and pytest) keep the value: the flag's name in snake case."""
     return flag_name(f, prefix)[2:].replace("-", "_")
-
-
-def fields(section: type) -> Iterator[dataclasses.Field]:
-    return (f for f in dataclasses.fields(section) if "option" in f.metadata)
-
-
-def default_of(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
 def description(section: type) -> str:
@@ -80,7 +42,7 @@ def kwargs_of(f: dataclasses.Field, prefix: str = PREFIX, suppress: bool = False
     elif o.repeat:
         kwargs["action"] = "append"
     if o.check is not None:
-        kwargs["type"] = o.check(flag_name(f, prefix))
+        kwargs["type"] = typed(o.check, flag_name(f, prefix))
     if o.choices:
         kwargs["choices"] = o.choices
     if o.metavar:
@@ -88,11 +50,19 @@ def kwargs_of(f: dataclasses.Field, prefix: str = PREFIX, suppress: bool = False
     return kwargs
 
 
-def declare(addoption: AddOption, sections: tuple[type, ...], prefix: str = PREFIX, suppress: bool = False) -> None:
-    """Every option of ``sections``, through ``addoption`` (pytest's or argparse's)."""
+def declare(
+    addoption: AddOption,
+    sections: tuple[type, ...],
+    prefix: str = PREFIX,
+    suppress: bool = False,
+    only: Iterable[str] | None = None,
+) -> None:
+    """Every option of ``sections``, through ``addoption`` (pytest's or argparse's); ``only``: those fields alone
+    (a command that takes one of a section's options, as ``compare --tolerance``)."""
     for section in sections:
         for f in fields(section):
-            addoption(flag_name(f, prefix), **kwargs_of(f, prefix, suppress))
+            if only is None or f.name in only:
+                addoption(flag_name(f, prefix), **kwargs_of(f, prefix, suppress))
 
 
 def read(section: type, values: argparse.Namespace | dict[str, Any], prefix: str = PREFIX) -> Any:
@@ -102,8 +72,9 @@ def read(section: type, values: argparse.Namespace | dict[str, Any], prefix: str
 
 
 def pick(target: type, *sections: Any, **overrides: Any) -> dict[str, Any]:
-    """The values of ``sections`` whose fields ``target`` (a dataclass: ``CaseSpec``, the judge's ``Conduct``) has
-    too, by name, then ``overrides``: how a spec or a record takes the options it carries without listing them."""
+    """The values of ``sections`` whose fields ``target`` (a dataclass: the judge's ``Conduct`` and ``Overrides``, the
+    sequential test's ``Design``) has too, by name, then ``overrides``: how a record takes the options it carries
+    without listing them."""
     wanted = {f.name for f in dataclasses.fields(target)}
     found = {f.name: getattr(s, f.name) for s in sections for f in dataclasses.fields(s) if f.name in wanted}
     return {**found, **overrides}

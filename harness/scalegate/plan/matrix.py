@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from scalegate import workloads
 from scalegate.contract import cards
 from scalegate.contract.errors import SpecError
-from scalegate.contract.spec import CaseSpec, Faults
+from scalegate.contract.sections import Windows
+from scalegate.contract.spec import CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.plan import availability, cluster
 from scalegate.plan.hostinfo import HostInfo
@@ -51,22 +52,19 @@ def spec_for(strategy: str, model: str, topology: str, options: Options, host: H
         micro_batch=preset.micro_batch,
         workload=found.ref,
         import_paths=found.import_paths,
-        **options.spec_settings(),
-        faults=Faults(
-            delay_ms=options.injection.inject_delay_ms,
-            slowdown=options.injection.inject_slowdown,
-            **dict(options.inject_faults),
-        ),
         scaling="strong" if options.selection.scaling == "both" else options.selection.scaling,
         global_batch=options.selection.global_batch,
-        checkpoint=options.output.checkpoint,
-        # the same-launch reference, where a launch has more than one rank and its timing means something
-        # (not under --scaling-compile: the local copy runs eager, so the ratio would measure the compiler)
-        local_steps=options.sequential.local_steps
-        if not options.execution.compile
-        and Topology.parse(topology).world_size > 1
-        and not oversubscribed(Topology.parse(topology), host, options.run.cpu_threads)
-        else 0,
+        **options.spec_sections(),
+        windows=Windows(
+            # the same-launch reference, where a launch has more than one rank and its timing means something
+            # (not under --scaling-compile: the local copy runs eager, so the ratio would measure the compiler)
+            local_steps=options.sequential.local_steps
+            if not options.execution.compile
+            and Topology.parse(topology).world_size > 1
+            and not oversubscribed(Topology.parse(topology), host, options.run.cpu_threads)
+            else 0,
+            checkpoint=options.output.checkpoint,
+        ),
     )
 
 

@@ -1,21 +1,24 @@
 """The ``type=`` callables that check each option's value as argparse reads it.
 
-Each factory takes the option's full name (``--scaling-steps``, or ``--tolerance`` in the CLI), so one check
-serves every prefix its group is declared with (plan/option_groups.py). A bad value raises
-``argparse.ArgumentTypeError`` naming the option, the value and a HINT; argparse prints it after the
-option's name, and pytest turns it into a usage error before any case is collected. Checks that need two
-options or the session's catalog are in plan/options.py.
+A declared option's is its check (contract/option.py) given the option's full name (``typed``: ``--scaling-steps``,
+or ``--tolerance`` in the CLI), so one check serves every prefix its group is declared with; the checks below are
+the pytest side's own (a directory, topologies, a fault's text: ``Text``) and the commands'. A bad value raises
+``argparse.ArgumentTypeError`` naming the option, the value and a HINT; argparse prints it after the option's name,
+and pytest turns it into a usage error before any case is collected. Checks that need two options or the session's
+catalog are in plan/options.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from scalegate.contract.errors import SpecError
-from scalegate.contract.spec import parse_fault
+from scalegate.contract.faults import parse_fault
+from scalegate.contract.option import FRACTION, Check, OneOf, OnOff, Real, Whole
 from scalegate.contract.topology import Topology
 from scalegate.contract.units import parse_rate
 
@@ -29,61 +32,58 @@ def _from_spec_error(exc: SpecError) -> argparse.ArgumentTypeError:
     return usage(exc.message, exc.hint)
 
 
+def typed(check: Check, option: str) -> Callable[[str], Any]:
+    """The ``type=`` callable of ``option``: its text read by its declared check (contract/option.py)."""
+
+    def read(text: str) -> Any:
+        try:
+            return check.read(option, text)
+        except SpecError as exc:
+            raise _from_spec_error(exc) from None
+
+    return read
+
+
+@dataclass(frozen=True)
+class Text:
+    """A check of the pytest side's alone: ``parse(option)`` is a ``type=`` callable below (a directory, topologies,
+    a fault's text); what it returns is the value, with nothing more to check."""
+
+    parse: Callable[[str], Callable[[str], Any]]
+
+    def read(self, option: str, text: str) -> Any:
+        return self.parse(option)(text)
+
+    def problem(self, value: Any) -> str | None:
+        return None
+
+    def hint(self, option: str) -> str:
+        return ""
+
+
 def whole(option: str, low: int | None = None, high: int | None = None, hint: str = "") -> Callable[[str], int]:
     """An integer of at least ``low`` and at most ``high`` (``None``: no bound); ``hint`` says what to pass."""
-    hint = hint or (f"pass {option} {low} or more" if low is not None else f"e.g. {option} 1")
-    bounds = f"is not in {low}..{high}" if high is not None else f"is below {low}"
-
-    def check(text: str) -> int:
-        try:
-            value = int(text)
-        except (TypeError, ValueError):
-            raise usage(f"{option}={text!r} is not a whole number", hint) from None
-        if (low is not None and value < low) or (high is not None and value > high):
-            raise usage(f"{option}={value} {bounds}", hint)
-        return value
-
-    return check
+    return typed(Whole(low, high, hint), option)
 
 
 def real(option: str, accept: Callable[[float], bool], problem: str, hint: str) -> Callable[[str], float]:
-    """A number ``accept`` takes (nan and inf reach it too, so it must refuse them where they make no sense);
-    otherwise ``"{option}={value} {problem}"``."""
-
-    def check(text: str) -> float:
-        try:
-            value = float(text)
-        except (TypeError, ValueError):
-            raise usage(f"{option}={text!r} is not a number", hint) from None
-        if not accept(value):
-            raise usage(f"{option}={value} {problem}", hint)
-        return value
-
-    return check
+    """A number ``accept`` takes; otherwise ``"{option}={value} {problem}"``."""
+    return typed(Real(accept, problem, hint), option)
 
 
 def fraction(option: str) -> Callable[[str], float]:
     """A tolerance: a fraction in [0, 1)."""
-    return real(option, lambda v: 0 <= v < 1, "is not a fraction in [0, 1)", f"e.g. {option} 0.1 for 10%")
+    return typed(FRACTION, option)
 
 
 def one_of(option: str, allowed: Iterable[str], hint: str) -> Callable[[str], str]:
     """A word from ``allowed``, named in the message (argparse's ``choices`` would give no HINT)."""
-    allowed = tuple(allowed)
-    words = " or ".join(allowed) if len(allowed) == 2 else "one of " + ", ".join(allowed)
-
-    def check(text: str) -> str:
-        if text not in allowed:
-            raise usage(f"{option}={text!r} is not {words}", hint)
-        return text
-
-    return check
+    return typed(OneOf(tuple(allowed), hint), option)
 
 
 def on_off(option: str) -> Callable[[str], bool]:
     """``on`` or ``off``, as a bool."""
-    words = one_of(option, ("on", "off"), f"pass {option} on or {option} off")
-    return lambda text: words(text) == "on"
+    return typed(OnOff(), option)
 
 
 def topologies(option: str) -> Callable[[str], tuple[str, ...] | None]:

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Sequence
 from scalegate import policy
 from scalegate.contract import cards
 from scalegate.contract.errors import SpecError
+from scalegate.contract.faults import Faults
+from scalegate.contract.option import fields
 from scalegate.contract.topology import Topology
 from scalegate.plan import declare
 from scalegate.plan.catalog import Registered
@@ -34,6 +36,7 @@ from scalegate.plan.option_groups import (
     Execution,
     FaultInjection,
     Judging,
+    Launching,
     Output,
     Run,
     Selection,
@@ -60,6 +63,7 @@ class Options:
     selection: Selection = Selection()
     run: Run = Run()
     execution: Execution = Execution()
+    launching: Launching = Launching()
     duet: Duet = Duet()
     judging: Judging = Judging()
     sequential: Sequential = Sequential()
@@ -72,17 +76,16 @@ class Options:
     topologies: tuple[str, ...] = ("1x1", "1x2")
     matrix: str = "explicit"  # "default", "full", "smoke", or "explicit" where the topologies were named
     workloads: tuple[Registered, ...] = ()  # the workloads that are not built in: how the ranks find them again
-    inject_faults: tuple[tuple[str, int], ...] = ()  # ``Faults`` field values of every --scaling-inject-fault
+    faults: Faults = Faults()  # --scaling-inject-delay-ms, --scaling-inject-slowdown and every --scaling-inject-fault
     profile_steps: int = 0  # --scaling-profile: profiled steps after the measured ones; 0 = off
     baseline_dir: Path = Path("baselines")
     results_dir: Path = Path("results")
 
-    def spec_settings(self) -> dict[str, object]:
-        """What every ``CaseSpec`` of the session carries from the options: the fields it shares with the sections,
-        by name, and the launch's time limit as this session's pairing makes it."""
-        from scalegate.contract.spec import CaseSpec
-
-        return declare.pick(CaseSpec, self.run, self.execution, self.duet, timeout_s=self.timeout_s)
+    def spec_sections(self) -> dict[str, object]:
+        """The option sections every ``CaseSpec`` of the session carries whole, the launch's time limit as this
+        session's pairing makes it."""
+        execution = dataclasses.replace(self.execution, timeout_s=self.timeout_s)
+        return {"run": self.run, "execution": execution, "duet": self.duet, "faults": self.faults}
 
     def workload(self, model: str) -> Registered:
         """Where ``model`` comes from: a registered workload, or the built-in of that name."""
@@ -95,7 +98,7 @@ class Options:
     @property
     def paired(self) -> bool:
         """This session's jobs pair in time with the other side's (``gate --base``: a duet, or alternating jobs)."""
-        return self.duet.duet_address is not None
+        return self.duet.address is not None
 
     @property
     def launches(self) -> int:
@@ -159,7 +162,10 @@ def parse(values: argparse.Namespace, rootdir: Path, strategy_names: Sequence[st
         workloads=catalog.registered(),
         topologies=topologies,
         matrix="explicit" if sel.topologies else matrix_name,
-        inject_faults=_faults(injected.inject_fault, checkpoint=out.checkpoint, update_baselines=base.update_baselines),
+        faults=Faults(
+            **{f.name: getattr(injected, f.name) for f in fields(Faults)},  # its own options: the delay, the slowdown
+            **dict(_faults(injected.inject_fault, checkpoint=out.checkpoint, update_baselines=base.update_baselines)),
+        ),
         profile_steps=_profile_steps(out.profile, out.profile_steps),
         baseline_dir=Path(base.baseline_dir) if base.baseline_dir else rootdir / "baselines",
         results_dir=Path(out.results_dir),
@@ -217,8 +223,8 @@ def _refuse_faulty_baseline(base: Baselines, injected: FaultInjection) -> None:
     if not base.update_baselines:
         return
     for option, value in (
-        ("--scaling-inject-slowdown", injected.inject_slowdown),
-        ("--scaling-inject-delay-ms", injected.inject_delay_ms),
+        ("--scaling-inject-slowdown", injected.slowdown),
+        ("--scaling-inject-delay-ms", injected.delay_ms),
     ):
         if value > 0:
             raise SpecError(

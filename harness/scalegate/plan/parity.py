@@ -11,6 +11,7 @@ end's (harness/scalegate/parity.py).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from scalegate.contract import cards
@@ -49,9 +50,8 @@ def build(options: Options, host: HostInfo, pairs=PAIRS, topologies=TOPOLOGIES) 
         for model in options.models:
             for topology in topologies:
                 # parity judges losses and the paired steps only: the same-launch local window would be idle time
-                spec = matrix.spec_for(candidate, model, topology, options, host).replace(
-                    companion=baseline, local_steps=0
-                )
+                spec = matrix.spec_for(candidate, model, topology, options, host)
+                spec = spec.replace(companion=baseline, windows=dataclasses.replace(spec.windows, local_steps=0))
                 skip = matrix.skip_reason(spec, host)  # either strategy's reason, or an unknown companion's error
                 if skip is None and options.matrix == "smoke":  # every strategy once: a pair is two of them again
                     skip = "parity pairs are in the default matrix, not the smoke one: pass --scaling-matrix default"

@@ -38,11 +38,11 @@ def found_for(spec: CaseSpec, data_dir: str | None = None) -> dict[str, Any]:
         spec.import_paths,
         spec.preset,
         json.dumps(spec.dims, sort_keys=True, default=str),
-        spec.seed,
+        spec.run.seed,
         data_dir or "",
     )
     if key not in _FOUND:
-        workload = workloads.resolve(spec)(spec.preset, spec.seed, data_dir, dims=spec.dims)
+        workload = workloads.resolve(spec)(spec.preset, spec.run.seed, data_dir, dims=spec.dims)
         try:
             _FOUND[key] = probe.probe(workload)
         except SpecError as exc:

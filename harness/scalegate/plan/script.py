@@ -24,13 +24,15 @@ fewer than a case needs is refused before any launch, naming ``{steps}``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scalegate.contract.errors import SpecError
+from scalegate.contract.faults import Faults
 from scalegate.contract.script import ScriptSpec, fill, needed_steps, values
-from scalegate.contract.spec import SCALINGS, CaseSpec, Faults
+from scalegate.contract.spec import SCALINGS, CaseSpec
 from scalegate.contract.topology import Topology
 from scalegate.plan import cluster
 from scalegate.plan.hostinfo import HostInfo
@@ -181,6 +183,7 @@ def spec_for(
         needed_steps=needed_steps(options.run.steps, options.run.warmup),
     ).at(strategy, topology, f"{where}: scaling_script")
     strong = decl.scaling == "strong"
+    sections = options.spec_sections()
     return CaseSpec(
         strategy=strategy,
         model=decl.name,
@@ -189,14 +192,16 @@ def spec_for(
         micro_batch=(decl.batch or 1) if not strong else 1,
         scaling=decl.scaling,
         global_batch=(decl.batch or topology.world_size) if strong else None,
-        # a script times its own training: the workloads' dtype, compile and sequence-parallel options do not apply
-        **{**options.spec_settings(), "dtype": "fp32", "compile": False, "tp_sequence_parallel": False},
         grad_check=False,  # gradients cannot be checked from outside a script: the table says n/a
-        local_steps=0,  # no local copy of a script's model: the classic efficiency decides
         script=script,
-        # the faults a script's bootstrap injects (the others need the harness's own loop); the 1x1 reference has none
-        faults=Faults(
-            count_every_step=bool(dict(options.inject_faults).get("count_every_step")),
-            slowdown=options.injection.inject_slowdown,
-        ),
+        # no windows: no local copy of a script's model (the classic efficiency decides)
+        **{
+            **sections,
+            # a script times its own training: the workloads' dtype, compile and sequence-parallel options do not apply
+            "run": dataclasses.replace(sections["run"], dtype="fp32"),
+            "execution": dataclasses.replace(sections["execution"], compile=False, tp_sequence_parallel=False),
+            # the faults a script's bootstrap injects (the others need the harness's own loop); the 1x1 reference has
+            # none
+            "faults": Faults(count_every_step=options.faults.count_every_step, slowdown=options.faults.slowdown),
+        },
     )

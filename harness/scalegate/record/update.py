@@ -7,8 +7,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scalegate import policy
 from scalegate.contract.errors import ScalegateError
-from scalegate.contract.spec import Faults
+from scalegate.contract.faults import Faults
 from scalegate.figures import resources
 from scalegate.plan.hostinfo import commit
 from scalegate.record import baselines
@@ -17,10 +18,9 @@ WRITABLE = ("ok", "improved", "regressed", "no-baseline", "noisy")
 # --scaling-checkpoint's s/GB: file-system time on a shared host moves by tens of % between runs (page cache,
 # the other jobs' writes); the budget catches a save or load that became several times slower, not 20%
 CHECKPOINT_TOLERANCE = 1.0
-LOCAL_TOLERANCE = 0.10  # the drop the sequential gate is built to catch (docs/gate.md)
 
 
-def local_entry(values: list[float], tolerance: float = LOCAL_TOLERANCE) -> dict[str, Any]:
+def local_entry(values: list[float], tolerance: float = policy.DETECT) -> dict[str, Any]:
     """The local efficiency as a baseline: the median launch, the spread of ln(value) between launches (the
     sequential test's sigma: sample deviation, which a stray launch widens rather than hides), their count."""
     logs = [math.log(v) for v in values if v > 0]
@@ -43,7 +43,7 @@ def local_entry(values: list[float], tolerance: float = LOCAL_TOLERANCE) -> dict
 
 
 def entries_from_run(
-    cases: list[dict[str, Any]], tolerance: float, local_tolerance: float = LOCAL_TOLERANCE
+    cases: list[dict[str, Any]], tolerance: float, local_tolerance: float = policy.DETECT
 ) -> tuple[dict[str, dict], list[str]]:
     """Baseline entries for every case that passed correctness; notes for the ones left out."""
     entries, notes = {}, []
@@ -187,7 +187,7 @@ def ledger_entry(found: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def update_from_run(
-    cases: list[dict[str, Any]], directory: Path, tolerance: float, local_tolerance: float = LOCAL_TOLERANCE
+    cases: list[dict[str, Any]], directory: Path, tolerance: float, local_tolerance: float = policy.DETECT
 ) -> list[str]:
     if not cases:
         raise ScalegateError("the run has no case results to record", "run the suite first, then update")

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scalegate import policy
 from scalegate.contract.errors import BaselineError
 from scalegate.contract.results import CaseResult
 from scalegate.figures import ledger
@@ -289,7 +290,7 @@ def parity_rows(run_dir: Path, strict: bool = False, tolerance: float | None = N
                 candidate=data["candidate"],
                 baseline=data["baseline"],
                 topology=(data.get("spec") or {}).get("topology", ""),
-                tolerance=tolerance if tolerance is not None else data.get("tolerance", parity.THROUGHPUT_TOLERANCE),
+                tolerance=tolerance if tolerance is not None else data.get("tolerance", policy.PARITY_TOLERANCE),
                 design=sequential.Design(**(data.get("design") or {})),
                 oversubscribed=bool(data.get("oversubscribed")),
                 strict=strict,

@@ -84,7 +84,7 @@ class Strategy:
         if self._workload is None:
             from scalegate import workloads
 
-            self._workload = workloads.resolve(self.spec)(self.spec.preset, self.spec.seed, dims=self.spec.dims)
+            self._workload = workloads.resolve(self.spec)(self.spec.preset, self.spec.run.seed, dims=self.spec.dims)
         return self._workload
 
     # --- data: which slice of the global batch this rank computes -------------------------------

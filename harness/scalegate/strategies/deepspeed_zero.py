@@ -31,7 +31,7 @@ class DeepSpeedZero(Strategy):
             "train_micro_batch_size_per_gpu": self.spec.local_batch,
             "gradient_accumulation_steps": 1,
             "zero_optimization": {"stage": self.stage},
-            "bf16": {"enabled": self.spec.dtype == "bf16"},
+            "bf16": {"enabled": self.spec.run.dtype == "bf16"},
             "gradient_clipping": 0.0,
             "zero_allow_untested_optimizer": True,  # the client's torch AdamW, same as the reference
             "steps_per_print": 1 << 30,  # no per-step log lines inside timed steps

@@ -58,7 +58,7 @@ class FabricStrategy(Strategy):
             devices=self.ctx.local_world_size,
             num_nodes=self.ctx.nodes,
             strategy=self._fabric_strategy(),
-            precision="bf16-mixed" if self.spec.dtype == "bf16" else "32-true",
+            precision="bf16-mixed" if self.spec.run.dtype == "bf16" else "32-true",
         )
         fabric.launch()  # under torchrun: no new processes, reuses the existing process group
         return fabric

@@ -176,7 +176,7 @@ class LightningTrainerStrategy(Strategy):
             num_nodes=self.ctx.nodes,
             strategy=self._lightning_strategy(),
             plugins=[TorchElasticEnvironment()],
-            precision="bf16-mixed" if self.spec.dtype == "bf16" else "32-true",
+            precision="bf16-mixed" if self.spec.run.dtype == "bf16" else "32-true",
             max_epochs=1,
             logger=False,
             enable_checkpointing=False,
@@ -236,8 +236,8 @@ class LightningTrainerStrategy(Strategy):
 
     def extra_results(self) -> dict[str, Any]:
         # the Trainer-side clock of the measured steps (the harness's warm-up rule: train.py's ``unmeasured``)
-        first = max(self.spec.warmup, 1 if self.spec.grad_check else 0)
-        return {"trainer_step_times_s": self.pacer.step_times_s[first : first + self.spec.steps]}
+        first = max(self.spec.run.warmup, 1 if self.spec.grad_check else 0)
+        return {"trainer_step_times_s": self.pacer.step_times_s[first : first + self.spec.run.steps]}
 
     def teardown(self) -> None:
         if self._pending:

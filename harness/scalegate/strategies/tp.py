@@ -49,7 +49,9 @@ class TP(FullTensors, Strategy):
         self.mesh = dims.mesh(self.ctx.device.type)
         self.model = model.to(self.ctx.device)
         self.sharded_names = set(self.workload.tensor_parallel_sharded(self.model))
-        plan = self.workload.tensor_parallel_plan(self.model, sequence_parallel=self.spec.tp_sequence_parallel)
+        plan = self.workload.tensor_parallel_plan(
+            self.model, sequence_parallel=self.spec.execution.tp_sequence_parallel
+        )
         parallelize_module(self.model, self.mesh["tp"], plan)
         self.wrap_data_parallel(self.mesh)
         self.optimizer = make_optimizer(self.model.parameters())
@@ -86,7 +88,7 @@ class TP(FullTensors, Strategy):
         return {
             "tp": {
                 "degree": self.ctx.local_world_size,
-                "sequence_parallel": self.spec.tp_sequence_parallel,
+                "sequence_parallel": self.spec.execution.tp_sequence_parallel,
                 "sharded_params": len(subset),
                 "held": getattr(self, "_tp_held", {}),
                 "full_params_bytes": full,
@@ -103,8 +105,8 @@ class TP(FullTensors, Strategy):
         tp = self.ctx.local_world_size
         d = self.workload.preset.dims
         batch = self.spec.global_batch_size // self.ctx.nodes
-        size = batch * d["seq_len"] * d["dim"] * (2 if self.spec.dtype == "bf16" else 4) * (tp - 1) / tp
-        if not self.spec.tp_sequence_parallel:
+        size = batch * d["seq_len"] * d["dim"] * (2 if self.spec.run.dtype == "bf16" else 4) * (tp - 1) / tp
+        if not self.spec.execution.tp_sequence_parallel:
             return size * 2 * 4 * d["layers"]
         scatter = 1 if self.ctx.device.type == "cuda" else 2
         return size * (d["layers"] * (4 + 4 * scatter) + 2 + scatter)

@@ -30,7 +30,7 @@ class Companion:
     """The companion strategy on this rank, with its own model, optimizer and record of steps."""
 
     def __init__(self, spec, ctx, workload, make_optimizer, run_step: StepFn) -> None:
-        torch.manual_seed(spec.seed)  # the same initial weights as the strategy's model
+        torch.manual_seed(spec.run.seed)  # the same initial weights as the strategy's model
         model = workload.build_model()
         self.strategy = strategies.get(spec.companion)(ctx, spec, workload=workload)
         self.strategy.setup(model, make_optimizer)

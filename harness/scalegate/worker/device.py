@@ -16,7 +16,7 @@ def sync(device: torch.device) -> None:
 
 
 def autocast(spec: CaseSpec, device: torch.device):
-    if spec.dtype == "bf16":
+    if spec.run.dtype == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

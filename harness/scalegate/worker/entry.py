@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = rank_context(spec)
     device.append(ctx.device)
     if ctx.device.type == "cpu":
-        torch.set_num_threads(spec.cpu_threads)
+        torch.set_num_threads(spec.run.cpu_threads)
     beats.beat(-1, "start")
     # The py-spy fallback: on SIGUSR1 every thread's stack goes to a file the launcher reads before a kill.
     stack_file = open(heartbeat.stack_path(out_dir, ctx.rank), "w")
@@ -92,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         bound: dict = {"cpus": None, "why": "cuda: see torchrun --numa-binding"}
         if ctx.device.type == "cpu":  # after the process group: gloo's own threads stay free, outside a duet
             paired = turns.ACTIVE.paired  # a duet binds both sides' rank r alike, and gloo's threads by its choice
-            threads = affinity.gloo_threads(spec.duet_threads, spec.strategy)
+            threads = affinity.gloo_threads(spec.duet.threads, spec.strategy)
             bound = (
-                binding.bind(spec.cpu_threads, duet=paired, duet_threads=threads)
-                if spec.cpu_binding or paired
+                binding.bind(spec.run.cpu_threads, duet=paired, duet_threads=threads)
+                if spec.execution.cpu_binding or paired
                 else {"cpus": None, "why": "off"}
             )
         result = train(spec, ctx, os.environ.get("SCALEGATE_DATA_DIR") or None, beats.beat)

@@ -111,8 +111,8 @@ class _Setup:
 def _setup(spec: CaseSpec, ctx: RankContext, data_dir: str | None, beat: Callable[[int, str], None]) -> _Setup:
     beat(-1, "build")
     # a user's workload is imported here from the spec's reference and directories (fixtures/loader.py)
-    workload = workloads.resolve(spec)(spec.preset, spec.seed, data_dir, dims=spec.dims)
-    torch.manual_seed(spec.seed)  # identical initial weights on every rank and in the reference
+    workload = workloads.resolve(spec)(spec.preset, spec.run.seed, data_dir, dims=spec.dims)
+    torch.manual_seed(spec.run.seed)  # identical initial weights on every rank and in the reference
     model = workload.build_model()
     strategy = strategies.get(spec.strategy)(ctx, spec, workload=workload)  # its FSDP units, pipeline cuts
     reference = (
@@ -124,7 +124,7 @@ def _setup(spec: CaseSpec, ctx: RankContext, data_dir: str | None, beat: Callabl
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     beat(-1, "setup")
     full_state = model_state.full_replica_bytes(model)  # analytic: what one DDP replica would hold
-    if spec.compile:  # in place, before the strategy wraps the blocks; the reference above stays eager
+    if spec.execution.compile:  # in place, before the strategy wraps the blocks; the reference above stays eager
         compiling.compile_blocks(workload, model)
     strategy.setup(model, make_optimizer_factory(spec))
     compile_s = (
@@ -136,7 +136,7 @@ def _setup(spec: CaseSpec, ctx: RankContext, data_dir: str | None, beat: Callabl
             lambda: device.sync(ctx.device),
             device.autocast(spec, ctx.device),
         )
-        if spec.compile
+        if spec.execution.compile
         else None
     )
     # parity's second strategy, stepping beside this one (None otherwise); its model counts in this launch's
@@ -167,7 +167,7 @@ class _Steps:
         self.spec, self.ctx, self.setup = spec, ctx, setup
         # only the steps hold the reference, so that it is freed before the measured window opens
         self.reference, setup.reference = setup.reference, None
-        self.unmeasured = max(spec.warmup, 1 if spec.grad_check else 0)
+        self.unmeasured = max(spec.run.warmup, 1 if spec.grad_check else 0)
         self.step_flops = flops.StepFlops(enabled=ctx.rank == 0 and self.reference is not None)  # measure/flops.py
         self.clock = ForwardClock(ctx.rank, spec.faults.straggler_rank, spec.faults.straggler_ms)  # measure/clock.py
         self.times: list[float] = []
@@ -177,7 +177,7 @@ class _Steps:
         self.held: dict[str, int] = {}  # state bytes while the last step's gradients exist
 
     def run(self, window: MeasuredWindow, beat: Callable[[int, str], None]) -> None:
-        for step in range(self.unmeasured + self.spec.steps):
+        for step in range(self.unmeasured + self.spec.run.steps):
             beat(step, "step")
             turns.ACTIVE.turn(step - 1)  # a duet's turn: the step runs alone, timed after the grant (docs/duet.md)
             faults.inject_stop_fault(self.spec, self.ctx, step)
@@ -242,7 +242,7 @@ class _Steps:
             if step == 0:
                 self.check["grads"] = gradcheck.compare(strategy.full_gradients(), ref_grads, spec.zero_grad)
         paused = 0.0
-        if step == self.unmeasured + spec.steps - 1:  # gradients exist only until the optimizer step
+        if step == self.unmeasured + spec.run.steps - 1:  # gradients exist only until the optimizer step
             t_state = time.perf_counter()
             self.held = strategy.state_bytes()
             paused = time.perf_counter() - t_state
@@ -264,13 +264,13 @@ def train(
     steps.run(window, beat)
     window.close()
     held = model_state.peak_state(steps.held, setup.strategy.state_bytes())
-    first = steps.unmeasured + spec.steps
+    first = steps.unmeasured + spec.run.steps
 
     def step(i: int, inject: bool) -> tuple[Any, float]:
         return _step(spec, ctx, setup.strategy, setup.workload, i, setup.full_state, inject=inject)
 
     extra, series = windows.windows_after(spec, ctx, setup, first, beat, step)
-    if spec.compile:  # proof that torch.compile compiled something, beside its time (tests/test_compile.py)
+    if spec.execution.compile:  # proof that torch.compile compiled something, beside its time (tests/test_compile.py)
         extra["compiled_frames"] = compiling.compiled_frames()
     if turns.ACTIVE.summary():
         extra["duet"] = (
@@ -321,7 +321,7 @@ def _result(
         state_bytes=held,
         full_state_bytes=setup.full_state,
         shard_group=strategy.shard_group_size(),
-        wire=window.wire.result(spec.steps),
+        wire=window.wire.result(spec.run.steps),
         ledger=window.ledger.result(),
         cpu_wait=window.cpu_wait.result(),
         extra=extra,

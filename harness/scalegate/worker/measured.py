@@ -27,7 +27,7 @@ class MeasuredWindow:
     def __init__(self, spec: CaseSpec, ctx: RankContext) -> None:
         self.spec, self.ctx = spec, ctx
         self.process = psutil.Process()
-        self.sampler = MemorySampler(ctx.device.type, ctx.device.index, interval_s=spec.memory_interval_ms / 1000)
+        self.sampler = MemorySampler(ctx.device.type, ctx.device.index, interval_s=spec.run.memory_interval_ms / 1000)
         self.wire = WireCounter()
         off = os.environ.get(ENV_OFF) == "1"
         self.ledger = Ledger(enabled=not off, why_off=f"{ENV_OFF}=1" if off else "")

@@ -66,8 +66,8 @@ class StepClock:
     def __init__(self, spec: CaseSpec, ctx: RankContext, out_dir: Path, beat: Callable[[int, str], None]) -> None:
         self.spec, self.ctx, self.out_dir = spec, ctx, out_dir
         self.beats = heartbeat.Deferred(beat)  # the beat is inside the step here: a thread writes it
-        self.first = max(spec.warmup, 1)  # a step before the window marks where its first step starts
-        self.last = self.first + spec.steps - 1
+        self.first = max(spec.run.warmup, 1)  # a step before the window marks where its first step starts
+        self.last = self.first + spec.run.steps - 1
         self.count = 0  # optimizer steps completed
         self.marks: list[Any] = []  # the end of steps first-1 .. last: host times (CPU) or CUDA events
         self.starts: list[Any] = []  # in a duet: the start of steps first .. last, marked when the turn is granted
@@ -140,8 +140,8 @@ class StepClock:
         paired = turns.ACTIVE.paired
         if paired and step == 0 and self.ctx.device.type == "cpu":
             # after the script's first step its process group exists: gloo's threads stay free unless the user binds them
-            threads = affinity.gloo_threads(self.spec.duet_threads, self.spec.strategy, script=True)
-            self.binding = binding.bind(self.spec.cpu_threads, duet=True, duet_threads=threads)
+            threads = affinity.gloo_threads(self.spec.duet.threads, self.spec.strategy, script=True)
+            self.binding = binding.bind(self.spec.run.cpu_threads, duet=True, duet_threads=threads)
         if paired and self.first - 1 <= step < self.last:
             self.starts.append(self._now())
         self.step_started = time.perf_counter()  # the host clock of the next step's start (its turn's grant)
@@ -189,13 +189,13 @@ class StepClock:
         if self.count < needed:
             raise SpecError(
                 f"{self.spec.case_id}: the script stopped after {self.count} optimizer steps; the case needs {needed} "
-                f"({self.first} before the window, {self.spec.steps} measured)",
+                f"({self.first} before the window, {self.spec.run.steps} measured)",
                 "raise its step count (a marker argument like --max-steps={steps} runs what the case needs) or "
                 "lower --scaling-steps / --scaling-warmup",
             )
 
     def write(self) -> None:
-        window, steps = self.window, self.spec.steps
+        window, steps = self.window, self.spec.run.steps
         script = self.spec.script
         batch = script.batch if script is not None else None
         result = RankResult(

@@ -20,7 +20,7 @@ def profile_window(
 ) -> dict[str, Any]:
     """``--scaling-profile``: more steps under the torch profiler, run after every measured window has
     closed (times, memory, bytes), so it costs the measured steps nothing; nothing at all when off."""
-    if not spec.profile_steps:
+    if not spec.windows.profile_steps:
         return {}
     from torch.profiler import record_function
 
@@ -35,7 +35,7 @@ def profile_window(
             strategy.optimizer_step()
         device.sync(ctx.device)
 
-    path = profiling.run_window(spec.profile_steps, spec.profile_dir, ctx.rank, ctx.device, step)
+    path = profiling.run_window(spec.windows.profile_steps, spec.windows.profile_dir, ctx.rank, ctx.device, step)
     return {"profile_trace": str(path)}
 
 
@@ -51,7 +51,7 @@ def checkpoint_window(
 ) -> dict[str, Any]:
     """``--scaling-checkpoint`` (harness/scalegate/measure/checkpoint.py): save, step, load, the same step again; after every
     other window, so neither its files nor its extra steps reach a measured figure. Steps without injected faults."""
-    if not spec.checkpoint:
+    if not spec.windows.checkpoint:
         return {}
     beat(batch, "checkpoint")
     return checkpoint.run_window(
@@ -75,7 +75,7 @@ def local_window(
     step: StepFn,
 ) -> dict[str, Any]:
     """The same-launch reference (harness/scalegate/measure/local_steps.py): after every measured window has closed."""
-    if not spec.local_steps:
+    if not spec.windows.local_steps:
         return {}
     why = local_steps.unavailable(ctx, full_state)
     if why:
@@ -86,7 +86,7 @@ def local_window(
     with local_steps.released(local):
         local(first_step, lambda: device.sync(ctx.device))  # the copy's first step pays its lazy set-up: untimed
         times = local_steps.run_window(
-            spec.local_steps,
+            spec.windows.local_steps,
             local,
             lambda s: step(s, True)[0],
             first_step + 1,
@@ -104,7 +104,9 @@ def windows_after(
     strategy, workload, full_state = setup.strategy, setup.workload, setup.full_state
     extra = local_window(spec, ctx, strategy, workload, full_state, first, beat, step)
     series = {k: extra.pop(k) for k in ("pair_step_times_s", "local_step_times_s") if k in extra}
-    extra.update(profile_window(spec, ctx, strategy, workload, first + 1 + spec.local_steps, beat))
-    extra.update(checkpoint_window(spec, ctx, strategy, workload, full_state, first + 1 + spec.local_steps, beat, step))
+    extra.update(profile_window(spec, ctx, strategy, workload, first + 1 + spec.windows.local_steps, beat))
+    extra.update(
+        checkpoint_window(spec, ctx, strategy, workload, full_state, first + 1 + spec.windows.local_steps, beat, step)
+    )
     extra.update(strategy.extra_results())
     return extra, series
