@@ -253,7 +253,7 @@ def test_a_busy_host_makes_a_timing_verdict_noisy_never_regressed():
     assert judge(timed(0.12), None, Overrides(), base=timed(0.1)).status == "regressed"  # an idle host's verdict
     busy = timed(0.12, cpu_wait=policy.CONTENDED_WAIT + 0.05)
     outcome = judge(busy, None, Overrides(), base=timed(0.1))
-    assert outcome.status == "noisy" and outcome.next_launches == 0
+    assert outcome.status == "noisy" and outcome.next_launches == 0  # decided, then named busy: no more rounds
     assert (
         f"timing not judged: other processes held the case's cores (a rank waited for a core {policy.CONTENDED_WAIT + 0.05:.0%} of its measured steps"
         in outcome.message

@@ -157,15 +157,13 @@ def _efficiency(
     )
     metric = "local_efficiency" if decided.gate in (LOCAL, AB) else "efficiency"
     busy = _contended(record, base)
-    if busy and decided.status in (V.OK, V.IMPROVED, V.REGRESSED, V.NOISY):
-        return _Efficiency(  # another program's load is not the change's: no timing verdict from this host now
-            verdict=MetricVerdict(metric=metric, status=V.NOISY, message=f"{busy}\n{decided.message}"),
-            gate=decided.gate,
-            sequential=decided.sequential,
-            timed=True,
-        )
+    status, message = decided.status, decided.message
+    if busy and status in (V.OK, V.IMPROVED, V.REGRESSED, V.NOISY):
+        # another program's load is not the change's: no timing verdict from this host (the rounds go on as the
+        # sequential test asks, so a gate's budget and its notes are what they would be)
+        status, message = V.NOISY, f"{busy}\n{message}"
     return _Efficiency(
-        verdict=MetricVerdict(metric=metric, status=decided.status, message=decided.message),
+        verdict=MetricVerdict(metric=metric, status=status, message=message),
         gate=decided.gate,
         sequential=decided.sequential,
         next_launches=decided.next_launches,
