@@ -69,12 +69,14 @@ ACCUMULATE = (  # DDP over 4 micro-batches a step, gradients synced on the last 
     "            losses.append(part.detach())\n"
     "        loss = sum(losses)\n",
 )
+# extra_all_reduce averages again what DDP averaged: the same gradients (the gradient check passes), twice the traffic
 CANARY_CHANGES = {  # name: (base edits, head edits), each edit (file, old, new)
     "extra_all_reduce": (
         [],
         [(DDP, "        return loss.detach()\n",
           "        for p in self.model.parameters():  # the PR's own gradient average, left in beside DDP's\n"
           "            __import__('torch').distributed.all_reduce(p.grad)\n"
+          "            p.grad.div_(__import__('torch').distributed.get_world_size())\n"
           "        return loss.detach()\n")],
     ),
     "lost_no_sync": ([(DDP, *ACCUMULATE)], [(DDP, "self.wrapped.no_sync() if i < 3 else ", "")]),
