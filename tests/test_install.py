@@ -23,6 +23,7 @@ from tests import envs
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "harness" / "scalegate"
+CHANGELOG = ROOT / "CHANGELOG.md"
 
 
 def _listed_packages() -> set[str]:
@@ -83,17 +84,27 @@ def _git(*args: str) -> subprocess.CompletedProcess:
 
 def release() -> str:
     """The latest release the CHANGELOG names (its first ``## X.Y.Z`` heading): what the README installs."""
-    found = re.search(r"^## (\d+\.\d+\.\d+) ", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    found = re.search(r"^## (\d+\.\d+\.\d+) ", CHANGELOG.read_text(), flags=re.M)
     assert found, "CHANGELOG.md names no release (## X.Y.Z (date))"
     return found.group(1)
 
 
 def test_the_latest_release_is_tagged_on_this_branchs_history():
-    """The CHANGELOG's latest release is a tag (vX.Y.Z) on a commit this checkout descends from, so a clone at the
-    tag builds the wheel the README installs."""
+    """The CHANGELOG's latest release names its commit, one this checkout descends from, so a clone at the tag builds
+    the wheel the README installs; where the clone carries tags (``git clone --no-tags`` does not), ``vX.Y.Z`` is
+    that commit."""
     tag = f"v{release()}"
-    assert _git("rev-parse", "--verify", "-q", f"{tag}^{{commit}}").returncode == 0, f"no tag {tag}: git tag {tag}"
-    assert _git("merge-base", "--is-ancestor", tag, "HEAD").returncode == 0, f"{tag} is not in HEAD's history"
+    found = re.search(rf"^Tagged `{re.escape(tag)}` on commit ([0-9a-f]{{40}})\.$", CHANGELOG.read_text(), flags=re.M)
+    assert found, f"CHANGELOG.md's {release()} names no commit: 'Tagged `{tag}` on commit <40 hex digits>.'"
+    commit = found.group(1)
+    assert _git("merge-base", "--is-ancestor", commit, "HEAD").returncode == 0, (
+        f"{tag}'s {commit} is not in HEAD's history"
+    )
+    tags = _git("tag", "--list", "v*").stdout.split()
+    if tags:  # a clone with its tags: the release's tag is there, on the commit the CHANGELOG names
+        assert tag in tags, f"no tag {tag}: git tag {tag} {commit}"
+        tagged = _git("rev-parse", f"{tag}^{{commit}}").stdout.strip()
+        assert tagged == commit, f"{tag} is {tagged}, the CHANGELOG says {commit}"
 
 
 def test_the_wheel_is_versioned_by_the_commit_it_was_built_from(wheel):
