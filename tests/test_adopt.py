@@ -177,7 +177,7 @@ def test_the_readme_and_the_guide_install_with_the_commands_this_walk_runs():
         assert {v for pair in named for v in pair if v} <= {release()}, f"{page.name} installs another release"
 
 
-@pytest.mark.slow
+@pytest.mark.nightly  # a whole user path of a minute or more: the nightly tier (docs/testing.md)
 def test_a_plain_torch_ddp_script_is_gated_from_its_own_repository(team_env, tmp_path):
     _walk(team_env, tmp_path, ROOT / "examples" / "train_script" / "train.py", "ddp-train-1x2")
 

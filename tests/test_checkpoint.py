@@ -47,7 +47,7 @@ def spec(strategy: str, directory, **changes) -> CaseSpec:
     [
         ("ddp", "torch.distributed.checkpoint"),
         ("fsdp", "torch.distributed.checkpoint"),
-        ("deepspeed-zero3", "deepspeed"),
+        pytest.param("deepspeed-zero3", "deepspeed", marks=pytest.mark.slow),  # a DeepSpeed engine a side: 25 s
     ],
 )
 def test_a_checkpoint_round_trip_is_timed_measured_and_exact(tmp_path, strategy, fmt, agents):

@@ -3,6 +3,8 @@ the case skips with the reason; a compiled run keeps a baseline of its own."""
 
 from __future__ import annotations
 
+import pytest
+
 from scalegate.checks import agreement
 from scalegate.contract.spec import CaseSpec
 from scalegate.figures.resources import summary
@@ -18,6 +20,7 @@ def spec(strategy: str, **fields) -> CaseSpec:
     return CaseSpec.of(**{**given, "compile": True, **fields})
 
 
+@pytest.mark.slow  # several launches, or one of 15 s or more: the rest tier
 def test_a_compiled_ddp_step_computes_what_the_eager_single_process_does(tmp_path, agents):
     result = run_case(spec("ddp"), tmp_path / "case", agents=agents)
     assert agreement.agreement(result) is None and agreement.loss_curve(result) is None

@@ -30,7 +30,7 @@ STRATEGIES = ("ddp", "fsdp", "deepspeed-zero2", "pipeline-gpipe")
 FEW_STEPS = ("--scaling-steps", "5", "--scaling-warmup", "1", "--scaling-local-steps", "5")
 
 
-@pytest.mark.slow
+@pytest.mark.nightly  # a whole user path of a minute or more: the nightly tier (docs/testing.md)
 def test_the_example_runs_outside_the_repository(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "results", "baselines"))

@@ -392,6 +392,7 @@ EMULATED_CASE = [
 @pytest.mark.skipif(
     netns.available() is not None, reason=f"emulated nodes need network namespaces: {netns.available()}"
 )
+@pytest.mark.nightly  # a minute of paired rounds across emulated nodes; the two-node gate: tests/test_ledger.py
 @pytest.mark.timing
 def test_an_ab_gate_on_emulated_nodes_pairs_across_them_and_fails_a_slower_head(tmp_path):
     """The default tier's end-to-end A/B gate. Emulated 2x1 (two network namespaces on this machine, a capped link

@@ -322,6 +322,7 @@ def test_report_static_writes_a_page_with_a_plot_per_case_and_metric(tmp_path):
     assert "<code>commit15</code>..<code>commit16</code>" in page
 
 
+@pytest.mark.slow  # several launches, or one of 15 s or more: the rest tier
 def test_the_static_page_draws_in_a_headless_browser(tmp_path):
     """The interactive page's browser tests are tests/test_pages.py's; this one keeps --static's page honest."""
     import matplotlib.image

@@ -62,6 +62,7 @@ def _descends_from_me(proc: psutil.Process) -> bool:
 
 
 @pytest.mark.skipif(NO_NETNS is not None, reason=f"emulated nodes need network namespaces: {NO_NETNS}")
+@pytest.mark.slow  # several launches, or one of 15 s or more: the rest tier
 def test_two_emulated_nodes_train_over_a_shaped_link_and_leave_nothing(tmp_path):
     result = run_emulated(spec_2x1(), tmp_path / "case", link_rate="200mbit")
     launch = result.launch

@@ -149,7 +149,7 @@ def _session(tmp_path, *args: str) -> tuple[str, dict]:
     return run.stdout + run.stderr, _cases(project)
 
 
-@pytest.mark.slow
+@pytest.mark.nightly  # a whole user path of a minute or more: the nightly tier (docs/testing.md)
 def test_steps_per_parameter_group_and_accumulated_micro_steps_count_once_and_a_naive_count_fails(tmp_path):
     out, cases = _session(tmp_path / "a", "-k", "pergroup or empty")
     assert "2 passed" in out.splitlines()[-1], out[-3000:]

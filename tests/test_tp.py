@@ -80,6 +80,7 @@ def test_a_broken_tp_promise_is_named_with_its_bytes(tmp_path, agents):
     assert "expected 1/2" in problem
 
 
+@pytest.mark.slow  # several launches, or one of 15 s or more: the rest tier
 def test_fsdp_on_top_of_tp_across_two_emulated_nodes_agrees_and_shards_a_quarter(tmp_path):
     result = EmulatedLauncher(Settings(link_rate="1gbit")).run(gpt("fsdp-tp", "2x2"), tmp_path / "case")
     assert agreement.agreement(result) is None and agreement.loss_curve(result) is None

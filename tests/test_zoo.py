@@ -99,7 +99,7 @@ def test_accelerate_alone(scaling_case):
 """
 
 
-@pytest.mark.slow
+@pytest.mark.nightly  # a whole user path of a minute or more: the nightly tier (docs/testing.md)
 def test_the_hf_trainer_on_zero2_and_accelerate_accumulating_count_each_training_step_once(tmp_path):
     """The HF Trainer with TrainingArguments(deepspeed=ZeRO-2) steps its AdamW twice a training step (a naive count
     read 24 steps for the Trainer's max_steps=12, with two peaks of step times); Accelerate's accumulation steps the
