@@ -29,7 +29,7 @@ from scalegate.figures import peaks, resources, stragglers
 from scalegate.judge import LOCAL, CaseRecord, Conduct, Outcome, Overrides, judge
 from scalegate.judge import metric as V
 from scalegate.judge.evidence import from_results
-from scalegate.launch import warm
+from scalegate.launch import slurm, slurm_launches, warm
 from scalegate.plan import cluster, declare, probe
 from scalegate.plan.hostinfo import HostInfo, commit, versions
 from scalegate.plan.matrix import Case
@@ -57,6 +57,7 @@ class ScalingSession:
     references: dict[tuple, list[CaseResult] | LaunchError] = field(default_factory=dict)
     slurm: cluster.SlurmEnv | None = field(default_factory=cluster.detect)  # agent mode under srun
     agents: warm.AgentPool | None = None  # --scaling-launcher warm: the session's warm torchrun agent
+    started: dict[str, int] = field(default_factory=dict)  # node 0: each multi-node case's launches begun
 
     @property
     def profile(self) -> str:
@@ -121,6 +122,9 @@ class ScalingSession:
         single-node case the ``--scaling-launcher`` one, also under srun."""
         spec = probe.prepare(self._windows(spec), self.options.launching.data_dir)  # the output check, zero gradients
         name = launch.choose(spec, self.slurm, self.options.launching.launcher)
+        if self.slurm is not None and self.slurm.node_id == 0 and spec.topo.multi_node:  # the other nodes join it
+            self.started[spec.case_id] = self.started.get(spec.case_id, 0) + 1
+            slurm_launches.announce(self.run_dir / spec.case_id, self.started[spec.case_id])
         settings = launch.Settings(
             data_dir=self.options.launching.data_dir,
             link_rate=self.options.launching.link_rate,
@@ -140,8 +144,8 @@ class ScalingSession:
                 status=V.NOT_MEANINGFUL,
                 message=f"node {node} has no part in a {spec.topo.nodes}-node case; node 0 reports it",
             )
-        try:
-            self._launch(spec)  # a multi-node case (node 1.. has a part), so the slurm launcher: None here
+        try:  # a multi-node case (node 1.. has a part): its agent joins each launch node 0 starts
+            slurm_launches.follow(self.run_dir / spec.case_id, lambda: self._launch(spec), slurm.WAIT_S)
         except ScalegateError as exc:
             return Outcome(case_id=spec.case_id, key=key, status=V.FAILED, message=str(exc))
         return Outcome(
@@ -157,10 +161,18 @@ class ScalingSession:
 
     def run(self, case: Case, tolerances: dict[str, float] | None = None) -> Outcome:
         """Launch, judge, and launch again while the judge says more launches could decide (sequential gate)."""
-        spec = case.spec
-        key = baselines.case_key(spec.case_id, spec.preset, spec.execution.compile)
         if self.slurm is not None and self.slurm.node_id > 0:
             return self._run_other_node(case)
+        if self.slurm is None or not case.spec.topo.multi_node:
+            return self._run(case, tolerances)
+        try:
+            return self._run(case, tolerances)
+        finally:  # the other nodes' agents stop following the case's launches
+            slurm_launches.announce(self.run_dir / case.spec.case_id, self.started.get(case.spec.case_id, 0), done=True)
+
+    def _run(self, case: Case, tolerances: dict[str, float] | None) -> Outcome:
+        spec = case.spec
+        key = baselines.case_key(spec.case_id, spec.preset, spec.execution.compile)
         tolerances = dict(tolerances or {})
         try:
             if spec == self.reference_spec(spec) and not spec.faults.any:
