@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,9 +42,13 @@ def run(select: str, busy: bool) -> list[dict]:
         load = os.getloadavg()[0]
         main = _session(Path(tmp) / "main", select)
         main.wait()
-        if second is not None:
-            second.kill()
-            second.wait()
+        if second is not None:  # ended as Ctrl-C ends a session: its ranks, agents and namespaces go with it
+            second.send_signal(signal.SIGINT)
+            try:
+                second.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                second.kill()
+                second.wait()
         rows = []
         for path in sorted((Path(tmp) / "main" / "latest").glob("*.json")):
             case = json.loads(path.read_text())
