@@ -83,6 +83,10 @@ start() {
 }
 
 stop() {
+  if pid_alive "$DIR/slurmctld.pid"; then  # no job outlives the cluster in its saved state to hold the next one's nodes
+    as_node 0 scancel --partition two 2>/dev/null || true
+    sleep 1
+  fi
   for f in "$DIR"/slurmd-*.pid "$DIR/slurmctld.pid"; do
     pid_alive "$f" && kill "$(cat "$f")" && log "stopped $(basename "$f" .pid)"
   done
