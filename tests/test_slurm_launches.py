@@ -37,6 +37,6 @@ def test_a_case_node_0_judged_without_a_launch_ends_at_once(tmp_path):
 
 def test_a_silent_node_0_stops_the_node_with_the_file_it_waited_for(tmp_path):
     with pytest.raises(LaunchError) as stopped:
-        slurm_launches.follow(tmp_path / "fsdp-cnn-2x1", lambda: None, wait_s=0.5)
-    assert "node 0 started no launch of fsdp-cnn-2x1 for 0 s after this node's 0" in str(stopped.value)
+        slurm_launches.follow(tmp_path / "fsdp-cnn-2x1", lambda: None, wait_s=1.0)
+    assert "node 0 started no launch of fsdp-cnn-2x1 for 1 s after this node's 0" in str(stopped.value)
     assert "launches.json" in str(stopped.value) and "shares" in stopped.value.hint

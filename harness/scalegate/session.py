@@ -122,7 +122,7 @@ class ScalingSession:
         single-node case the ``--scaling-launcher`` one, also under srun."""
         spec = probe.prepare(self._windows(spec), self.options.launching.data_dir)  # the output check, zero gradients
         name = launch.choose(spec, self.slurm, self.options.launching.launcher)
-        if self.slurm is not None and self.slurm.node_id == 0 and spec.topo.multi_node:  # the other nodes join it
+        if self._leads(spec):  # the other nodes join it
             self.started[spec.case_id] = self.started.get(spec.case_id, 0) + 1
             slurm_launches.announce(self.run_dir / spec.case_id, self.started[spec.case_id])
         settings = launch.Settings(
@@ -163,12 +163,15 @@ class ScalingSession:
         """Launch, judge, and launch again while the judge says more launches could decide (sequential gate)."""
         if self.slurm is not None and self.slurm.node_id > 0:
             return self._run_other_node(case)
-        if self.slurm is None or not case.spec.topo.multi_node:
-            return self._run(case, tolerances)
         try:
             return self._run(case, tolerances)
-        finally:  # the other nodes' agents stop following the case's launches
-            slurm_launches.announce(self.run_dir / case.spec.case_id, self.started.get(case.spec.case_id, 0), done=True)
+        finally:
+            if self._leads(case.spec):  # the other nodes' agents stop following the case's launches
+                slurm_launches.announce(self.run_dir / case.spec.case_id, self.started.get(case.spec.case_id, 0), True)
+
+    def _leads(self, spec: CaseSpec) -> bool:
+        """Node 0 of an srun step, on a case whose launches the other nodes join."""
+        return self.slurm is not None and self.slurm.node_id == 0 and spec.topo.multi_node
 
     def _run(self, case: Case, tolerances: dict[str, float] | None) -> Outcome:
         spec = case.spec

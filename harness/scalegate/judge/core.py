@@ -159,8 +159,8 @@ def _efficiency(
     busy = _contended(record, base)
     status, message = decided.status, decided.message
     if busy and status in (V.OK, V.IMPROVED, V.REGRESSED, V.NOISY):
-        # another program's load is not the change's: no timing verdict from this host (the rounds go on as the
-        # sequential test asks, so a gate's budget and its notes are what they would be)
+        # another program's load is not the change's: no timing verdict from this host; the rounds go on as the
+        # sequential test asks, so a gate's budget and its notes are an idle host's
         status, message = V.NOISY, f"{busy}\n{message}"
     return _Efficiency(
         verdict=MetricVerdict(metric=metric, status=status, message=message),
