@@ -32,7 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scalegate.history import alerts, changepoint, events, store
+from scalegate.history import alerts, changepoint, events, otava_search, store
 from scalegate.history.db import Db
 from scalegate.history.events import Event
 from scalegate.history.store import Point, Run
@@ -159,12 +159,23 @@ def _relative(before: float, after: float) -> float:
     return after / before - 1
 
 
+def workers(jobs: int, *, long: bool) -> ProcessPoolExecutor | None:
+    """The processes that search ``jobs`` series at once (None for one at a time), started now; where the history
+    is ``long`` (series Otava's search screens), each imports Otava (``otava_search.prepare``) while the caller
+    still reads the store. A fork starts them all at the first task."""
+    if jobs <= 1:
+        return None
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=otava_search.prepare if long else None)
+    pool.submit(int)
+    return pool
+
+
 def change_points(
-    series: list[tuple[list[Point], str]], settings: Settings, jobs: int = 1
+    series: list[tuple[list[Point], str]], settings: Settings, pool: ProcessPoolExecutor | None = None
 ) -> list[list[changepoint.ChangePoint] | None]:
-    """Each (points, name) series' change points, None where it is too short to split; ``jobs`` series at once,
-    each in a process of its own. A series' answer is its own (its shuffles are seeded by its name), the same at any
-    ``jobs``."""
+    """Each (points, name) series' change points, None where it is too short to split; in ``pool``'s processes
+    (``workers``), one series a task so that a few slow series do not leave a process idle, else here. A series'
+    answer is its own (its shuffles are seeded by its name), the same in any number of processes."""
     tasks = [
         ([p.value for p in points], name, settings.pvalue, settings.permutations, settings.min_size)
         if len(points) >= 2 * settings.min_size
@@ -172,11 +183,7 @@ def change_points(
         for points, name in series
     ]
     todo = [task for task in tasks if task is not None]
-    if jobs > 1 and len(todo) > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-            done = iter(list(pool.map(_found, todo, chunksize=max(1, len(todo) // (4 * jobs)))))
-    else:
-        done = iter([_found(task) for task in todo])
+    done = iter(pool.map(_found, todo) if pool is not None and len(todo) > 1 else [_found(task) for task in todo])
     return [None if task is None else next(done) for task in tasks]
 
 
@@ -257,18 +264,23 @@ def check(
     jobs: int = 1,
 ) -> list[SeriesVerdict]:
     """Every checked series of the history (or only ``cases``, by id or key), judged. ``runs``: the store's runs,
-    where the caller has read them already; ``jobs``: series checked at once (``change_points``)."""
+    where the caller has read them already; ``jobs``: series checked at once (``workers``)."""
     runs = runs if runs is not None else [r for r, _ in store.runs(db)]
     loaded: dict[str, baselines.BaselineFile | None] = {}
     latest = {m: {r.run_id for r in rs[-settings.recent :]} for m, rs in by_machine(runs).items()}
     out = []
-    chosen = {
-        key: points
-        for key, points in store.all_series(db, CHECKED, read=runs).items()
-        if not cases or key.case_key in cases or key.case_id in cases
-    }
-    names = {key: f"{key.machine}/{key.case_key}/{key.metric}" for key in chosen}
-    found = dict(zip(chosen, change_points([(p, names[key]) for key, p in chosen.items()], settings, jobs)))
+    pool = workers(jobs, long=any(len(rs) > changepoint.EXACT_RUNS for rs in by_machine(runs).values()))
+    try:
+        chosen = {
+            key: points
+            for key, points in store.all_series(db, CHECKED, read=runs).items()
+            if not cases or key.case_key in cases or key.case_id in cases
+        }
+        names = {key: f"{key.machine}/{key.case_key}/{key.metric}" for key in chosen}
+        found = dict(zip(chosen, change_points([(p, names[key]) for key, p in chosen.items()], settings, pool)))
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     for key, points in chosen.items():
         profile = points[-1].profile
         if profile not in loaded:

@@ -47,6 +47,13 @@ def available() -> bool:
     return importlib.util.find_spec("otava") is not None
 
 
+def prepare() -> None:
+    """Import Otava (and scipy's statistics with it) now: a worker process that will search long series pays the
+    import while its parent still reads the store, not when its first series arrives."""
+    if available():
+        import otava.analysis  # noqa: F401
+
+
 @functools.cache
 def _parts(min_size: int, level: float):
     """Otava's calculator and t-test, each with what the suite adds (see the module's docstring)."""
@@ -86,8 +93,7 @@ def _parts(min_size: int, level: float):
             n1, n2 = len(left), len(right)
             if not n1 or not n2:
                 raise ValueError("a t-test needs both sides")
-            m1, m2 = np.mean(left), np.mean(right)
-            s1, s2 = (np.std(left) if n1 >= 2 else 0.0), (np.std(right) if n2 >= 2 else 0.0)
+            (m1, s1), (m2, s2) = _moments(left), _moments(right)
             p = 1.0
             if n1 + n2 > 2:
                 df = n1 + n2 - 2
@@ -108,6 +114,17 @@ def _parts(min_size: int, level: float):
             return super().change_point(candidate, series, intervals)
 
     return Calculator, Tester(level)
+
+
+def _moments(x) -> tuple[float, float]:
+    """np.mean(x) and np.std(x) (0 for one value), the same arithmetic to the bit without their wrappers' checks,
+    which cost more than the sums on a window's few runs."""
+    x = np.asarray(x, dtype=float)
+    mean = x.sum() / len(x)
+    if len(x) < 2:
+        return mean, 0.0
+    d = x - mean
+    return mean, np.sqrt(np.multiply(d, d, out=d).sum() / len(x))
 
 
 def _split(series: list[float], min_size: int, level: float) -> list:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import gc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -67,7 +68,7 @@ class CaseRow:
     metrics: dict[str, float]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Point:
     """One run's value of one metric of one case: a point of a series."""
 
@@ -158,6 +159,20 @@ def runs(db: Db) -> list[tuple[Run, int]]:
     ]
 
 
+@contextlib.contextmanager
+def _bulk() -> Iterator[None]:
+    """No garbage collection while a read builds its objects: each of a few hundred thousand new objects would
+    otherwise count towards a collection that walks every object alive, the rows just read among them, and none of
+    them is garbage."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def all_series(
     db: Db, metrics: tuple[str, ...] | None = None, *, read: list[Run] | None = None
 ) -> dict[SeriesKey, list[Point]]:
@@ -165,24 +180,26 @@ def all_series(
     ``read``: the store's runs, where the caller has read them already."""
     known = read if read is not None else [r for r, _ in runs(db)]
     order = {run.run_id: (i, run) for i, run in enumerate(known)}
-    rows = db.rows(
-        "SELECT m.run_id, m.case_key, c.case_id, m.metric, m.value FROM measurements m "
-        "JOIN cases c ON c.run_id = m.run_id AND c.case_key = m.case_key"
-    )
     found: dict[tuple, list[tuple[int, Point]]] = {}
-    for run_id, key, case_id, metric, value in rows:
-        if run_id not in order or (metrics is not None and metric not in metrics):
-            continue  # a run added after the runs were read
-        i, run = order[run_id]
-        point = Point(
-            run_id=run_id, commit=run.commit, date=run.date, value=value, profile=run.profile, versions=run.versions
+    with _bulk():
+        rows = db.rows(
+            "SELECT m.run_id, m.case_key, c.case_id, m.metric, m.value FROM measurements m "
+            "JOIN cases c ON c.run_id = m.run_id AND c.case_key = m.case_key"
         )
-        found.setdefault((run.cluster, run.hardware, key, case_id, metric), []).append((i, point))
-    out = {}
-    for (cluster, hardware, key, case_id, metric), points in sorted(found.items()):
-        points.sort(key=lambda p: p[0])
-        name = SeriesKey(cluster=cluster, hardware=hardware, case_key=key, case_id=case_id, metric=metric)
-        out[name] = [p for _, p in points]
+        for run_id, key, case_id, metric, value in rows:
+            if run_id not in order or (metrics is not None and metric not in metrics):
+                continue  # a run added after the runs were read
+            i, run = order[run_id]
+            point = Point(
+                run_id=run_id, commit=run.commit, date=run.date, value=value, profile=run.profile, versions=run.versions
+            )
+            found.setdefault((run.cluster, run.hardware, key, case_id, metric), []).append((i, point))
+        del rows
+        out = {}
+        for (cluster, hardware, key, case_id, metric), points in sorted(found.items()):
+            points.sort(key=lambda p: p[0])
+            name = SeriesKey(cluster=cluster, hardware=hardware, case_key=key, case_id=case_id, metric=metric)
+            out[name] = [p for _, p in points]
     return out
 
 
