@@ -74,6 +74,30 @@ def test_the_shuffle_last_kernel_gives_every_shuffle_the_same_q_to_the_bit(n, mi
     assert np.array_equal(kernel(z), want) and np.array_equal(kernel(z[::-1]), want[::-1])
 
 
+@pytest.mark.parametrize("n", [7, 53, 100, 149])
+@pytest.mark.parametrize("scale,offset", [(1e-3, 0.0), (0.03, 1.0), (1.0, 1e6), (3e8, 1e10)])
+def test_the_float32_kernel_stays_within_half_its_error_bound(n, scale, offset):
+    """energy.Rough's tops against grid's float64 ones, at the scales metrics are stored in (an efficiency near 1,
+    bytes near 1e10): off by less than half the bound each reports, so a top outside its bound of a candidate's Q
+    decides as float64 would, with room for what the analysis left out."""
+    rng = np.random.default_rng(n)
+    z = rng.standard_normal((energy.WIDE + 3, n))
+    z[: len(z) // 2, n // 2 :] += 4  # half the rows hold a step, where Q is large
+    z = z * scale + offset
+    exact = np.maximum(energy.grid(z, 3).reshape(len(z), -1).max(1), 0.0)
+    top, err = energy.Rough(n, len(z), 3)(z)
+    assert np.all(np.abs(top - exact) <= err / 2), np.max(np.abs(top - exact) / err)
+
+
+def test_a_hit_in_float32_is_a_hit_in_float64_even_at_a_tie():
+    """energy.exceed answers as grid's float64 Q does: at quantiles of the shuffles' tops, and at a top itself,
+    where float32 alone cannot tell and the shuffle is computed again."""
+    z = np.random.default_rng(5).standard_normal((energy.WIDE + 8, 60)) * 0.03 + 1
+    exact = np.maximum(energy.grid(z, 3).reshape(len(z), -1).max(1), 0.0)
+    for q in [*np.quantile(exact, [0.1, 0.5, 0.9]), *exact[:5]]:
+        assert np.array_equal(energy.exceed(z, 3, q, {}), exact >= q), q
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_regression_fixed_six_runs_later_is_found_at_both_ends(seed):
     """20 runs, 3% noise, 20% lower over runs 8-13, restored at 14: with Y running to the segment's end (kappa

@@ -91,9 +91,10 @@ def test_the_sequential_rule_settles_far_from_the_level_and_not_near_it():
 
 
 def test_memory_stays_bounded_at_a_year_of_nightlies():
-    """n = 365: one grid is 1 MiB a shuffle, so 999 at once would be ~1 GB per array; blocks keep it to tens of MiB."""
+    """n = 365: one grid is 0.5 MiB a shuffle in float32, so 999 at once would be ~0.5 GB per array; blocks keep it
+    to tens of MiB."""
     z = noisy(365, 2, step_at=200, step=-0.1)
-    assert cp.block_size(365) * 8 * 366**2 <= cp.BLOCK_BYTES
+    assert cp.block_size(365) * cp.CELL * 366**2 <= cp.BLOCK_BYTES
     tracemalloc.start()
     try:
         cp.permutation_test(z, [(0, 365)], 1e9, pvalue=0.01, permutations=3 * cp.block_size(365), min_size=3, seed=0)

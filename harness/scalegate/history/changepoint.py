@@ -30,7 +30,9 @@ Choices made here, not in the paper:
   after about 700 shuffles, and only one near the level draws them all. 199 fixed shuffles left p <= 0.01 to
   one hit more or less;
 - memory stays bounded: Q for all (tau, kappa) comes from two-dimensional prefix sums of |z_i - z_j| (energy.py),
-  an (n + 1, n + 1) grid per shuffle, and a block holds as many shuffles as fit in ``BLOCK_BYTES``.
+  an (n + 1, n + 1) grid per shuffle, in float32 with a bound on each top's error (a shuffle whose top is within its
+  bound of the candidate's is computed again in float64), and a block holds as many shuffles as fit in
+  ``BLOCK_BYTES``.
 
 A series of more than ``EXACT_RUNS`` runs is tested the same way with one difference (``windows.py``): a split's X
 and Y lie within one window of ``2 * HALF`` runs of a fixed grid, so each shuffle costs the windows' grids, not the
@@ -59,7 +61,8 @@ from scalegate.history import energy, otava_search, sequential, windows
 DEFAULT_PVALUE = 0.01
 DEFAULT_PERMUTATIONS = 9999  # the cap: a sequential test (sequential.py) stops as soon as the verdict is settled
 DEFAULT_MIN_SIZE = 3
-BLOCK_BYTES = 8 * 2**20  # one (shuffles, n + 1, n + 1) float grid per block; a few live at once
+BLOCK_BYTES = 8 * 2**20  # one (shuffles, n + 1, n + 1) float32 grid per block (energy.Rough); a few live at once
+CELL = 4  # bytes of a grid's cell: float32
 MAX_BLOCK = 100  # shuffles per block at most, so a hopeless candidate stops early at short series too
 FIRST_BLOCK = 4  # a curtailed test's first block, doubling: it stops at its first hits, often among the first few
 LATER_HITS = 2  # a long series' later change points: 299 shuffles at 0.01, up to 2 as extreme (windows.py)
@@ -75,20 +78,18 @@ class ChangePoint:
     permutations: int = 0  # shuffles its test drew before the verdict was settled
 
 
-def _tops(z: np.ndarray, pieces: list[tuple[int, int]], min_size: int, kept: dict) -> np.ndarray:
-    """For each row of ``z`` (shape (k, n)): its largest Q over all pieces, or 0 where none is larger (what a
-    shuffle is compared with: a candidate's Q is positive). Pieces of one length go through ``energy.tops`` as one
-    block; ``kept``: the test's buffers."""
-    top = np.zeros(len(z))
+def _hits(z: np.ndarray, pieces: list[tuple[int, int]], min_size: int, q: float, kept: dict) -> int:
+    """How many rows of ``z`` (shape (k, n)) have a split in any piece with Q >= ``q`` (> 0): what a shuffle is
+    compared with. Pieces of one length go through ``energy.exceed`` as one block; ``kept``: the test's buffers."""
+    hit = np.zeros(len(z), dtype=bool)
     by_length: dict[int, list[int]] = {}
     for a, b in pieces:
         if b - a >= 2 * min_size:
             by_length.setdefault(b - a, []).append(a)
     for length, starts in by_length.items():
         rows = np.concatenate([z[:, a : a + length] for a in starts])
-        found = energy.tops(rows, min_size, kept).reshape(len(starts), len(z))
-        np.maximum(top, found.max(0), out=top)
-    return top
+        hit |= energy.exceed(rows, min_size, q, kept).reshape(len(starts), len(z)).any(0)
+    return int(hit.sum())
 
 
 def _best(z: np.ndarray, bounds: list[tuple[int, int]], min_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -134,13 +135,13 @@ def _shuffled(z: np.ndarray, bounds: list[tuple[int, int]], seed: int, rows: ran
 
 def block_size(n: int) -> int:
     """Shuffles per block: one (shuffles, n + 1, n + 1) grid within ``BLOCK_BYTES``, at least one."""
-    return int(min(MAX_BLOCK, max(1, BLOCK_BYTES // (8 * (n + 1) ** 2))))
+    return int(min(MAX_BLOCK, max(1, BLOCK_BYTES // (CELL * (n + 1) ** 2))))
 
 
 def _local_block(pieces: list[tuple[int, int]]) -> int:
     """Shuffles per block of a local test: every piece's grid within ``BLOCK_BYTES``, at least one."""
     cells = sum((b - a + 1) ** 2 for a, b in pieces) or 1
-    return int(min(MAX_BLOCK, max(1, BLOCK_BYTES // (8 * cells))))
+    return int(min(MAX_BLOCK, max(1, BLOCK_BYTES // (CELL * cells))))
 
 
 def permutation_test(
@@ -170,7 +171,7 @@ def permutation_test(
     step = min(FIRST_BLOCK, most) if pieces is not None else most
     while drawn < cap:
         rows = range(drawn, min(cap, drawn + step))
-        hits += int((_tops(_shuffled(z, bounds, seed, rows), pieces or bounds, min_size, kept) >= q).sum())
+        hits += _hits(_shuffled(z, bounds, seed, rows), pieces or bounds, min_size, q, kept)
         drawn = rows.stop
         if hits > curtailed if curtailed is not None else sequential.settled(hits, drawn, pvalue, risk):
             break
