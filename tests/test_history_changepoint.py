@@ -68,7 +68,7 @@ def test_q_is_the_energy_statistic_maximised_over_kappa():
 def test_the_shuffle_last_kernel_gives_every_shuffle_the_same_q_to_the_bit(n, min_size):
     """energy.Tops (shuffles in blocks, shuffle-last) adds in numpy's cumsum order: a shuffle's Q is the same number
     as energy.grid's, so a hit is a hit whichever kernel counted it."""
-    z = np.random.default_rng(n).standard_normal((energy.WIDE + 3, n)) * 1e3
+    z = np.random.default_rng(n).standard_normal((35, n)) * 1e3
     want = np.maximum(energy.grid(z, min_size).reshape(len(z), -1).max(1), 0.0)
     kernel = energy.Tops(n, len(z), min_size)
     assert np.array_equal(kernel(z), want) and np.array_equal(kernel(z[::-1]), want[::-1])
@@ -81,7 +81,7 @@ def test_the_float32_kernel_stays_within_half_its_error_bound(n, scale, offset):
     bytes near 1e10): off by less than half the bound each reports, so a top outside its bound of a candidate's Q
     decides as float64 would, with room for what the analysis left out."""
     rng = np.random.default_rng(n)
-    z = rng.standard_normal((energy.WIDE + 3, n))
+    z = rng.standard_normal((35, n))
     z[: len(z) // 2, n // 2 :] += 4  # half the rows hold a step, where Q is large
     z = z * scale + offset
     exact = np.maximum(energy.grid(z, 3).reshape(len(z), -1).max(1), 0.0)
@@ -89,13 +89,20 @@ def test_the_float32_kernel_stays_within_half_its_error_bound(n, scale, offset):
     assert np.all(np.abs(top - exact) <= err / 2), np.max(np.abs(top - exact) / err)
 
 
-def test_a_hit_in_float32_is_a_hit_in_float64_even_at_a_tie():
+@pytest.mark.parametrize("n,rows", [(30, 60), (100, 40)])
+def test_a_hit_in_float32_is_a_hit_in_float64_even_at_a_tie(n, rows):
     """energy.exceed answers as grid's float64 Q does: at quantiles of the shuffles' tops, and at a top itself,
-    where float32 alone cannot tell and the shuffle is computed again."""
-    z = np.random.default_rng(5).standard_normal((energy.WIDE + 8, 60)) * 0.03 + 1
+    where float32 alone cannot tell and the shuffle is computed again; at n = 100 a candidate among the shuffles'
+    own tops leaves most rows within their bound, and the test goes on in float64."""
+    z = np.random.default_rng(5).standard_normal((rows, n)) * 0.03 + 1
+    assert energy.wide(n, len(z))  # the float32 path
     exact = np.maximum(energy.grid(z, 3).reshape(len(z), -1).max(1), 0.0)
     for q in [*np.quantile(exact, [0.1, 0.5, 0.9]), *exact[:5]]:
-        assert np.array_equal(energy.exceed(z, 3, q, {}), exact >= q), q
+        kept: dict = {}
+        assert np.array_equal(energy.exceed(z, 3, q, kept), exact >= q), q
+    kept = {}
+    energy.exceed(z, 3, float(np.median(exact)), kept)
+    assert bool(kept.get("float64")) == (n == 100)
 
 
 @pytest.mark.parametrize("seed", range(3))
