@@ -158,7 +158,7 @@ def wide(n: int, rows: int) -> bool:
     return (n + 1) * rows >= WIDE
 
 
-UNSURE = 0.1  # a test whose float32 block leaves more of its rows than this within their bound goes on in float64
+UNSURE = 0.25  # a test whose float32 block leaves more of its rows than this within their bound goes on in float64
 
 
 def exceed(z: np.ndarray, min_size: int, q: float, kept: dict) -> np.ndarray:
