@@ -31,6 +31,7 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from scalegate.history import alerts, changepoint, events, otava_search, store
 from scalegate.history.db import Db
@@ -172,10 +173,11 @@ def workers(jobs: int, *, long: bool) -> ProcessPoolExecutor | None:
 
 def change_points(
     series: list[tuple[list[Point], str]], settings: Settings, pool: ProcessPoolExecutor | None = None
-) -> list[list[changepoint.ChangePoint] | None]:
-    """Each (points, name) series' change points, None where it is too short to split; in ``pool``'s processes
-    (``workers``), one series a task so that a few slow series do not leave a process idle, else here. A series'
-    answer is its own (its shuffles are seeded by its name), the same in any number of processes."""
+) -> Iterator[list[changepoint.ChangePoint] | None]:
+    """Each (points, name) series' change points in order, None where it is too short to split, each as soon as it
+    is found; in ``pool``'s processes (``workers``), one series a task so that a few slow series do not leave a
+    process idle, else here. A series' answer is its own (its shuffles are seeded by its name), the same in any
+    number of processes."""
     tasks = [
         ([p.value for p in points], name, settings.pvalue, settings.permutations, settings.min_size)
         if len(points) >= 2 * settings.min_size
@@ -183,8 +185,8 @@ def change_points(
         for points, name in series
     ]
     todo = [task for task in tasks if task is not None]
-    done = iter(pool.map(_found, todo) if pool is not None and len(todo) > 1 else [_found(task) for task in todo])
-    return [None if task is None else next(done) for task in tasks]
+    done = iter(pool.map(_found, todo) if pool is not None and len(todo) > 1 else map(_found, todo))
+    return (None if task is None else next(done) for task in tasks)
 
 
 def _found(task: tuple[list[float], str, float, int, int]) -> list[changepoint.ChangePoint]:
@@ -209,7 +211,7 @@ def judge_series(
         return (), INSUFFICIENT
     values = [p.value for p in points]
     if found is None:
-        [found] = change_points([(points, name)], settings)
+        [found] = list(change_points([(points, name)], settings))
     edges = [0] + [c.index for c in found] + [len(values)]
     at = {e.index: e for e in known}
     changes = []
@@ -277,36 +279,47 @@ def check(
             if not cases or key.case_key in cases or key.case_id in cases
         }
         names = {key: f"{key.machine}/{key.case_key}/{key.metric}" for key in chosen}
-        found = dict(zip(chosen, change_points([(p, names[key]) for key, p in chosen.items()], settings, pool)))
+        found = change_points([(p, names[key]) for key, p in chosen.items()], settings, pool)
+        for key, points in chosen.items():  # each judged while the workers search the series after it
+            out.append(_verdict(key, points, next(found), names[key], baseline_dir, settings, loaded, latest))
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    for key, points in chosen.items():
-        profile = points[-1].profile
-        if profile not in loaded:
-            loaded[profile] = baselines.load(baseline_dir, profile)
-        baseline = loaded[profile]
-        effect = min_effect_for(baseline, key.case_key, key.metric, settings)
-        known = events.of_series(points)
-        changes, status = judge_series(
-            points, key.metric, min_effect=effect, settings=settings, name=names[key], known=known, found=found[key]
-        )
-        if points[-1].run_id not in latest.get(key.machine, ()):  # no longer run: nothing of it is new
-            changes = tuple(dataclasses.replace(c, new=False) for c in changes)
-        out.append(
-            SeriesVerdict(
-                profile=profile,
-                case_key=key.case_key,
-                case_id=key.case_id,
-                metric=key.metric,
-                points=tuple(points),
-                changes=changes,
-                status=status,
-                min_effect=effect,
-                quarantined=quarantined(baseline, key.case_key, settings.today),
-                cluster=key.cluster,
-                hardware=key.hardware,
-                events=known,
-            )
-        )
     return out
+
+
+def _verdict(
+    key: store.SeriesKey,
+    points: list[Point],
+    found: list[changepoint.ChangePoint] | None,
+    name: str,
+    baseline_dir: Path,
+    settings: Settings,
+    loaded: dict[str, baselines.BaselineFile | None],
+    latest: dict[str, set[str]],
+) -> SeriesVerdict:
+    profile = points[-1].profile
+    if profile not in loaded:
+        loaded[profile] = baselines.load(baseline_dir, profile)
+    baseline = loaded[profile]
+    effect = min_effect_for(baseline, key.case_key, key.metric, settings)
+    known = events.of_series(points)
+    changes, status = judge_series(
+        points, key.metric, min_effect=effect, settings=settings, name=name, known=known, found=found
+    )
+    if points[-1].run_id not in latest.get(key.machine, ()):  # no longer run: nothing of it is new
+        changes = tuple(dataclasses.replace(c, new=False) for c in changes)
+    return SeriesVerdict(
+        profile=profile,
+        case_key=key.case_key,
+        case_id=key.case_id,
+        metric=key.metric,
+        points=tuple(points),
+        changes=changes,
+        status=status,
+        min_effect=effect,
+        quarantined=quarantined(baseline, key.case_key, settings.today),
+        cluster=key.cluster,
+        hardware=key.hardware,
+        events=known,
+    )
