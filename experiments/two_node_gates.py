@@ -42,7 +42,9 @@ def gate(repo: Path, base: str, out: Path, slow_ms: float, run: int) -> dict:
     last = rows[-1].rsplit("|", 2)[-2] if rows else ""
     verdict = next((v for v in ("regressed", "noisy", "ok") if v in last), "other")
     gates = sorted(out.glob("gate-*"))
-    note = NOTE + (f"; slowed: {slow_ms:g} ms more in each DDP forward" if slow_ms else "")
+    cpus = os.environ.get("SLURM_TWO_NODE_CPUS", "1")  # the CPUs each node offers SLURM (two-node-cluster.sh)
+    note = NOTE + (f"; {cpus} CPUs a node" if cpus != "1" else "")
+    note += f"; slowed: {slow_ms:g} ms more in each DDP forward" if slow_ms else ""
     return {
         "kind": "two-node",
         "slow_ms": slow_ms,
