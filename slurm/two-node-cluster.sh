@@ -3,9 +3,9 @@
 # so its hostname is its node name) with its own address on a bridge, and its own slurmd; the
 # controller runs in node sg0. Links are capped by tc tbf like the harness's emulated nodes.
 #
-#   slurm/two-node-cluster.sh start                       # needs root; uses munge from local-cluster.sh
+#   slurm/two-node-cluster.sh start                       # needs root; munge from local-cluster.sh (started if down)
 #   slurm/two-node-cluster.sh run srun -N2 --ntasks-per-node=1 .venv/bin/pytest scaling_tests -k "ddp and 2x1"
-#   slurm/two-node-cluster.sh stop
+#   slurm/two-node-cluster.sh stop                        # and the one-node cluster, where start brought it up
 #
 # Everything lives in namespaces scalegate-{hub,n0,n1} and under $DIR; SLURM_CONF points there, so
 # it coexists with slurm/local-cluster.sh's one-node cluster.
@@ -68,9 +68,13 @@ CONF
 
 
 start() {
-  slurm/local-cluster.sh start >/dev/null  # packages and munged (its one-node cluster is harmless)
+  # packages and munged from the one-node cluster; one this start brings up, this script's stop takes down again
+  local had_local=0
+  case "$(slurm/local-cluster.sh status 2>/dev/null || true)" in *"slurmctld: running"*) had_local=1 ;; esac
+  slurm/local-cluster.sh start >/dev/null
   network
   config
+  [ "$had_local" = 1 ] || touch "$DIR/local-cluster.ours"
   pid_alive "$DIR/slurmctld.pid" || { log "starting slurmctld in sg0"; as_node 0 slurmctld; }
   for i in 0 1; do
     pid_alive "$DIR/slurmd-${NODES[$i]}.pid" || { log "starting slurmd ${NODES[$i]}"; as_node "$i" slurmd -N "${NODES[$i]}"; }
@@ -92,6 +96,9 @@ stop() {
   done
   sleep 1
   for n in "$HUB" "$(ns 0)" "$(ns 1)"; do ip netns delete "$n" 2>/dev/null || true; done
+  if [ -e "$DIR/local-cluster.ours" ]; then
+    slurm/local-cluster.sh stop && rm -f "$DIR/local-cluster.ours"
+  fi
 }
 
 case "${1:-}" in

@@ -275,3 +275,29 @@ def test_scancel_of_a_two_node_gate_mid_round_stops_both_nodes_and_leaves_nothin
     procs = subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True, text=True).stdout.splitlines()
     assert not [p for p in procs if "pgrep" not in p], procs
     assert not base_trees_left(repo) and not list(out.glob("gate-*/**/base-tree*"))
+
+
+@pytest.mark.slow
+@pytest.mark.nightly  # starts and stops the two SLURM nodes: ~20 s; skipped while a session's nodes are up
+def test_the_two_node_cluster_stops_what_it_started_and_leaves_the_one_node_cluster_as_it_found_it():
+    """two-node-cluster.sh start brings up the one-node cluster for its packages and munged where it was down; its
+    stop takes that down again, and leaves one that was already running."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("slurmctld") is None:
+        pytest.skip("two SLURM nodes on one machine need root, iproute2 and SLURM (slurm/two-node-cluster.sh)")
+    two, one = str(ROOT / "slurm" / "two-node-cluster.sh"), str(ROOT / "slurm" / "local-cluster.sh")
+    if subprocess.run([two, "status"], capture_output=True, timeout=60).returncode == 0:
+        pytest.skip("the two SLURM nodes are in use by this session")
+
+    def local_up() -> bool:
+        return "slurmctld: running" in subprocess.run([one, "status"], capture_output=True, text=True).stdout
+
+    before = local_up()
+    started = subprocess.run([two, "start"], capture_output=True, text=True, timeout=600)
+    try:
+        assert started.returncode == 0, started.stderr[-2000:]
+        assert local_up()
+    finally:
+        subprocess.run([two, "stop"], capture_output=True, text=True, timeout=120)
+    assert local_up() == before, "the two-node cluster's stop left the one-node cluster otherwise than it found it"
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "scalegate-" not in namespaces, namespaces
