@@ -170,6 +170,8 @@ def test_the_store_benchmark_runs_report_over_both_stores(tmp_path):
         assert said in done.stdout, done.stdout
     for said in ("sqlite     check median", "postgresql check median", "within its budget of 5 s", "budget of 15 MB"):
         assert said in done.stdout, done.stdout
+    for said in ("sqlite     check as a fresh process", "postgresql check as a fresh process"):
+        assert said in done.stdout, done.stdout
     assert (tmp_path / "page-postgresql" / "index.html").exists() and (tmp_path / "page-sqlite" / "index.html").exists()
 
 
