@@ -88,6 +88,13 @@ def cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def arguments(command: str, where: str, out: Path, permutations: int) -> list[str]:
+    """``history report`` or ``check``'s arguments over ``where``: no baselines, the page (a report's) under ``out``."""
+    argv = ["history", command, "--db", where, "--baseline-dir", str(out / "no-baselines")]
+    argv += ["--out", str(out)] if command == "report" else []
+    return argv + ["--permutations", str(permutations)]
+
+
 def report(
     where: str,
     out: Path,
@@ -99,9 +106,7 @@ def report(
     """``history report`` (or ``check``) over ``where``, in this process (``more``: its further arguments); seconds
     taken, and the CPU seconds it used appended to ``cpu``. A check's exit 1 (a new regression: the generated history
     holds some) is its answer, not a failure."""
-    argv = ["history", command, "--db", where, "--baseline-dir", str(out / "no-baselines")]
-    argv += ["--out", str(out)] if command == "report" else []
-    argv += ["--permutations", str(permutations), *(more or [])]
+    argv = arguments(command, where, out, permutations) + (more or [])
     start, used = time.perf_counter(), cpu_seconds()
     with contextlib.redirect_stdout(io.StringIO()):
         code = scalegate_main.main(argv)
@@ -116,8 +121,7 @@ def report(
 def fresh_check(where: str, out: Path, permutations: int) -> float:
     """``python -m scalegate history check`` over ``where`` as a nightly runs it, a process of its own; seconds taken,
     its interpreter's start and imports included. Exit 1 (a new regression) is its answer."""
-    argv = [sys.executable, "-m", "scalegate", "history", "check", "--db", where]
-    argv += ["--baseline-dir", str(out / "no-baselines"), "--permutations", str(permutations)]
+    argv = [sys.executable, "-m", "scalegate", *arguments("check", where, out, permutations)]
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True)
     took = time.perf_counter() - start

@@ -98,11 +98,10 @@ def test_a_hit_in_float32_is_a_hit_in_float64_even_at_a_tie(n, rows):
     assert energy.wide(n, len(z))  # the float32 path
     exact = np.maximum(energy.grid(z, 3).reshape(len(z), -1).max(1), 0.0)
     for q in [*np.quantile(exact, [0.1, 0.5, 0.9]), *exact[:5]]:
-        kept: dict = {}
-        assert np.array_equal(energy.exceed(z, 3, q, kept), exact >= q), q
-    kept = {}
-    energy.exceed(z, 3, float(np.median(exact)), kept)
-    assert bool(kept.get("float64")) == (n == 100)
+        assert np.array_equal(energy.exceed(z, 3, q, energy.Kernels()), exact >= q), q
+    kernels = energy.Kernels()
+    energy.exceed(z, 3, float(np.median(exact)), kernels)
+    assert kernels.float64 == (n == 100)
 
 
 @pytest.mark.parametrize("seed", range(3))

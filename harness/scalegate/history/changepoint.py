@@ -78,9 +78,9 @@ class ChangePoint:
     permutations: int = 0  # shuffles its test drew before the verdict was settled
 
 
-def _hits(z: np.ndarray, pieces: list[tuple[int, int]], min_size: int, q: float, kept: dict) -> int:
+def _hits(z: np.ndarray, pieces: list[tuple[int, int]], min_size: int, q: float, kernels: energy.Kernels) -> int:
     """How many rows of ``z`` (shape (k, n)) have a split in any piece with Q >= ``q`` (> 0): what a shuffle is
-    compared with. Pieces of one length go through ``energy.exceed`` as one block; ``kept``: the test's buffers."""
+    compared with. Pieces of one length go through ``energy.exceed`` as one block with the test's ``kernels``."""
     hit = np.zeros(len(z), dtype=bool)
     by_length: dict[int, list[int]] = {}
     for a, b in pieces:
@@ -88,7 +88,7 @@ def _hits(z: np.ndarray, pieces: list[tuple[int, int]], min_size: int, q: float,
             by_length.setdefault(b - a, []).append(a)
     for length, starts in by_length.items():
         rows = np.concatenate([z[:, a : a + length] for a in starts])
-        hit |= energy.exceed(rows, min_size, q, kept).reshape(len(starts), len(z)).any(0)
+        hit |= energy.exceed(rows, min_size, q, kernels).reshape(len(starts), len(z)).any(0)
     return int(hit.sum())
 
 
@@ -166,12 +166,12 @@ def permutation_test(
         return 1.0, 0
     cap = permutations if fixed is None else fixed
     hits = drawn = 0
-    kept: dict = {}
+    kernels = energy.Kernels()
     most = block_size(len(z)) if pieces is None else _local_block(pieces)
     step = min(FIRST_BLOCK, most) if pieces is not None else most
     while drawn < cap:
         rows = range(drawn, min(cap, drawn + step))
-        hits += _hits(_shuffled(z, bounds, seed, rows), pieces or bounds, min_size, q, kept)
+        hits += _hits(_shuffled(z, bounds, seed, rows), pieces or bounds, min_size, q, kernels)
         drawn = rows.stop
         if hits > curtailed if curtailed is not None else sequential.settled(hits, drawn, pvalue, risk):
             break

@@ -269,9 +269,10 @@ def check(
     where the caller has read them already; ``jobs``: series checked at once (``workers``)."""
     runs = runs if runs is not None else [r for r, _ in store.runs(db)]
     loaded: dict[str, baselines.BaselineFile | None] = {}
-    latest = {m: {r.run_id for r in rs[-settings.recent :]} for m, rs in by_machine(runs).items()}
+    machines = by_machine(runs)
+    latest = {m: {r.run_id for r in rs[-settings.recent :]} for m, rs in machines.items()}
     out = []
-    pool = workers(jobs, long=any(len(rs) > changepoint.EXACT_RUNS for rs in by_machine(runs).values()))
+    pool = workers(jobs, long=any(len(rs) > changepoint.EXACT_RUNS for rs in machines.values()))
     try:
         chosen = {
             key: points

@@ -21,6 +21,7 @@ of them in a history of 1,000 runs x 300 series): the count of hits is the float
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -161,27 +162,36 @@ def wide(n: int, rows: int) -> bool:
 UNSURE = 0.25  # a test whose float32 block leaves more of its rows than this within their bound goes on in float64
 
 
-def exceed(z: np.ndarray, min_size: int, q: float, kept: dict) -> np.ndarray:
+@dataclass
+class Kernels:
+    """One test's kernels, their buffers living as long as the test: ``Rough`` ones by (n, rows); once a block has
+    left more than ``UNSURE`` of its rows within their bound, ``float64`` and ``Tops`` ones instead."""
+
+    rough: dict[tuple[int, int], Rough] = field(default_factory=dict)
+    exact: dict[tuple[int, int], Tops] = field(default_factory=dict)
+    float64: bool = False
+
+
+def exceed(z: np.ndarray, min_size: int, q: float, kernels: Kernels) -> np.ndarray:
     """For each row of ``z`` (shape (k, n)): whether its largest Q is at least ``q`` (> 0), as ``grid`` computes Q.
     Where ``wide``, in float32 (``Rough``), a row whose top lies within its error bound of ``q`` computed again by
     ``grid``; where that leaves more than ``UNSURE`` of a block's rows (a candidate among the shuffles' own tops, at
-    a length where the bound is wide), the block and the rest of its test go through ``Tops`` in float64. ``kept``:
-    one test's kernels, their buffers living as long as the test."""
+    a length where the bound is wide), the block and the rest of its test go through ``Tops`` in float64."""
     k, n = z.shape
     if not wide(n, k):
         return grid(z, min_size).reshape(k, -1).max(1) >= q
-    if not kept.get("float64"):
-        if (n, k) not in kept:
-            kept[n, k] = Rough(n, k, min_size)
-        top, err = kept[n, k](z)
+    if not kernels.float64:
+        if (n, k) not in kernels.rough:
+            kernels.rough[n, k] = Rough(n, k, min_size)
+        top, err = kernels.rough[n, k](z)
         out = top - err >= q
         unsure = (top + err >= q) & ~out
         if unsure.mean() <= UNSURE:
             if unsure.any():
                 out[unsure] = grid(z[unsure], min_size).reshape(int(unsure.sum()), -1).max(1) >= q
             return out
-        kept["float64"] = True
-        del kept[n, k]  # its buffers, before the float64 kernel's
-    if (n, k, "float64") not in kept:
-        kept[n, k, "float64"] = Tops(n, k, min_size)
-    return kept[n, k, "float64"](z) >= q
+        kernels.float64 = True
+        kernels.rough.clear()  # their buffers, before the float64 kernel's
+    if (n, k) not in kernels.exact:
+        kernels.exact[n, k] = Tops(n, k, min_size)
+    return kernels.exact[n, k](z) >= q
