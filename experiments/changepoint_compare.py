@@ -110,8 +110,7 @@ def planted() -> list[Series]:
 
 def recorded(work: Path) -> list[Series]:
     """The tests' histories through a real store, each series as ``history check`` reads it."""
-    from tests.test_history import add_all, series_runs
-    from tests.test_history_events import nightlies
+    from tests.runs import add_all, nightlies, series_runs
 
     histories = {
         "series_runs": (series_runs(work / "a", 20, slow_from=16, grow_from=9), 16, 9),

@@ -69,6 +69,17 @@ def test_nothing_in_benchmarks_or_tests_imports_an_experiment():
     assert not offenders, f"an experiment is no dependency: move what they need into a tool ({offenders})"
 
 
+def test_no_tool_or_experiment_imports_a_test_module():
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {m}"
+        for folder in ("benchmarks", "experiments")
+        for path in sorted((ROOT / folder).glob("*.py"))
+        for m in sorted(_imports(path))
+        if m.startswith("tests.") and m.split(".")[1].startswith(("test_", "conftest"))
+    ]
+    assert not offenders, f"move what they share into a helper module of tests/ (tests/runs.py): {offenders}"
+
+
 @pytest.mark.parametrize("name", [t for t in TOOLS if t not in RUN_BY_PYTEST])
 def test_every_tool_imports_as_a_module_and_answers_help(name):
     module = importlib.import_module(f"benchmarks.{name}")

@@ -27,9 +27,9 @@ from scalegate.figures import stats
 from scalegate.judge import CaseRecord, LaunchRecord
 from scalegate.judge import metric as V
 from scalegate.record.baselines import Reference
+from tests.runs import PROFILE, write_run
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILE = "cpu-test-2c-torch2.13.0"
 
 
 def _steps(median_s: float, n: int = 20, spread: float = 0.01) -> list[float]:
@@ -137,13 +137,6 @@ def make_case(
             "ranks": ranks,
         },
     }
-
-
-def write_run(directory: Path, *cases: dict) -> Path:
-    directory.mkdir(parents=True)
-    for case in cases:
-        (directory / f"{case['case_id']}.json").write_text(json.dumps(case))
-    return directory
 
 
 def real_cli(*args: str) -> subprocess.CompletedProcess:

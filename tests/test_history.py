@@ -8,8 +8,6 @@ keeps run on both stores (``history_db``: a SQLite file, and a database on a rea
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sqlite3
@@ -20,86 +18,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scalegate.cli import main as harness_main
 from scalegate.history import ingest, sqlite_db, store
 from tests import browser, stores
 from tests.conftest import ROOT
-from tests.test_cli import PROFILE, cli, make_case, write_run
+from tests.runs import PROFILE, add_all, case, run, series_runs, write_run
+from tests.test_cli import cli, make_case
 
 QUARANTINE = {"reason": "shared runner, #17", "until": "2999-12-31"}
 history_db = stores.fixture()
-
-
-def run(*args) -> subprocess.CompletedProcess:
-    """``python -m scalegate ARGS`` in this process, from where the test stands (``cli``: from the repository's root)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = harness_main.main([str(a) for a in args])
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
-
-
-def case(
-    case_id: str,
-    efficiency: float,
-    *,
-    memory: float = 400e6,
-    wire: float = 9.8e6,
-    status: str = "ok",
-    commit: str = "c",
-    written: float = 0.0,
-    profile: str = PROFILE,
-    versions: dict | None = None,
-) -> dict:
-    """The fields of results/<run>/<case>.json that the history reads."""
-    return {
-        "case_id": case_id,
-        "key": f"{case_id}:tiny",
-        "status": status,
-        "efficiency": efficiency,
-        "local_efficiency": efficiency * 1.1,
-        "profile": profile,
-        **({"versions": versions} if versions else {}),
-        "commit": commit,
-        "written": written,
-        "oversubscribed": False,
-        "resources": {"wire": {"bytes_per_step": wire}},
-        "result": {
-            "throughput": 1000 * efficiency,
-            "losses": [2.0, 1.5],
-            "ranks": [{"peak_memory_bytes": memory}, {"peak_memory_bytes": memory * 0.99}],
-        },
-    }
-
-
-def series_runs(
-    tmp_path: Path,
-    n: int = 20,
-    *,
-    slow_from: int | None = None,
-    grow_from: int | None = None,
-    cases: tuple[str, ...] = ("ddp-cnn-1x2", "fsdp-cnn-1x2"),
-) -> list[Path]:
-    """n nightly runs with ~3% noise; ddp-cnn-1x2 loses 15% efficiency from run ``slow_from`` on and
-    fsdp-cnn-1x2 gains 20% peak memory from run ``grow_from`` on."""
-    rng = np.random.default_rng(0)
-    dirs = []
-    for i in range(n):
-        made = []
-        for cid in cases:
-            eff = 0.8 * (1 + 0.03 * rng.standard_normal())
-            if cid == "ddp-cnn-1x2" and slow_from is not None and i >= slow_from:
-                eff *= 0.85
-            mem = 400e6 * (1 + 0.005 * rng.standard_normal())
-            if cid == "fsdp-cnn-1x2" and grow_from is not None and i >= grow_from:
-                mem *= 1.2
-            made.append(case(cid, eff, memory=mem, commit=f"commit{i:02d}", written=1.8e9 + 86400 * i))
-        dirs.append(write_run(tmp_path / f"nightly-{i:02d}", *made))
-    return dirs
-
-
-def add_all(db: Path | str, runs: list[Path]) -> None:
-    done = run("history", "add", *runs, "--db", db)
-    assert done.returncode == 0, done.stderr
 
 
 def test_add_is_idempotent_and_list_and_show_read_it_back(tmp_path, history_db):

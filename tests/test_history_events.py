@@ -7,43 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
 from scalegate.history import alerts, events
 from scalegate.history.store import Point
 from tests import browser, stores
-from tests.test_cli import write_run
-from tests.test_history import add_all, case, run, series_runs
+from tests.runs import NIGHTS, add_all, case, nightlies, run, series_runs, write_run
 from tests.test_pages import blob
 
 history_db = stores.fixture()
-NIGHTS = 64  # the drop at 60 has four nights after it: new, and more than the three a change point needs
-
-
-def nightlies(
-    tmp_path: Path, *, upgrade_at: int | None, drop_at: int, cases=("ddp-cnn-1x2", "fsdp-cnn-1x2")
-) -> list[Path]:
-    """NIGHTS nightlies, 2% noise; ddp-cnn-1x2 8% less efficient from ``drop_at``; torch 2.12.0 -> 2.13.0 (and
-    DeepSpeed, recorded beside the profile, unchanged) from ``upgrade_at``."""
-    rng = np.random.default_rng(7)
-    dirs = []
-    for i in range(NIGHTS):
-        torch = "2.13.0" if upgrade_at is not None and i >= upgrade_at else "2.12.0" if upgrade_at else "2.13.0"
-        made = []
-        for cid in cases:
-            eff = 0.8 * (1 + 0.02 * rng.standard_normal()) * (0.92 if cid == "ddp-cnn-1x2" and i >= drop_at else 1)
-            made.append(
-                case(
-                    cid,
-                    eff,
-                    commit=f"commit{i:04d}",
-                    written=1.8e9 + 86400 * i,
-                    profile=f"cpu-test-2c-torch{torch}",
-                    versions={"torch": torch, "deepspeed": "0.19.8"},
-                )
-            )
-        dirs.append(write_run(tmp_path / f"nightly-{i:04d}", *made))
-    return dirs
 
 
 def check(db: str, tmp_path: Path) -> tuple[int, str, dict]:

@@ -74,7 +74,7 @@ def test_without_otava_a_long_series_is_tested_whole(monkeypatch):
 
 def test_a_check_over_a_long_history_without_otava_says_how_to_get_it(tmp_path, monkeypatch):
     from scalegate.history import store
-    from tests.test_history import run
+    from tests.runs import run
 
     db = tmp_path / "h.sqlite"
     with store.connect(db, create=True) as conn:

@@ -13,8 +13,7 @@ import pytest
 from scalegate.history import schema, store
 from tests import stores
 from tests.conftest import ROOT
-from tests.test_cli import write_run
-from tests.test_history import case, run, series_runs
+from tests.runs import case, run, series_runs, write_run
 
 history_db = stores.fixture()
 

@@ -18,8 +18,8 @@ import numpy as np
 from scalegate.page import build
 from scalegate.page.facets import split_case_id
 from tests import browser
-from tests.test_cli import make_case, write_run
-from tests.test_history import add_all, run, series_runs
+from tests.runs import add_all, run, series_runs, write_run
+from tests.test_cli import make_case
 
 MAX_SMALL_PAGE = 5.5e6  # plotly.js (~4.8 MB) and a small blob: nothing inlined twice
 

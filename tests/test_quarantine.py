@@ -14,7 +14,8 @@ import pytest
 from scalegate.contract.errors import BaselineError
 from scalegate.judge import Overrides, judge
 from scalegate.record import baselines
-from tests.test_cli import PROFILE, cli, make_case, write_run
+from tests.runs import PROFILE, write_run
+from tests.test_cli import cli, make_case
 from tests.test_judge import KEY, launch, record
 
 HELD = {"reason": "gloo all-gather stalls on this image, #123", "until": "2026-12-31"}
