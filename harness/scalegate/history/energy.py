@@ -83,6 +83,10 @@ class Tops:
         edges = np.linspace(side, n - side + 1, BANDS + 1).astype(int)
         # the valid part is a triangle (kappa >= tau + side): bands of tau, each from its first valid kappa on
         self.bands = [(t0, t1, t0 + side) for t0, t1 in zip(edges[:-1], edges[1:]) if t1 > t0]
+        # each band's weights as (tau, kappa) planes: einsum broadcasts them over the shuffles in one pass
+        self.planes = [
+            tuple(np.ascontiguousarray(w[t0:t1, k0:, 0]) for w in (self.a, self.b, self.c)) for t0, t1, k0 in self.bands
+        ]
 
     def __call__(self, z: np.ndarray) -> np.ndarray:
         """For each row of ``z`` (shape (rows, n)): its largest Q, or 0 where none is larger."""
@@ -90,24 +94,27 @@ class Tops:
         s, tmp = self.s, self.tmp
         zt = np.ascontiguousarray(z.T)
         d = s[1:, 1:]
-        np.subtract(zt[:, None, :], zt[None, :, :], out=d)
-        np.abs(d, out=d)
-        for r in range(1, n):  # S, summed in numpy's cumsum order (runs p, then q)
-            np.add(d[r - 1], d[r], out=d[r])
+        for p in range(n):  # S, summed in numpy's cumsum order (runs p, then q); each |z_p - z_q| plane made in cache
+            row = d[p]
+            np.subtract(zt, zt[p], out=row)
+            np.abs(row, out=row)
+            if p:
+                np.add(d[p - 1], row, out=row)
         for q in range(1, n):
             np.add(d[:, q - 1], d[:, q], out=d[:, q])
         diag = s[self.i, self.i]
         self.total = diag[n]  # S[n, n]: every pair's distance, twice
         top = np.zeros(k)
-        for t0, t1, k0 in self.bands:
+        for (t0, t1, k0), (a, b, c) in zip(self.bands, self.planes):
             band, spare = s[t0:t1, k0:], tmp[t0:t1, k0:]
-            band -= diag[t0:t1, None, :]  # between X and Y
-            band *= self.a[t0:t1, k0:]
-            np.multiply(diag[t0:t1, None, :], self.b[t0:t1, k0:], out=spare)
-            band += spare
-            np.multiply(diag[None, k0:, :], self.c[t0:t1, k0:], out=spare)
-            band += spare
-            np.maximum(top, band.max(axis=(0, 1)), out=top)
+            for t in range(t0, t1):  # between X and Y; a plane a tau keeps numpy's loop contiguous
+                np.subtract(s[t, k0:], diag[t], out=s[t, k0:])
+            np.einsum("tk,tkr->tkr", a, band, out=spare)
+            np.einsum("tk,tr->tkr", b, diag[t0:t1], out=band)
+            spare += band
+            np.einsum("tk,kr->tkr", c, diag[k0:], out=band)
+            spare += band
+            np.maximum(top, spare.max(axis=(0, 1)), out=top)
         return top
 
 
