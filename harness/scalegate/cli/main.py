@@ -15,36 +15,55 @@ other command refuses an unknown argument. Bad input is one line and its HINT, e
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from scalegate.cli import bisect, bisect_package, gate, init, record_baselines, runs, selftest
 from scalegate.contract.errors import ScalegateError
 from scalegate.gate.project import Project
-from scalegate.history import cli as history_cli
 
 EXIT_BAD_INPUT = 2
 PASSES_ON = ("gate", "record-baselines", "bisect")  # the commands whose unknown arguments go to pytest
+# each command's module (under scalegate.), imported only where its parser is wanted: a nightly's `history check`
+# does not import the gate's modules
+COMMANDS = {
+    "compare": "cli.runs",
+    "report": "cli.runs",
+    "update-baselines": "cli.runs",
+    "gate": "cli.gate",
+    "record-baselines": "cli.record_baselines",
+    "bisect": "cli.bisect",
+    "history": "history.cli",
+    "selftest": "cli.selftest",
+    "init": "cli.init",
+}
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser, or only ``command``'s where it names one (the top-level help lists them all)."""
     p = argparse.ArgumentParser(
         prog="python -m scalegate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = p.add_subparsers(dest="command", required=True)
     baselines = str(Project.find().baselines)
-    runs.add_parsers(sub)
-    gate.add_parser(sub)
-    record_baselines.add_parser(sub, baselines)
-    bisect.add_parser(sub)
-    sub.choices["bisect"].set_defaults(handler=bisect_package.run)  # releases with --package, else commits
-    history_cli.add_parser(sub, baselines)
-    selftest.add_parser(sub)
-    init.add_parser(sub)
+    wanted = {COMMANDS[command]} if command in COMMANDS else set(COMMANDS.values())
+    for name in dict.fromkeys(COMMANDS.values()):
+        if name not in wanted:
+            continue
+        module = importlib.import_module(f"scalegate.{name}")
+        if name == "cli.runs":
+            module.add_parsers(sub)
+        elif name in ("cli.record_baselines", "history.cli"):
+            module.add_parser(sub, baselines)
+        else:
+            module.add_parser(sub)
+        if name == "cli.bisect":  # releases with --package, else commits
+            sub.choices["bisect"].set_defaults(handler=importlib.import_module("scalegate.cli.bisect_package").run)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser()
+    given = sys.argv[1:] if argv is None else argv
+    p = parser(given[0] if given else None)
     args, extra = p.parse_known_args(argv)
     if extra and args.command not in PASSES_ON:
         p.error(f"unrecognized arguments: {' '.join(extra)}")
