@@ -172,17 +172,17 @@ def workers(jobs: int, *, long: bool) -> ProcessPoolExecutor | None:
 
 
 def change_points(
-    series: list[tuple[list[Point], str]], settings: Settings, pool: ProcessPoolExecutor | None = None
+    series: list[tuple[list[float], str]], settings: Settings, pool: ProcessPoolExecutor | None = None
 ) -> Iterator[list[changepoint.ChangePoint] | None]:
-    """Each (points, name) series' change points in order, None where it is too short to split, each as soon as it
-    is found; in ``pool``'s processes (``workers``), one series a task so that a few slow series do not leave a
-    process idle, else here. A series' answer is its own (its shuffles are seeded by its name), the same in any
-    number of processes."""
+    """Each (values, name) series' change points in order, None where it is too short to split, each as soon as it
+    is found; in ``pool``'s processes (``workers``), every series handed to them at once, one a task so that a few
+    slow series do not leave a process idle, else here. A series' answer is its own (its shuffles are seeded by its
+    name), the same in any number of processes."""
     tasks = [
-        ([p.value for p in points], name, settings.pvalue, settings.permutations, settings.min_size)
-        if len(points) >= 2 * settings.min_size
+        (values, name, settings.pvalue, settings.permutations, settings.min_size)
+        if len(values) >= 2 * settings.min_size
         else None
-        for points, name in series
+        for values, name in series
     ]
     todo = [task for task in tasks if task is not None]
     done = iter(pool.map(_found, todo) if pool is not None and len(todo) > 1 else map(_found, todo))
@@ -211,7 +211,7 @@ def judge_series(
         return (), INSUFFICIENT
     values = [p.value for p in points]
     if found is None:
-        [found] = list(change_points([(points, name)], settings))
+        [found] = list(change_points([(values, name)], settings))
     edges = [0] + [c.index for c in found] + [len(values)]
     at = {e.index: e for e in known}
     changes = []
@@ -274,15 +274,14 @@ def check(
     out = []
     pool = workers(jobs, long=any(len(rs) > changepoint.EXACT_RUNS for rs in machines.values()))
     try:
-        chosen = {
-            key: points
-            for key, points in store.all_series(db, CHECKED, read=runs).items()
-            if not cases or key.case_key in cases or key.case_id in cases
-        }
+        series = store.read_series(db, CHECKED, read=runs)
+        chosen = [key for key in series.keys if not cases or key.case_key in cases or key.case_id in cases]
         names = {key: f"{key.machine}/{key.case_key}/{key.metric}" for key in chosen}
-        found = change_points([(p, names[key]) for key, p in chosen.items()], settings, pool)
-        for key, points in chosen.items():  # each judged while the workers search the series after it
-            out.append(_verdict(key, points, next(found), names[key], baseline_dir, settings, loaded, latest))
+        found = change_points([(series.values(key), names[key]) for key in chosen], settings, pool)
+        with store.bulk():  # each series' points built and judged while the workers search the series after it
+            for key in chosen:
+                points = series.points(key)
+                out.append(_verdict(key, points, next(found), names[key], baseline_dir, settings, loaded, latest))
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

@@ -21,7 +21,19 @@ from scalegate.history import schema
 from scalegate.history.db import DEFAULT_PATH, POSTGRESQL, Db, locate
 from scalegate.plan import hostinfo
 
-__all__ = ["DEFAULT_PATH", "connect", "Run", "CaseRow", "Point", "SeriesKey", "add", "runs", "all_series"]
+__all__ = [
+    "DEFAULT_PATH",
+    "connect",
+    "Run",
+    "CaseRow",
+    "Point",
+    "SeriesKey",
+    "add",
+    "runs",
+    "read_series",
+    "Series",
+    "all_series",
+]
 
 
 @contextlib.contextmanager
@@ -160,7 +172,7 @@ def runs(db: Db) -> list[tuple[Run, int]]:
 
 
 @contextlib.contextmanager
-def _bulk() -> Iterator[None]:
+def bulk() -> Iterator[None]:
     """No garbage collection while a read builds its objects: each of a few hundred thousand new objects would
     otherwise count towards a collection that walks every object alive, the rows just read among them, and none of
     them is garbage."""
@@ -173,15 +185,43 @@ def _bulk() -> Iterator[None]:
             gc.enable()
 
 
-def all_series(
-    db: Db, metrics: tuple[str, ...] | None = None, *, read: list[Run] | None = None
-) -> dict[SeriesKey, list[Point]]:
-    """Every series the history holds (or of ``metrics`` only), each oldest run first, in one read of the store;
-    ``read``: the store's runs, where the caller has read them already."""
+class Series:
+    """Every series the history holds (or of some metrics), read in one pass over the store: each one's values at
+    once (``values``: what a change-point search needs), its points when asked (``points``), so that the search can
+    start before the points are built."""
+
+    def __init__(self, known: list[Run], found: dict[tuple, list[tuple[int, float]]]) -> None:
+        self.runs = known
+        self._found: dict[SeriesKey, list[tuple[int, float]]] = {}
+        for (cluster, hardware, key, case_id, metric), pairs in sorted(found.items()):
+            pairs.sort(key=lambda p: p[0])
+            name = SeriesKey(cluster=cluster, hardware=hardware, case_key=key, case_id=case_id, metric=metric)
+            self._found[name] = pairs
+
+    @property
+    def keys(self) -> list[SeriesKey]:
+        return list(self._found)
+
+    def values(self, key: SeriesKey) -> list[float]:
+        """The series' values, oldest run first."""
+        return [v for _, v in self._found[key]]
+
+    def points(self, key: SeriesKey) -> list[Point]:
+        """The series' points, oldest run first."""
+        runs = self.runs
+        return [
+            Point(run_id=r.run_id, commit=r.commit, date=r.date, value=v, profile=r.profile, versions=r.versions)
+            for r, v in ((runs[i], v) for i, v in self._found[key])
+        ]
+
+
+def read_series(db: Db, metrics: tuple[str, ...] | None = None, *, read: list[Run] | None = None) -> Series:
+    """Every series the history holds (or of ``metrics`` only), in one read of the store; ``read``: the store's runs,
+    where the caller has read them already."""
     known = read if read is not None else [r for r, _ in runs(db)]
-    order = {run.run_id: (i, run) for i, run in enumerate(known)}
-    found: dict[tuple, list[tuple[int, Point]]] = {}
-    with _bulk():
+    order = {run.run_id: (i, run.cluster, run.hardware) for i, run in enumerate(known)}
+    found: dict[tuple, list[tuple[int, float]]] = {}
+    with bulk():
         ids = {
             (run_id, key): case_id for run_id, key, case_id in db.rows("SELECT run_id, case_key, case_id FROM cases")
         }
@@ -190,18 +230,19 @@ def all_series(
             seen, case_id = order.get(run_id), ids.get((run_id, key))
             if seen is None or case_id is None or (metrics is not None and metric not in metrics):
                 continue  # a run added after the runs were read
-            i, run = seen
-            point = Point(
-                run_id=run_id, commit=run.commit, date=run.date, value=value, profile=run.profile, versions=run.versions
-            )
-            found.setdefault((run.cluster, run.hardware, key, case_id, metric), []).append((i, point))
+            i, cluster, hardware = seen
+            found.setdefault((cluster, hardware, key, case_id, metric), []).append((i, value))
         del rows
-        out = {}
-        for (cluster, hardware, key, case_id, metric), points in sorted(found.items()):
-            points.sort(key=lambda p: p[0])
-            name = SeriesKey(cluster=cluster, hardware=hardware, case_key=key, case_id=case_id, metric=metric)
-            out[name] = [p for _, p in points]
-    return out
+        return Series(known, found)
+
+
+def all_series(
+    db: Db, metrics: tuple[str, ...] | None = None, *, read: list[Run] | None = None
+) -> dict[SeriesKey, list[Point]]:
+    """Every series the history holds (or of ``metrics`` only), each oldest run first, its points built."""
+    series = read_series(db, metrics, read=read)
+    with bulk():
+        return {key: series.points(key) for key in series.keys}
 
 
 def case_runs(db: Db, case: str) -> list[tuple[Run, CaseRow]]:
