@@ -92,6 +92,23 @@ def test_two_clusters_nightly_ingests_at_once_lose_nothing(tmp_path, history_db)
     assert {k.machine: len(p) for k, p in series.items()} == {"cpu-test-2c@alps": 12, "cpu-test-2c@bern": 12}
 
 
+def test_a_series_values_come_in_the_order_of_its_points_and_a_run_added_later_is_in_neither(tmp_path, history_db):
+    """The check hands a series' values to its workers before it builds the points it judges them with: the two
+    must be the same runs in the same order, oldest first, whatever order the store returns its rows in."""
+    runs_dirs = series_runs(tmp_path, 8, slow_from=5)
+    add_all(history_db, runs_dirs[::-1][:6])  # newest first: the store's rows are not in the series' order
+    with store.connect(history_db) as db:
+        known = [r for r, _ in store.runs(db)]
+        add_all(history_db, runs_dirs[:2])  # added after the runs were read
+        series = store.read_series(db, ("efficiency",), read=known)
+    assert len(series.keys) == 2
+    for key in series.keys:
+        points = series.points(key)
+        assert [p.run_id for p in points] == [f"nightly-{i:02d}" for i in range(2, 8)]
+        assert series.values(key) == [p.value for p in points]
+        assert all(p.commit == f"commit{p.run_id[-2:]}" and p.profile == PROFILE for p in points)
+
+
 def test_a_database_locked_past_the_busy_timeout_exits_2_and_says_so(tmp_path, monkeypatch):
     db = tmp_path / "h.sqlite"
     add_all(db, series_runs(tmp_path, 1))
