@@ -45,10 +45,7 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     baselines = str(Project.find().baselines)
-    wanted = {COMMANDS[command]} if command in COMMANDS else set(COMMANDS.values())
-    for name in dict.fromkeys(COMMANDS.values()):
-        if name not in wanted:
-            continue
+    for name in [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values()):
         module = importlib.import_module(f"scalegate.{name}")
         if name == "cli.runs":
             module.add_parsers(sub)
