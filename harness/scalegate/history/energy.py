@@ -75,7 +75,6 @@ class Tops:
     """The largest Q of each of ``rows`` series of ``n`` runs, in buffers kept between blocks."""
 
     def __init__(self, n: int, rows: int, min_size: int, dtype: type = np.float64) -> None:
-        self.a, self.b, self.c = (x[:, :, None].astype(dtype) for x in weights(n, min_size)[:3])
         self.s = np.zeros((n + 1, n + 1, rows), dtype=dtype)
         self.tmp = np.empty((n + 1, n + 1, rows), dtype=dtype)
         self.i = np.arange(n + 1)
@@ -83,10 +82,9 @@ class Tops:
         edges = np.linspace(side, n - side + 1, BANDS + 1).astype(int)
         # the valid part is a triangle (kappa >= tau + side): bands of tau, each from its first valid kappa on
         self.bands = [(t0, t1, t0 + side) for t0, t1 in zip(edges[:-1], edges[1:]) if t1 > t0]
-        # each band's weights as (tau, kappa) planes: einsum broadcasts them over the shuffles in one pass
-        self.planes = [
-            tuple(np.ascontiguousarray(w[t0:t1, k0:, 0]) for w in (self.a, self.b, self.c)) for t0, t1, k0 in self.bands
-        ]
+        # each band's weights a, b, c as (tau, kappa) planes: einsum broadcasts them over the shuffles in one pass
+        abc = weights(n, min_size)[:3]
+        self.planes = [tuple(w[t0:t1, k0:].astype(dtype) for w in abc) for t0, t1, k0 in self.bands]
 
     def __call__(self, z: np.ndarray) -> np.ndarray:
         """For each row of ``z`` (shape (rows, n)): its largest Q, or 0 where none is larger."""

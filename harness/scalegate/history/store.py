@@ -191,7 +191,7 @@ class Series:
     start before the points are built."""
 
     def __init__(self, known: list[Run], found: dict[tuple, list[tuple[int, float]]]) -> None:
-        self.runs = known
+        self._runs = known
         self._found: dict[SeriesKey, list[tuple[int, float]]] = {}
         for (cluster, hardware, key, case_id, metric), pairs in sorted(found.items()):
             pairs.sort(key=lambda p: p[0])
@@ -208,7 +208,7 @@ class Series:
 
     def points(self, key: SeriesKey) -> list[Point]:
         """The series' points, oldest run first."""
-        runs = self.runs
+        runs = self._runs
         return [
             Point(run_id=r.run_id, commit=r.commit, date=r.date, value=v, profile=r.profile, versions=r.versions)
             for r, v in ((runs[i], v) for i, v in self._found[key])
